@@ -1,0 +1,50 @@
+"""The ``replay-sim`` command line: thin commands, each calling one library function.
+
+Commands live in one module per area (``store``, ``record``, ``index``, ``serve``, ``snapshot``);
+each registers itself on :data:`cli`. Every command that touches a store takes ``--db``.
+Errors end the process with status 1 and one line naming the problem.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from replay_sim.errors import ReplaySimError
+from replay_sim.store import DEFAULT_DB
+
+__all__ = ["cli", "db_option", "main"]
+
+db_option = click.option(
+    "--db",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=DEFAULT_DB,
+    show_default=True,
+    help="Recording store (SQLite).",
+)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="replay-sim")
+def cli() -> None:
+    """Record real MCP servers, index the recordings, replay them offline."""
+
+
+def main() -> None:
+    """Console-script entry point."""
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except ReplaySimError as exc:
+        click.echo(f"replay-sim: error: {exc}", err=True)
+        sys.exit(1)
+
+
+# Command modules register themselves on `cli`; imported last so `cli` exists.
+from replay_sim.cli import store as _store  # noqa: E402, F401

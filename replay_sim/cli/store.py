@@ -1,0 +1,71 @@
+"""Store commands: ``import``, ``export``, ``sessions``, ``stats``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from replay_sim.cli import cli, db_option
+from replay_sim.interchange import export_jsonl, import_jsonl
+from replay_sim.store import Store
+
+
+@cli.command("import")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@db_option
+def import_command(file: Path, db: Path) -> None:
+    """Import a JSONL recording file into the store (all or nothing)."""
+    with Store(db) as store:
+        counts = import_jsonl(store, file)
+    click.echo(f"imported {counts['call']} calls, {counts['listing']} listings, {counts['server']} servers into {db}")
+
+
+@cli.command("export")
+@db_option
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="File (default: stdout).")
+def export_command(db: Path, output: Path | None) -> None:
+    """Export the store as JSONL."""
+    with Store(db, readonly=True) as store:
+        if output is None:
+            export_jsonl(store, sys.stdout)
+        else:
+            with output.open("w", encoding="utf-8") as out:
+                count = export_jsonl(store, out)
+            click.echo(f"wrote {count} lines to {output}", err=True)
+
+
+@cli.command("sessions")
+@db_option
+@click.argument("session_id", required=False)
+def sessions_command(db: Path, session_id: str | None) -> None:
+    """List recording sessions, or show the calls of one."""
+    with Store(db, readonly=True) as store:
+        if session_id is None:
+            for s in store.sessions():
+                click.echo(f"{s['id']}\t{s['server']}\t{s['started_at']}\t{s['calls']} calls")
+            return
+        calls = store.recordings(session=session_id)
+        if not calls:
+            raise click.ClickException(f"no session {session_id!r} in {db}; `replay-sim sessions` lists them")
+        for rec in calls:
+            outcome = "error" if rec.error else ("isError" if (rec.result or {}).get("isError") else "ok")
+            args = json.dumps(rec.arguments, ensure_ascii=False)
+            click.echo(f"{rec.seq}\t#{rec.id}\t{rec.method}\t{rec.name}\t{args}\t{outcome}\t{rec.latency_ms}ms")
+
+
+@cli.command("stats")
+@db_option
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def stats_command(db: Path, as_json: bool) -> None:
+    """Recorded calls per server, method, tool and origin."""
+    with Store(db, readonly=True) as store:
+        rows = store.stats()
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    click.echo("server\tmethod\tname\torigin\tcalls\terrors\tmean_latency_ms")
+    for r in rows:
+        click.echo("\t".join(str(r[k]) for k in ("server", "method", "name", "origin", "calls", "errors", "mean_latency_ms")))

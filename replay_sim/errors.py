@@ -1,0 +1,45 @@
+"""The exceptions replay-sim raises.
+
+Every error names the thing it is about (server, tool, path, recording id) and what to do::
+
+    ReplaySimError
+    ├── ConfigError          a config file or option is wrong (names the file and entry)
+    ├── StoreError           the SQLite store cannot be read or written (names the database path)
+    ├── UpstreamError        a real MCP server failed to start or broke mid-call (names the command/URL)
+    ├── InterchangeError     a JSONL file is malformed (names the file and line)
+    ├── IndexError_          the vector index is missing, stale or unreadable (names the path)
+    └── SnapshotError        a snapshot bundle is missing, tampered or inconsistent (names the path)
+
+Tool failures are never exceptions on the wire: the replay server answers them as
+``CallToolResult(isError=True)``, the way a real server does.
+"""
+
+from __future__ import annotations
+
+
+class ReplaySimError(Exception):
+    """Root of every error replay-sim raises on purpose."""
+
+
+class ConfigError(ReplaySimError):
+    """A configuration file, entry or option is invalid."""
+
+
+class StoreError(ReplaySimError):
+    """The recording store could not be opened, read or written."""
+
+
+class UpstreamError(ReplaySimError):
+    """A recorded (real) MCP server could not be started or failed while answering."""
+
+
+class InterchangeError(ReplaySimError):
+    """A JSONL interchange file is malformed."""
+
+
+class IndexError_(ReplaySimError):  # noqa: N801 - trailing underscore avoids shadowing the builtin
+    """The vector index is missing, stale or unreadable."""
+
+
+class SnapshotError(ReplaySimError):
+    """A snapshot bundle is missing, tampered with or inconsistent."""
