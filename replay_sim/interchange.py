@@ -15,7 +15,7 @@ from typing import IO, Any
 from replay_sim.errors import InterchangeError
 from replay_sim.store import LISTING_METHODS, Origin, ServerRecord, Store
 
-__all__ = ["export_jsonl", "import_jsonl"]
+__all__ = ["export_jsonl", "import_jsonl", "merge"]
 
 
 def _line(obj: dict[str, Any]) -> str:
@@ -92,7 +92,8 @@ def import_jsonl(store: Store, path: str | Path, lines: Iterable[str] | None = N
         lines: Already-open lines, instead of reading ``path``.
 
     Returns:
-        Counts of imported ``server``, ``listing`` and ``call`` lines.
+        Counts of imported ``server``, ``listing`` and ``call`` lines, and of ``duplicate`` calls
+        skipped because the store holds them already (importing twice changes nothing).
 
     Raises:
         InterchangeError: A line is not JSON or lacks a required field (names file and line).
@@ -132,7 +133,7 @@ def import_jsonl(store: Store, path: str | Path, lines: Iterable[str] | None = N
             raise InterchangeError(f"{where}: unknown line type {kind!r} (server, listing, call)")
         parsed.append((kind, obj))
 
-    counts = {"server": 0, "listing": 0, "call": 0}
+    counts = {"server": 0, "listing": 0, "call": 0, "duplicate": 0}
     with store.transaction(f"import {path}"):
         _write(store, parsed, counts)
     return counts
@@ -141,6 +142,11 @@ def import_jsonl(store: Store, path: str | Path, lines: Iterable[str] | None = N
 def _write(store: Store, parsed: list[tuple[str, dict[str, Any]]], counts: dict[str, int]) -> None:
     sessions: set[str] = set()
     for kind, obj in parsed:
+        if kind == "call" and obj.get("recorded_at") and store.contains(
+            obj["server"], obj["method"], obj.get("params") or {}, obj.get("session"), obj.get("seq"), obj["recorded_at"]
+        ):
+            counts["duplicate"] += 1
+            continue
         counts[kind] += 1
         if kind == "server":
             store.put_server(
@@ -172,3 +178,23 @@ def _write(store: Store, parsed: list[tuple[str, dict[str, Any]]], counts: dict[
                 origin=obj.get("origin") or Origin.IMPORT,
                 notifications=obj.get("notifications"),
             )
+
+
+def merge(sources: Iterable[str | Path], out: str | Path) -> dict[str, int]:
+    """Merge several stores into one (``out`` may exist); calls already in ``out`` are skipped.
+
+    Args:
+        sources: Store files to read.
+        out: Destination store file.
+
+    Returns:
+        Total counts as :func:`import_jsonl` returns them.
+    """
+    totals = {"server": 0, "listing": 0, "call": 0, "duplicate": 0}
+    with Store(out) as target:
+        for source in sources:
+            with Store(source, readonly=True) as store:
+                counts = import_jsonl(target, source, lines=[line.rstrip("\n") for line in export_lines(store)])
+            for kind, count in counts.items():
+                totals[kind] += count
+    return totals

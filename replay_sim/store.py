@@ -125,9 +125,10 @@ class Store:
     Args:
         path: The database file; created with its parent folder unless ``readonly``.
         readonly: Open an existing file read-only (snapshots); writing raises :class:`StoreError`.
+        timeout: Seconds to wait for another writer's lock before giving up.
     """
 
-    def __init__(self, path: str | Path = DEFAULT_DB, *, readonly: bool = False) -> None:
+    def __init__(self, path: str | Path = DEFAULT_DB, *, readonly: bool = False, timeout: float = 30.0) -> None:
         self.path = Path(path)
         self.readonly = readonly
         self._lock = threading.RLock()
@@ -137,11 +138,11 @@ class Store:
                 if not self.path.is_file():
                     raise StoreError(f"{self.path}: no such recording store; record or import first")
                 conn = sqlite3.connect(
-                    f"file:{self.path}?mode=ro", uri=True, check_same_thread=False, timeout=30
+                    f"file:{self.path}?mode=ro", uri=True, check_same_thread=False, timeout=timeout
                 )
             else:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                conn = sqlite3.connect(self.path, check_same_thread=False, timeout=30, isolation_level=None)
+                conn = sqlite3.connect(self.path, check_same_thread=False, timeout=timeout, isolation_level=None)
                 conn.execute("PRAGMA journal_mode=WAL")
                 # WAL + NORMAL survives a killed process (not a power cut) at a fraction of FULL's cost.
                 conn.execute("PRAGMA synchronous=NORMAL")
@@ -197,12 +198,25 @@ class Store:
                 self.conn.execute("BEGIN IMMEDIATE")
                 try:
                     yield self.conn
+                    self.conn.execute("COMMIT")
                 except BaseException:
-                    self.conn.execute("ROLLBACK")
+                    if self.conn.in_transaction:  # SQLite already rolled back on e.g. SQLITE_FULL
+                        self.conn.execute("ROLLBACK")
                     raise
-                self.conn.execute("COMMIT")
             finally:
                 self._depth = 0
+
+    def copy_to(self, path: str | Path) -> None:
+        """Write a compact, self-contained copy of the store (``VACUUM INTO``) to a new file."""
+        with self._lock, self._translate(f"copy to {path}"):
+            self.conn.execute("VACUUM INTO ?", (str(path),))
+        # A single-file rollback-journal copy opens read-only anywhere (WAL would need a -shm file).
+        with self._translate(f"finish copy {path}"):
+            copy = sqlite3.connect(path)
+            try:
+                copy.execute("PRAGMA journal_mode=DELETE")
+            finally:
+                copy.close()
 
     def close(self) -> None:
         """Close the connection (idempotent)."""
@@ -328,6 +342,15 @@ class Store:
                 ),
             )
             return int(cursor.lastrowid or 0)
+
+    def contains(self, server: str, method: str, params: dict[str, Any], session: str | None, seq: int | None, recorded_at: str) -> bool:
+        """True when this exact recording (same call, session position and time) is stored already."""
+        name, arguments = call_identity(method, params)
+        rows = self._query(
+            "SELECT 1 FROM calls WHERE key=? AND session IS ? AND seq IS ? AND recorded_at=? LIMIT 1",
+            (call_key(server, method, name, arguments), session, seq, recorded_at),
+        )
+        return bool(rows)
 
     def _recordings(self, where: str = "", params: tuple[Any, ...] = ()) -> list[Recording]:
         rows = self._query(f"SELECT {_CALL_COLUMNS} FROM calls {where}", params)

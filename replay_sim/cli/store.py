@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from replay_sim.cli import cli, db_option
-from replay_sim.interchange import export_jsonl, import_jsonl
+from replay_sim.interchange import export_jsonl, import_jsonl, merge
 from replay_sim.store import Store
 
 
@@ -20,7 +20,19 @@ def import_command(file: Path, db: Path) -> None:
     """Import a JSONL recording file into the store (all or nothing)."""
     with Store(db) as store:
         counts = import_jsonl(store, file)
-    click.echo(f"imported {counts['call']} calls, {counts['listing']} listings, {counts['server']} servers into {db}")
+    click.echo(
+        f"imported {counts['call']} calls ({counts['duplicate']} already present), "
+        f"{counts['listing']} listings, {counts['server']} servers into {db}"
+    )
+
+
+@cli.command("merge")
+@click.argument("sources", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path), help="Destination store.")
+def merge_command(sources: tuple[Path, ...], out: Path) -> None:
+    """Merge several stores into one; calls already present are skipped."""
+    counts = merge(sources, out)
+    click.echo(f"merged {counts['call']} calls ({counts['duplicate']} already present) into {out}")
 
 
 @cli.command("export")

@@ -1,0 +1,145 @@
+"""The SQLite store: durability, concurrency and clear errors, on real files."""
+
+from __future__ import annotations
+
+import multiprocessing
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+
+from replay_sim.errors import StoreError
+from replay_sim.store import Origin, ServerRecord, Store
+
+
+def _call(store: Store, n: int, session: str | None = None) -> int:
+    return store.record_call(
+        "echo", "tools/call", {"name": "echo", "arguments": {"n": n}}, result={"content": [{"type": "text", "text": str(n)}]},
+        session=session, latency_ms=1.5,
+    )
+
+
+def test_a_recorded_call_reads_back_exactly_as_written(tmp_path: Path) -> None:
+    with Store(tmp_path / "r.db") as store:
+        session = store.start_session("echo")
+        result = {"content": [{"type": "text", "text": "é"}], "structuredContent": {"z": 1, "a": 2.5}}
+        rid = store.record_call(
+            "echo", "tools/call", {"name": "echo", "arguments": {"b": 1.0, "a": "x"}, "_meta": {"progressToken": 7}},
+            result=result, session=session, latency_ms=3.25,
+            notifications=[{"method": "notifications/progress", "params": {"progress": 1}}],
+        )
+        rec = store.recording(rid)
+    assert rec is not None
+    assert rec.result == result and list(rec.result["structuredContent"]) == ["z", "a"]  # key order kept
+    assert rec.params == {"name": "echo", "arguments": {"b": 1.0, "a": "x"}}  # _meta dropped
+    assert rec.arguments == {"a": "x", "b": 1}
+    assert (rec.session, rec.seq, rec.latency_ms, rec.origin) == (session, 1, 3.25, Origin.LIVE)
+    assert rec.notifications[0]["method"] == "notifications/progress"
+
+
+def test_sequence_numbers_count_up_per_session(tmp_path: Path) -> None:
+    with Store(tmp_path / "r.db") as store:
+        a, b = store.start_session("echo"), store.start_session("echo")
+        for n in range(3):
+            _call(store, n, a)
+        _call(store, 9, b)
+        assert [r.seq for r in store.recordings(session=a)] == [1, 2, 3]
+        assert [r.seq for r in store.recordings(session=b)] == [1]
+        assert {s["id"]: s["calls"] for s in store.sessions()} == {a: 3, b: 1}
+
+
+def test_servers_and_listings_round_trip(tmp_path: Path) -> None:
+    with Store(tmp_path / "r.db") as store:
+        store.put_server(ServerRecord("echo", {"name": "echo", "version": "1"}, {"tools": {}}, "2025-11-25", "hi"))
+        store.put_listing("echo", "tools/list", {"tools": [{"name": "echo", "inputSchema": {"type": "object"}}]})
+        assert store.server("echo") == ServerRecord("echo", {"name": "echo", "version": "1"}, {"tools": {}}, "2025-11-25", "hi")
+        assert store.listings("echo")["tools/list"]["tools"][0]["name"] == "echo"
+        with pytest.raises(StoreError, match="not a listing method"):
+            store.put_listing("echo", "tools/call", {})
+
+
+def test_threads_writing_at_once_lose_nothing(tmp_path: Path) -> None:
+    store = Store(tmp_path / "r.db")
+    sessions = [store.start_session("echo") for _ in range(8)]
+
+    def work(session: str) -> None:
+        for n in range(50):
+            _call(store, n, session)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in sessions]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for session in sessions:
+        assert [r.seq for r in store.recordings(session=session)] == list(range(1, 51))
+    store.close()
+
+
+def _write_from_process(path: str, session: str) -> None:
+    with Store(path) as store:
+        for n in range(40):
+            _call(store, n, session)
+
+
+def test_processes_writing_to_one_file_lose_nothing(tmp_path: Path) -> None:
+    path = str(tmp_path / "r.db")
+    Store(path).close()
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_write_from_process, args=(path, f"p{i}")) for i in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+        assert p.exitcode == 0
+    with Store(path) as store:
+        assert len(store.recordings()) == 160
+        assert store.conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def test_a_full_disk_is_a_clear_error_and_leaves_no_partial_rows(tmp_path: Path) -> None:
+    with Store(tmp_path / "r.db") as store:
+        _call(store, 0)
+        pages = store.conn.execute("PRAGMA page_count").fetchone()[0]
+        store.conn.execute(f"PRAGMA max_page_count={pages}")  # the file cannot grow: SQLITE_FULL
+        big = {"content": [{"type": "text", "text": "x" * 200_000}]}
+        with pytest.raises(StoreError, match=r"r\.db.*full"):
+            store.record_call("echo", "tools/call", {"name": "echo", "arguments": {}}, result=big)
+        assert len(store.recordings()) == 1
+
+
+def test_a_locked_store_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "r.db"
+    Store(path).close()
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with Store(path, timeout=0.05) as store, pytest.raises(StoreError, match="another process holds a write lock"):
+            _call(store, 1)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+
+
+def test_a_read_only_store_refuses_writes_and_missing_files(tmp_path: Path) -> None:
+    path = tmp_path / "r.db"
+    with Store(path) as store:
+        _call(store, 1)
+    with Store(path, readonly=True) as store:
+        assert len(store.recordings()) == 1
+        with pytest.raises(StoreError, match="read-only"):
+            _call(store, 2)
+    with pytest.raises(StoreError, match="no such recording store"):
+        Store(tmp_path / "missing.db", readonly=True)
+
+
+def test_a_store_from_another_schema_version_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "r.db"
+    Store(path).close()
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
+    conn.commit()
+    conn.close()
+    with pytest.raises(StoreError, match="schema version 99"):
+        Store(path)
