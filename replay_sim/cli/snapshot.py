@@ -1,0 +1,54 @@
+"""Snapshot commands: ``snapshot freeze``, ``verify``, ``inspect`` and ``diff``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from replay_sim import snapshot
+from replay_sim.cli import cli, db_option
+
+_bundle = click.Path(exists=True, file_okay=False, path_type=Path)
+
+
+@cli.group("snapshot")
+def snapshot_group() -> None:
+    """Freeze a store into a verifiable read-only bundle, and check bundles."""
+
+
+@snapshot_group.command("freeze")
+@db_option
+@click.option("--out", required=True, type=click.Path(path_type=Path), help="New bundle folder.")
+def freeze_command(db: Path, out: Path) -> None:
+    """Write a read-only snapshot (store, index, manifest) and print its id."""
+    frozen = snapshot.freeze(db, out)
+    click.echo(frozen.id)
+
+
+@snapshot_group.command("verify")
+@click.argument("path", type=_bundle)
+def verify_command(path: Path) -> None:
+    """Check every file and the content hash of a bundle against its manifest."""
+    click.echo(f"{snapshot.verify(path).id} ok")
+
+
+@snapshot_group.command("inspect")
+@click.argument("path", type=_bundle)
+def inspect_command(path: Path) -> None:
+    """Print a bundle's manifest (without verifying it)."""
+    click.echo(json.dumps(snapshot.read_manifest(path), indent=2, sort_keys=True))
+
+
+@snapshot_group.command("diff")
+@click.argument("a", type=_bundle)
+@click.argument("b", type=_bundle)
+def diff_command(a: Path, b: Path) -> None:
+    """List calls added, removed or answered differently in B compared with A (exit 1 if any)."""
+    result = snapshot.diff(a, b)
+    for label, keys in (("+", result.added), ("-", result.removed), ("~", result.changed)):
+        for key in keys:
+            click.echo(f"{label} {key}")
+    if not result.identical:
+        raise SystemExit(1)

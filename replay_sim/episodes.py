@@ -1,0 +1,128 @@
+"""Episode history: which recorded calls each episode has been served so far.
+
+The resolver picks among several recordings of one call by comparing a recorded session's prefix
+with the history of the episode asking. An *episode* is named by the client (``X-Replay-Episode``
+header or ``_meta["replay-sim/episode"]``) so that several MCP sessions of one rollout share it;
+otherwise it is the MCP connection itself (a handshake-era session, a stdio process). Modern-era
+(2026-07-28) requests carry no session, so without an episode id they have no history.
+
+History is kept per recorded server, because recorded sessions are per server: a rollout that
+talks to ``git`` and ``fetch`` has two histories under one episode id.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Hashable
+from typing import Any
+
+__all__ = ["EPISODE_HEADER", "EPISODE_META_KEY", "Episodes", "episode_id"]
+
+EPISODE_HEADER = "x-replay-episode"
+EPISODE_META_KEY = "replay-sim/episode"
+DEFAULT_MAX_EPISODES = 100_000
+
+
+def episode_id(meta: Any, headers: Any) -> str | None:
+    """The client-chosen episode id of a request, if it sent one.
+
+    Args:
+        meta: The request's ``_meta`` object (a mapping), or None.
+        headers: The HTTP request headers (case-insensitive mapping), or None on stdio.
+
+    Returns:
+        ``_meta["replay-sim/episode"]`` when present, else the ``X-Replay-Episode`` header, else None.
+    """
+    if isinstance(meta, dict) and meta.get(EPISODE_META_KEY) not in (None, ""):
+        return str(meta[EPISODE_META_KEY])
+    if headers is not None:
+        value = headers.get(EPISODE_HEADER)
+        if value:
+            return str(value)
+    return None
+
+
+class _History:
+    """The keys served to one (episode, server), oldest first."""
+
+    __slots__ = ("keys",)
+
+    def __init__(self) -> None:
+        self.keys: list[str] = []
+
+
+class Episodes:
+    """Histories of named episodes and of MCP connections, per recorded server.
+
+    Named episodes live until evicted (least recently used beyond ``max_episodes``) or reset;
+    connection histories live exactly as long as their connection object (weak references), so
+    a closed MCP session frees its history without bookkeeping.
+
+    Args:
+        max_episodes: How many named (episode, server) histories to keep.
+    """
+
+    def __init__(self, max_episodes: int = DEFAULT_MAX_EPISODES) -> None:
+        self.max_episodes = max_episodes
+        self._named: OrderedDict[tuple[str, str], _History] = OrderedDict()
+        self._connections: weakref.WeakKeyDictionary[Any, dict[str, _History]] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+
+    def _history(self, server: str, scope: str | Hashable | None, create: bool) -> _History | None:
+        if scope is None:
+            return None
+        if isinstance(scope, str):
+            key = (scope, server)
+            found = self._named.get(key)
+            if found is not None:
+                self._named.move_to_end(key)
+            elif create:
+                found = self._named[key] = _History()
+                while len(self._named) > self.max_episodes:
+                    self._named.popitem(last=False)
+            return found
+        per_server = self._connections.get(scope)
+        if per_server is None:
+            if not create:
+                return None
+            per_server = self._connections[scope] = {}
+        found = per_server.get(server)
+        if found is None and create:
+            found = per_server[server] = _History()
+        return found
+
+    def history(self, server: str, scope: str | Hashable | None) -> tuple[str, ...]:
+        """The keys served so far to this episode on ``server``, oldest first.
+
+        Args:
+            server: Recorded server name.
+            scope: An episode id (str), a connection object (held weakly), or None (no history).
+
+        Returns:
+            The call keys, oldest first; empty for a new episode or a None scope.
+        """
+        with self._lock:
+            found = self._history(server, scope, create=False)
+            return tuple(found.keys) if found is not None else ()
+
+    def append(self, server: str, scope: str | Hashable | None, key: str) -> None:
+        """Record that ``key`` was served to this episode on ``server`` (no-op for a None scope)."""
+        with self._lock:
+            found = self._history(server, scope, create=True)
+            if found is not None:
+                found.keys.append(key)
+
+    def reset(self, episode: str) -> bool:
+        """Forget a named episode on every server; True when it existed."""
+        with self._lock:
+            doomed = [key for key in self._named if key[0] == episode]
+            for key in doomed:
+                del self._named[key]
+            return bool(doomed)
+
+    def named(self) -> list[dict[str, Any]]:
+        """Every named episode history: ``{"episode", "server", "calls"}``, least recently used first."""
+        with self._lock:
+            return [{"episode": e, "server": s, "calls": len(h.keys)} for (e, s), h in self._named.items()]
