@@ -142,8 +142,17 @@ def import_jsonl(store: Store, path: str | Path, lines: Iterable[str] | None = N
 def _write(store: Store, parsed: list[tuple[str, dict[str, Any]]], counts: dict[str, int]) -> None:
     sessions: set[str] = set()
     for kind, obj in parsed:
-        if kind == "call" and obj.get("recorded_at") and store.contains(
-            obj["server"], obj["method"], obj.get("params") or {}, obj.get("session"), obj.get("seq"), obj["recorded_at"]
+        if (
+            kind == "call"
+            and obj.get("recorded_at")
+            and store.contains(
+                obj["server"],
+                obj["method"],
+                obj.get("params") or {},
+                obj.get("session"),
+                obj.get("seq"),
+                obj["recorded_at"],
+            )
         ):
             counts["duplicate"] += 1
             continue
@@ -194,7 +203,9 @@ def merge(sources: Iterable[str | Path], out: str | Path) -> dict[str, int]:
     with Store(out) as target:
         for source in sources:
             with Store(source, readonly=True) as store:
-                counts = import_jsonl(target, source, lines=[line.rstrip("\n") for line in export_lines(store)])
+                counts = import_jsonl(
+                    target, source, lines=[line.rstrip("\n") for line in export_lines(store)]
+                )
             for kind, count in counts.items():
                 totals[kind] += count
     return totals

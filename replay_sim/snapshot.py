@@ -104,7 +104,9 @@ def freeze(db: str | Path, out: str | Path, build_index: IndexBuilder | None = N
     if out.exists():
         raise SnapshotError(f"{out}: already exists; choose a new path (snapshots are never overwritten)")
     if build_index is None:
-        from replay_sim.index import build_snapshot_index as build_index
+        from replay_sim.index import build_snapshot_index
+
+        build_index = build_snapshot_index
     out.mkdir(parents=True)
     try:
         with Store(db, readonly=True) as source:
@@ -132,7 +134,7 @@ def freeze(db: str | Path, out: str | Path, build_index: IndexBuilder | None = N
     for path in out.rglob("*"):
         if path.is_file():
             path.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
-    return Snapshot(out, manifest["id"], manifest)
+    return Snapshot(out, str(manifest["id"]), manifest)
 
 
 def read_manifest(path: str | Path) -> dict[str, Any]:
@@ -141,7 +143,9 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
     try:
         manifest: dict[str, Any] = json.loads(manifest_path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
-        raise SnapshotError(f"{path}: not a snapshot (no {MANIFEST}); create one with `replay-sim snapshot freeze`") from exc
+        raise SnapshotError(
+            f"{path}: not a snapshot (no {MANIFEST}); create one with `replay-sim snapshot freeze`"
+        ) from exc
     except (OSError, json.JSONDecodeError) as exc:
         raise SnapshotError(f"{manifest_path}: unreadable manifest: {exc}") from exc
     if manifest.get("format") != FORMAT:
@@ -161,7 +165,11 @@ def verify(path: str | Path) -> Snapshot:
     on_disk.pop(MANIFEST, None)
     for name in sorted(set(manifest["files"]) | set(on_disk)):
         if manifest["files"].get(name) != on_disk.get(name):
-            state = "missing" if name not in on_disk else ("unexpected" if name not in manifest["files"] else "modified")
+            state = (
+                "missing"
+                if name not in on_disk
+                else ("unexpected" if name not in manifest["files"] else "modified")
+            )
             raise SnapshotError(f"{path}: {name} is {state}; the bundle was tampered with — re-freeze it")
     try:
         with Store(path / STORE_FILE, readonly=True) as store:
@@ -170,7 +178,9 @@ def verify(path: str | Path) -> Snapshot:
         raise SnapshotError(f"{path}: store unreadable: {exc}") from exc
     expected = _snapshot_id(content, manifest["embedding_model"], manifest["matching_config"])
     if content != manifest["content_sha256"] or expected != manifest["id"]:
-        raise SnapshotError(f"{path}: content hash does not match manifest id {manifest['id']}; the bundle was tampered with")
+        raise SnapshotError(
+            f"{path}: content hash does not match manifest id {manifest['id']}; the bundle was tampered with"
+        )
     return Snapshot(path, manifest["id"], manifest)
 
 

@@ -128,7 +128,9 @@ class Store:
         timeout: Seconds to wait for another writer's lock before giving up.
     """
 
-    def __init__(self, path: str | Path = DEFAULT_DB, *, readonly: bool = False, timeout: float = 30.0) -> None:
+    def __init__(
+        self, path: str | Path = DEFAULT_DB, *, readonly: bool = False, timeout: float = 30.0
+    ) -> None:
         self.path = Path(path)
         self.readonly = readonly
         self._lock = threading.RLock()
@@ -142,7 +144,9 @@ class Store:
                 )
             else:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                conn = sqlite3.connect(self.path, check_same_thread=False, timeout=timeout, isolation_level=None)
+                conn = sqlite3.connect(
+                    self.path, check_same_thread=False, timeout=timeout, isolation_level=None
+                )
                 conn.execute("PRAGMA journal_mode=WAL")
                 # WAL + NORMAL survives a killed process (not a power cut) at a fraction of FULL's cost.
                 conn.execute("PRAGMA synchronous=NORMAL")
@@ -251,7 +255,9 @@ class Store:
 
     def servers(self) -> list[ServerRecord]:
         """All recorded servers, by name."""
-        rows = self._query("SELECT name, info, capabilities, protocol_version, instructions FROM servers ORDER BY name")
+        rows = self._query(
+            "SELECT name, info, capabilities, protocol_version, instructions FROM servers ORDER BY name"
+        )
         return [ServerRecord(r[0], json.loads(r[1]), json.loads(r[2]), r[3], r[4]) for r in rows]
 
     def server(self, name: str) -> ServerRecord | None:
@@ -261,7 +267,9 @@ class Store:
     def put_listing(self, server: str, method: str, result: dict[str, Any]) -> None:
         """Record the answer to a listing method (``tools/list`` …), replacing an older one."""
         if method not in LISTING_METHODS:
-            raise StoreError(f"{self.path}: {method!r} is not a listing method ({', '.join(LISTING_METHODS)})")
+            raise StoreError(
+                f"{self.path}: {method!r} is not a listing method ({', '.join(LISTING_METHODS)})"
+            )
         with self.transaction(f"record {method} of {server!r}") as conn:
             conn.execute("INSERT OR REPLACE INTO listings VALUES (?, ?, ?)", (server, method, _dumps(result)))
 
@@ -277,7 +285,8 @@ class Store:
         session_id = session_id or f"s-{uuid.uuid4().hex[:12]}"
         with self.transaction(f"start session {session_id!r}") as conn:
             conn.execute(
-                "INSERT OR IGNORE INTO sessions VALUES (?, ?, ?)", (session_id, server, started_at or utc_now())
+                "INSERT OR IGNORE INTO sessions VALUES (?, ?, ?)",
+                (session_id, server, started_at or utc_now()),
             )
         return session_id
 
@@ -323,7 +332,7 @@ class Store:
                     "SELECT COALESCE(MAX(seq), 0) + 1 FROM calls WHERE session=?", (session,)
                 ).fetchone()
             cursor = conn.execute(
-                f"INSERT INTO calls ({_CALL_COLUMNS}) VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO calls ({_CALL_COLUMNS}) VALUES (NULL{', ?' * 14})",
                 (
                     server,
                     method,
@@ -343,7 +352,15 @@ class Store:
             )
             return int(cursor.lastrowid or 0)
 
-    def contains(self, server: str, method: str, params: dict[str, Any], session: str | None, seq: int | None, recorded_at: str) -> bool:
+    def contains(
+        self,
+        server: str,
+        method: str,
+        params: dict[str, Any],
+        session: str | None,
+        seq: int | None,
+        recorded_at: str,
+    ) -> bool:
         """True when this exact recording (same call, session position and time) is stored already."""
         name, arguments = call_identity(method, params)
         rows = self._query(
@@ -392,8 +409,15 @@ class Store:
         limit: int | None = None,
     ) -> list[Recording]:
         """Recordings matching every given filter, in recorded (id) order."""
-        clauses, params = ["id > ?"], [after_id]
-        for column, value in (("server", server), ("method", method), ("name", name), ("session", session), ("key", key)):
+        clauses: list[str] = ["id > ?"]
+        params: list[Any] = [after_id]
+        for column, value in (
+            ("server", server),
+            ("method", method),
+            ("name", name),
+            ("session", session),
+            ("key", key),
+        ):
             if value is not None:
                 clauses.append(f"{column}=?")
                 params.append(value)
@@ -442,7 +466,8 @@ class Store:
             chunk = text_shas[start : start + 500]
             marks = ",".join("?" * len(chunk))
             for sha, vector in self._query(
-                f"SELECT text_sha, vector FROM embeddings WHERE model=? AND text_sha IN ({marks})", (model, *chunk)
+                f"SELECT text_sha, vector FROM embeddings WHERE model=? AND text_sha IN ({marks})",
+                (model, *chunk),
             ):
                 found[sha] = vector
         return found
@@ -453,5 +478,6 @@ class Store:
             return
         with self.transaction("cache embeddings") as conn:
             conn.executemany(
-                "INSERT OR IGNORE INTO embeddings VALUES (?, ?, ?)", [(model, s, v) for s, v in vectors.items()]
+                "INSERT OR IGNORE INTO embeddings VALUES (?, ?, ?)",
+                [(model, s, v) for s, v in vectors.items()],
             )

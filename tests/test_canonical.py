@@ -78,5 +78,7 @@ IDENTITY = [
 
 
 @pytest.mark.parametrize(("method", "params", "expected"), IDENTITY)
-def test_call_identity_splits_params_per_method_and_ignores_meta(method: str, params: dict, expected: tuple) -> None:
+def test_call_identity_splits_params_per_method_and_ignores_meta(
+    method: str, params: dict, expected: tuple
+) -> None:
     assert call_identity(method, params) == expected

@@ -18,18 +18,32 @@ REPLAY_SIM = [sys.executable, "-m", "replay_sim"]
 
 
 def _populate(store: Store) -> None:
-    store.put_server(ServerRecord("git", {"name": "mcp-git", "version": "1.0"}, {"tools": {"listChanged": False}}, "2025-11-25"))
-    store.put_listing("git", "tools/list", {"tools": [{"name": "git_log", "inputSchema": {"type": "object"}}]})
+    store.put_server(
+        ServerRecord(
+            "git", {"name": "mcp-git", "version": "1.0"}, {"tools": {"listChanged": False}}, "2025-11-25"
+        )
+    )
+    store.put_listing(
+        "git", "tools/list", {"tools": [{"name": "git_log", "inputSchema": {"type": "object"}}]}
+    )
     session = store.start_session("git", "s-1", "2026-11-29T14:00:00Z")
     store.record_call(
-        "git", "tools/call", {"name": "git_log", "arguments": {"repo_path": "/r", "max_count": 2.0}},
+        "git",
+        "tools/call",
+        {"name": "git_log", "arguments": {"repo_path": "/r", "max_count": 2.0}},
         result={"content": [{"type": "text", "text": "commit ünïcode"}], "isError": False},
-        session=session, latency_ms=9.5, recorded_at="2026-11-29T14:00:01Z",
+        session=session,
+        latency_ms=9.5,
+        recorded_at="2026-11-29T14:00:01Z",
         notifications=[{"method": "notifications/message", "params": {"level": "info", "data": "x"}}],
     )
     store.record_call(
-        "git", "tools/call", {"name": "git_nope", "arguments": {}},
-        error={"code": -32602, "message": "Unknown tool: git_nope"}, session=session, recorded_at="2026-11-29T14:00:02Z",
+        "git",
+        "tools/call",
+        {"name": "git_nope", "arguments": {}},
+        error={"code": -32602, "message": "Unknown tool: git_nope"},
+        session=session,
+        recorded_at="2026-11-29T14:00:02Z",
     )
 
 
@@ -65,7 +79,18 @@ def test_exported_lines_follow_the_design_format(tmp_path: Path) -> None:
 
 def test_imported_calls_without_origin_are_marked_import(tmp_path: Path) -> None:
     path = tmp_path / "in.jsonl"
-    path.write_text(json.dumps({"type": "call", "server": "t", "method": "tools/call", "params": {"name": "x"}, "result": {"content": []}}) + "\n")
+    path.write_text(
+        json.dumps(
+            {
+                "type": "call",
+                "server": "t",
+                "method": "tools/call",
+                "params": {"name": "x"},
+                "result": {"content": []},
+            }
+        )
+        + "\n"
+    )
     with Store(tmp_path / "r.db") as store:
         import_jsonl(store, path)
         assert store.recordings()[0].origin == Origin.IMPORT
@@ -83,7 +108,15 @@ def test_imported_calls_without_origin_are_marked_import(tmp_path: Path) -> None
     ],
 )
 def test_a_bad_line_names_file_and_line_and_imports_nothing(tmp_path: Path, line: str, message: str) -> None:
-    good = json.dumps({"type": "call", "server": "t", "method": "tools/call", "params": {"name": "x"}, "result": {"content": []}})
+    good = json.dumps(
+        {
+            "type": "call",
+            "server": "t",
+            "method": "tools/call",
+            "params": {"name": "x"},
+            "result": {"content": []},
+        }
+    )
     path = tmp_path / "in.jsonl"
     path.write_text(good + "\n" + line + "\n")
     with Store(tmp_path / "r.db") as store:
@@ -97,13 +130,21 @@ def test_cli_round_trip_and_one_line_errors(tmp_path: Path) -> None:
         _populate(a)
     exported = tmp_path / "a.jsonl"
     subprocess.run([*REPLAY_SIM, "export", "--db", str(tmp_path / "a.db"), "-o", str(exported)], check=True)
-    subprocess.run([*REPLAY_SIM, "import", str(exported), "--db", str(tmp_path / "b.db")], check=True, capture_output=True)
-    again = subprocess.run([*REPLAY_SIM, "export", "--db", str(tmp_path / "b.db")], check=True, capture_output=True, text=True)
+    subprocess.run(
+        [*REPLAY_SIM, "import", str(exported), "--db", str(tmp_path / "b.db")],
+        check=True,
+        capture_output=True,
+    )
+    again = subprocess.run(
+        [*REPLAY_SIM, "export", "--db", str(tmp_path / "b.db")], check=True, capture_output=True, text=True
+    )
     assert again.stdout == exported.read_text(encoding="utf-8")
 
     bad = tmp_path / "bad.jsonl"
     bad.write_text("{oops\n")
-    failed = subprocess.run([*REPLAY_SIM, "import", str(bad), "--db", str(tmp_path / "c.db")], capture_output=True, text=True)
+    failed = subprocess.run(
+        [*REPLAY_SIM, "import", str(bad), "--db", str(tmp_path / "c.db")], capture_output=True, text=True
+    )
     assert failed.returncode == 1
     assert failed.stderr.strip().count("\n") == 0 and "bad.jsonl:1" in failed.stderr
 
@@ -123,7 +164,13 @@ def test_merge_combines_stores_without_duplicates(tmp_path: Path) -> None:
     with Store(tmp_path / "a.db") as a:
         _populate(a)
     with Store(tmp_path / "b.db") as b:
-        b.record_call("time", "tools/call", {"name": "now", "arguments": {}}, result={"content": []}, recorded_at="2026-11-29T15:00:00Z")
+        b.record_call(
+            "time",
+            "tools/call",
+            {"name": "now", "arguments": {}},
+            result={"content": []},
+            recorded_at="2026-11-29T15:00:00Z",
+        )
     counts = merge([tmp_path / "a.db", tmp_path / "b.db", tmp_path / "a.db"], tmp_path / "c.db")
     assert (counts["call"], counts["duplicate"]) == (3, 2)
     with Store(tmp_path / "c.db") as c:

@@ -15,8 +15,12 @@ from replay_sim.store import Origin, ServerRecord, Store
 
 def _call(store: Store, n: int, session: str | None = None) -> int:
     return store.record_call(
-        "echo", "tools/call", {"name": "echo", "arguments": {"n": n}}, result={"content": [{"type": "text", "text": str(n)}]},
-        session=session, latency_ms=1.5,
+        "echo",
+        "tools/call",
+        {"name": "echo", "arguments": {"n": n}},
+        result={"content": [{"type": "text", "text": str(n)}]},
+        session=session,
+        latency_ms=1.5,
     )
 
 
@@ -25,8 +29,12 @@ def test_a_recorded_call_reads_back_exactly_as_written(tmp_path: Path) -> None:
         session = store.start_session("echo")
         result = {"content": [{"type": "text", "text": "é"}], "structuredContent": {"z": 1, "a": 2.5}}
         rid = store.record_call(
-            "echo", "tools/call", {"name": "echo", "arguments": {"b": 1.0, "a": "x"}, "_meta": {"progressToken": 7}},
-            result=result, session=session, latency_ms=3.25,
+            "echo",
+            "tools/call",
+            {"name": "echo", "arguments": {"b": 1.0, "a": "x"}, "_meta": {"progressToken": 7}},
+            result=result,
+            session=session,
+            latency_ms=3.25,
             notifications=[{"method": "notifications/progress", "params": {"progress": 1}}],
         )
         rec = store.recording(rid)
@@ -51,9 +59,15 @@ def test_sequence_numbers_count_up_per_session(tmp_path: Path) -> None:
 
 def test_servers_and_listings_round_trip(tmp_path: Path) -> None:
     with Store(tmp_path / "r.db") as store:
-        store.put_server(ServerRecord("echo", {"name": "echo", "version": "1"}, {"tools": {}}, "2025-11-25", "hi"))
-        store.put_listing("echo", "tools/list", {"tools": [{"name": "echo", "inputSchema": {"type": "object"}}]})
-        assert store.server("echo") == ServerRecord("echo", {"name": "echo", "version": "1"}, {"tools": {}}, "2025-11-25", "hi")
+        store.put_server(
+            ServerRecord("echo", {"name": "echo", "version": "1"}, {"tools": {}}, "2025-11-25", "hi")
+        )
+        store.put_listing(
+            "echo", "tools/list", {"tools": [{"name": "echo", "inputSchema": {"type": "object"}}]}
+        )
+        assert store.server("echo") == ServerRecord(
+            "echo", {"name": "echo", "version": "1"}, {"tools": {}}, "2025-11-25", "hi"
+        )
         assert store.listings("echo")["tools/list"]["tools"][0]["name"] == "echo"
         with pytest.raises(StoreError, match="not a listing method"):
             store.put_listing("echo", "tools/call", {})
@@ -115,7 +129,10 @@ def test_a_locked_store_is_a_clear_error(tmp_path: Path) -> None:
     holder = sqlite3.connect(path, isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")
     try:
-        with Store(path, timeout=0.05) as store, pytest.raises(StoreError, match="another process holds a write lock"):
+        with (
+            Store(path, timeout=0.05) as store,
+            pytest.raises(StoreError, match="another process holds a write lock"),
+        ):
             _call(store, 1)
     finally:
         holder.execute("ROLLBACK")

@@ -47,5 +47,5 @@ def main() -> None:
 
 
 # Command modules register themselves on `cli`; imported last so `cli` exists.
-from replay_sim.cli import store as _store  # noqa: E402, F401
 from replay_sim.cli import snapshot as _snapshot  # noqa: E402, F401
+from replay_sim.cli import store as _store  # noqa: E402, F401

@@ -27,8 +27,12 @@ def import_command(file: Path, db: Path) -> None:
 
 
 @cli.command("merge")
-@click.argument("sources", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path), help="Destination store.")
+@click.argument(
+    "sources", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path)
+)
+@click.option(
+    "--out", required=True, type=click.Path(dir_okay=False, path_type=Path), help="Destination store."
+)
 def merge_command(sources: tuple[Path, ...], out: Path) -> None:
     """Merge several stores into one; calls already present are skipped."""
     counts = merge(sources, out)
@@ -37,7 +41,9 @@ def merge_command(sources: tuple[Path, ...], out: Path) -> None:
 
 @cli.command("export")
 @db_option
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="File (default: stdout).")
+@click.option(
+    "-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="File (default: stdout)."
+)
 def export_command(db: Path, output: Path | None) -> None:
     """Export the store as JSONL."""
     with Store(db, readonly=True) as store:
@@ -65,7 +71,9 @@ def sessions_command(db: Path, session_id: str | None) -> None:
         for rec in calls:
             outcome = "error" if rec.error else ("isError" if (rec.result or {}).get("isError") else "ok")
             args = json.dumps(rec.arguments, ensure_ascii=False)
-            click.echo(f"{rec.seq}\t#{rec.id}\t{rec.method}\t{rec.name}\t{args}\t{outcome}\t{rec.latency_ms}ms")
+            click.echo(
+                f"{rec.seq}\t#{rec.id}\t{rec.method}\t{rec.name}\t{args}\t{outcome}\t{rec.latency_ms}ms"
+            )
 
 
 @cli.command("stats")
@@ -80,4 +88,9 @@ def stats_command(db: Path, as_json: bool) -> None:
         return
     click.echo("server\tmethod\tname\torigin\tcalls\terrors\tmean_latency_ms")
     for r in rows:
-        click.echo("\t".join(str(r[k]) for k in ("server", "method", "name", "origin", "calls", "errors", "mean_latency_ms")))
+        click.echo(
+            "\t".join(
+                str(r[k])
+                for k in ("server", "method", "name", "origin", "calls", "errors", "mean_latency_ms")
+            )
+        )

@@ -1,0 +1,173 @@
+"""Replay metrics: counts and latencies per server, tool and tier, recent misses, a timeline.
+
+Kept in memory by the replay server, read by the admin API, the dashboard and Prometheus
+(``/metrics``, text exposition format 0.0.4 written by hand: a few counters and one histogram do
+not need a client library).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["LATENCY_BUCKETS", "Metrics", "MissRecord"]
+
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+"""Histogram bucket bounds in seconds."""
+_SAMPLES = 2048  # latency samples kept per (server, method, tool, tier) for percentiles
+_TIMELINE_STEP = 10  # seconds per timeline bucket
+_TIMELINE_LEN = 360  # one hour of buckets
+
+
+@dataclass(frozen=True, slots=True)
+class MissRecord:
+    """One call that no recording answered with certainty, and its near misses."""
+
+    at: float
+    server: str
+    method: str
+    name: str
+    arguments: dict[str, Any]
+    status: str
+    reason: str
+    candidates: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON form for the admin API."""
+        return {
+            "at": self.at,
+            "server": self.server,
+            "method": self.method,
+            "name": self.name,
+            "arguments": self.arguments,
+            "status": self.status,
+            "reason": self.reason,
+            "candidates": self.candidates,
+        }
+
+
+@dataclass(slots=True)
+class _Series:
+    count: int = 0
+    total: float = 0.0
+    buckets: list[int] = field(default_factory=lambda: [0] * len(LATENCY_BUCKETS))
+    samples: deque[float] = field(default_factory=lambda: deque(maxlen=_SAMPLES))
+
+
+def _percentile(sorted_values: list[float], q: float) -> float:
+    """Nearest-rank percentile of already sorted values (``q`` in 0..100)."""
+    rank = max(1, math.ceil(q / 100 * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+class Metrics:
+    """Thread-safe in-memory replay metrics.
+
+    Args:
+        max_misses: How many recent misses to keep for ``/api/misses``.
+    """
+
+    def __init__(self, max_misses: int = 200) -> None:
+        self._lock = threading.Lock()
+        self._series: dict[tuple[str, str, str, str], _Series] = {}
+        self._timeline: deque[tuple[int, Counter[str]]] = deque(maxlen=_TIMELINE_LEN)
+        self.misses: deque[MissRecord] = deque(maxlen=max_misses)
+        self.started = time.time()
+
+    def observe(self, server: str, method: str, name: str, tier: str, seconds: float) -> None:
+        """Count one answered call and its handling time."""
+        now = int(time.time()) // _TIMELINE_STEP * _TIMELINE_STEP
+        with self._lock:
+            series = self._series.get((server, method, name, tier))
+            if series is None:
+                series = self._series[(server, method, name, tier)] = _Series()
+            series.count += 1
+            series.total += seconds
+            series.samples.append(seconds)
+            for i, bound in enumerate(LATENCY_BUCKETS):
+                if seconds <= bound:
+                    series.buckets[i] += 1
+                    break
+            if not self._timeline or self._timeline[-1][0] != now:
+                self._timeline.append((now, Counter()))
+            self._timeline[-1][1][tier] += 1
+
+    def record_miss(self, miss: MissRecord) -> None:
+        """Keep a miss (and its candidates) for the admin API and dashboard."""
+        with self._lock:
+            self.misses.append(miss)
+
+    def stats(self) -> list[dict[str, Any]]:
+        """Counts and latency percentiles (milliseconds) per server, method, tool and tier."""
+        with self._lock:
+            items = [(k, s.count, s.total, sorted(s.samples)) for k, s in sorted(self._series.items())]
+        rows = []
+        for (server, method, name, tier), count, total, samples in items:
+            rows.append(
+                {
+                    "server": server,
+                    "method": method,
+                    "tool": name,
+                    "tier": tier,
+                    "count": count,
+                    "mean_ms": round(total / count * 1000, 3),
+                    "p50_ms": round(_percentile(samples, 50) * 1000, 3),
+                    "p90_ms": round(_percentile(samples, 90) * 1000, 3),
+                    "p99_ms": round(_percentile(samples, 99) * 1000, 3),
+                }
+            )
+        return rows
+
+    def timeline(self) -> list[dict[str, Any]]:
+        """Calls per tier in 10-second buckets over the last hour, oldest first."""
+        with self._lock:
+            return [{"t": t, "tiers": dict(c)} for t, c in self._timeline]
+
+    def recent_misses(self, limit: int = 50, server: str | None = None) -> list[dict[str, Any]]:
+        """The most recent misses, newest first."""
+        with self._lock:
+            found = [m for m in reversed(self.misses) if server is None or m.server == server]
+        return [m.as_dict() for m in found[:limit]]
+
+    def prometheus(self) -> str:
+        """The metrics in Prometheus text exposition format 0.0.4."""
+        with self._lock:
+            items = [(k, s.count, s.total, list(s.buckets)) for k, s in sorted(self._series.items())]
+            misses = len(self.misses)
+        lines = [
+            "# HELP replay_sim_calls_total Calls answered by the replay server, by server, method, tool and tier.",
+            "# TYPE replay_sim_calls_total counter",
+        ]
+        for (server, method, name, tier), count, _, _ in items:
+            labels = f'server="{_label(server)}",method="{_label(method)}",tool="{_label(name)}",tier="{tier}"'
+            lines.append(f"replay_sim_calls_total{{{labels}}} {count}")
+        lines += [
+            "# HELP replay_sim_call_seconds Time the replay server took to answer a call.",
+            "# TYPE replay_sim_call_seconds histogram",
+        ]
+        for (server, method, name, tier), count, total, buckets in items:
+            labels = f'server="{_label(server)}",method="{_label(method)}",tool="{_label(name)}",tier="{tier}"'
+            cumulative = 0
+            for bound, n in zip(LATENCY_BUCKETS, buckets, strict=True):
+                cumulative += n
+                lines.append(f'replay_sim_call_seconds_bucket{{{labels},le="{bound}"}} {cumulative}')
+            lines.append(f'replay_sim_call_seconds_bucket{{{labels},le="+Inf"}} {count}')
+            lines.append(f"replay_sim_call_seconds_sum{{{labels}}} {total:.6f}")
+            lines.append(f"replay_sim_call_seconds_count{{{labels}}} {count}")
+        lines += [
+            "# HELP replay_sim_recent_misses Misses currently kept for /api/misses.",
+            "# TYPE replay_sim_recent_misses gauge",
+            f"replay_sim_recent_misses {misses}",
+            "# HELP replay_sim_start_time_seconds When the replay server started (Unix time).",
+            "# TYPE replay_sim_start_time_seconds gauge",
+            f"replay_sim_start_time_seconds {self.started:.3f}",
+        ]
+        return "\n".join(lines) + "\n"
