@@ -1,0 +1,271 @@
+"""Miss policies: what the replay server does when no recording answers a call with certainty.
+
+A policy turns the resolver's miss into a :class:`~replay_sim.resolver.Resolution`: the miss itself
+(``error``: the replay server answers with a diagnosable error), the nearest candidate
+(``nearest``), or a new recording it stored first (``live`` forwards to the real server;
+``synthesize`` asks an LLM). Policies are looked up by name in :data:`MISS_POLICIES`, a plain dict.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol
+
+import httpx2
+
+from replay_sim.errors import ConfigError, UpstreamError
+from replay_sim.resolver import Resolution, Tier
+from replay_sim.store import Origin, Recording, Store
+
+__all__ = [
+    "MISS_POLICIES",
+    "ErrorPolicy",
+    "Forward",
+    "LivePolicy",
+    "Miss",
+    "MissPolicy",
+    "MissPolicyName",
+    "MissSettings",
+    "NearestPolicy",
+    "SynthesizePolicy",
+    "make_policy",
+]
+
+
+class MissPolicyName(StrEnum):
+    """The miss policies a replay server can run with."""
+
+    ERROR = "error"
+    """Answer with an error naming the nearest candidates and the fields that differ (default)."""
+    NEAREST = "nearest"
+    """Serve the closest candidate recording, marked ``nearest`` in the provenance."""
+    LIVE = "live"
+    """Forward the call to the real server from the recorder config, record the answer and serve it."""
+    SYNTHESIZE = "synthesize"
+    """Ask an LLM at an OpenAI-compatible URL for a plausible answer; stored with origin ``synthetic``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Miss:
+    """A call the resolver could not answer with certainty."""
+
+    server: str
+    method: str
+    params: dict[str, Any]
+    resolution: Resolution
+    tool: dict[str, Any] | None = None
+    """The tool's (or prompt's) entry from the recorded listing, when there is one."""
+
+
+Forward = Callable[[str, str, dict[str, Any]], Awaitable[dict[str, Any]]]
+"""``forward(server, method, params)`` sends a call to the real server and returns
+``{"result": ..., "error": ..., "notifications": [...], "latency_ms": ...}`` (wire JSON)."""
+
+
+@dataclass(slots=True)
+class MissSettings:
+    """Everything the policies may need; each reads only its own part."""
+
+    store: Store
+    forward: Forward | None = None
+    """How ``live`` reaches the real servers (built from the recorder config)."""
+    llm_url: str | None = None
+    """OpenAI-compatible base URL (``http://host/v1``) or full ``/chat/completions`` URL."""
+    llm_model: str | None = None
+    llm_api_key: str | None = None
+    top_k: int = 5
+    timeout: float = 60.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class MissPolicy(Protocol):
+    """Decides the answer to a call no recording answers with certainty."""
+
+    async def answer(self, miss: Miss) -> Resolution:
+        """Return the resolution to serve: the miss itself, or one carrying a recording."""
+        ...
+
+
+class ErrorPolicy:
+    """Serve the miss as an error (the replay server renders its candidates and diffs)."""
+
+    def __init__(self, settings: MissSettings) -> None:
+        self.settings = settings
+
+    async def answer(self, miss: Miss) -> Resolution:
+        """Return the miss unchanged."""
+        return miss.resolution
+
+
+class NearestPolicy:
+    """Serve the best-scoring candidate, honestly marked ``nearest``."""
+
+    def __init__(self, settings: MissSettings) -> None:
+        self.store = settings.store
+
+    async def answer(self, miss: Miss) -> Resolution:
+        """Return the top candidate as a ``nearest`` resolution, or the miss when there is none."""
+        for candidate in miss.resolution.candidates:
+            recording = self.store.recording(candidate.recording_id)
+            if recording is not None:
+                return Resolution(Tier.NEAREST, candidate.score, recording, miss.resolution.candidates)
+        return miss.resolution
+
+
+def _live_session(server: str) -> str:
+    return f"live-{server}"
+
+
+class LivePolicy:
+    """Forward to the real server, record its answer (origin ``live``) and serve it."""
+
+    def __init__(self, settings: MissSettings) -> None:
+        if settings.forward is None:
+            raise ConfigError("miss policy 'live' needs a recorder config naming the real servers (--config)")
+        self.store = settings.store
+        self.forward = settings.forward
+
+    async def answer(self, miss: Miss) -> Resolution:
+        """Forward the call upstream and return the stored recording of the answer.
+
+        Raises:
+            UpstreamError: The real server could not be reached or broke mid-call.
+        """
+        started = time.perf_counter()
+        answer = await self.forward(miss.server, miss.method, miss.params)
+        session = self.store.start_session(miss.server, _live_session(miss.server))
+        recording_id = self.store.record_call(
+            miss.server,
+            miss.method,
+            miss.params,
+            result=answer.get("result"),
+            error=answer.get("error"),
+            session=session,
+            latency_ms=answer.get("latency_ms", (time.perf_counter() - started) * 1000),
+            origin=Origin.LIVE,
+            notifications=answer.get("notifications") or None,
+        )
+        recording = self.store.recording(recording_id)
+        return Resolution(Tier.LIVE, 1.0, recording, miss.resolution.candidates, reason="forwarded to the real server")
+
+
+_SYSTEM_PROMPT = (
+    "You simulate the MCP server {server!r}. Given a {method} request, answer with the JSON result the real "
+    "server would most plausibly return, in MCP wire format (camelCase). For tools/call that is a "
+    'CallToolResult object such as {{"content": [{{"type": "text", "text": "..."}}], "isError": false}}. '
+    "Base your answer on the recorded examples; keep their style, structure and level of detail. "
+    "Reply with the JSON object only."
+)
+
+
+def _example(recording: Recording) -> dict[str, Any]:
+    return {"request": recording.params, "result": recording.result, "error": recording.error}
+
+
+def _parse_json_object(text: str) -> dict[str, Any] | None:
+    """The JSON object in an LLM reply, tolerating a Markdown code fence around it."""
+    fenced = re.search(r"```(?:json)?\s*(.*?)```", text, re.DOTALL)
+    candidate = fenced.group(1) if fenced else text
+    try:
+        value = json.loads(candidate.strip())
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+class SynthesizePolicy:
+    """Ask an LLM (OpenAI-compatible chat completions) for the answer; store it as ``synthetic``."""
+
+    def __init__(self, settings: MissSettings) -> None:
+        if not settings.llm_url or not settings.llm_model:
+            raise ConfigError("miss policy 'synthesize' needs --llm-url and --llm-model (an OpenAI-compatible API)")
+        url = settings.llm_url.rstrip("/")
+        self.url = url if url.endswith("/chat/completions") else f"{url}/chat/completions"
+        self.settings = settings
+        self.store = settings.store
+
+    def examples(self, miss: Miss) -> list[Recording]:
+        """The top-k recordings shown to the LLM: the miss's candidates, then other calls of the tool."""
+        chosen: dict[int, Recording] = {}
+        for candidate in miss.resolution.candidates:
+            recording = self.store.recording(candidate.recording_id)
+            if recording is not None and recording.origin != Origin.SYNTHETIC:
+                chosen.setdefault(recording.id, recording)
+        if len(chosen) < self.settings.top_k:
+            name = miss.resolution.recording.name if miss.resolution.recording else None
+            name = name or str(miss.params.get("name") or miss.params.get("uri") or "")
+            for recording in self.store.recordings(miss.server, method=miss.method, name=name, limit=50):
+                if recording.origin != Origin.SYNTHETIC:
+                    chosen.setdefault(recording.id, recording)
+        return list(chosen.values())[: self.settings.top_k]
+
+    def messages(self, miss: Miss) -> list[dict[str, str]]:
+        """The chat messages sent to the LLM (deterministic for a given store and miss)."""
+        user = {
+            "tool": miss.tool,
+            "recorded_examples": [_example(r) for r in self.examples(miss)],
+            "request": {"method": miss.method, "params": miss.params},
+        }
+        return [
+            {"role": "system", "content": _SYSTEM_PROMPT.format(server=miss.server, method=miss.method)},
+            {"role": "user", "content": json.dumps(user, ensure_ascii=False, sort_keys=True)},
+        ]
+
+    async def answer(self, miss: Miss) -> Resolution:
+        """Synthesize, store and return the answer.
+
+        Raises:
+            UpstreamError: The LLM endpoint failed or answered with something that is not a chat completion.
+        """
+        body = {"model": self.settings.llm_model, "messages": self.messages(miss), "temperature": 0, "seed": 0}
+        headers = {"Authorization": f"Bearer {self.settings.llm_api_key}"} if self.settings.llm_api_key else {}
+        started = time.perf_counter()
+        try:
+            async with httpx2.AsyncClient(timeout=self.settings.timeout) as client:
+                response = await client.post(self.url, json=body, headers=headers)
+                response.raise_for_status()
+                content = response.json()["choices"][0]["message"]["content"] or ""
+        except (httpx2.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
+            raise UpstreamError(f"synthesize: LLM at {self.url} failed: {exc}") from exc
+        result = _parse_json_object(content)
+        if result is None or (miss.method == "tools/call" and not isinstance(result.get("content"), list)):
+            result = {"content": [{"type": "text", "text": content}], "isError": False}
+        recording_id = self.store.record_call(
+            miss.server,
+            miss.method,
+            miss.params,
+            result=result,
+            latency_ms=(time.perf_counter() - started) * 1000,
+            origin=Origin.SYNTHETIC,
+        )
+        recording = self.store.recording(recording_id)
+        score = miss.resolution.candidates[0].score if miss.resolution.candidates else 0.0
+        return Resolution(Tier.SYNTHETIC, score, recording, miss.resolution.candidates, reason="synthesized by LLM")
+
+
+MISS_POLICIES: dict[MissPolicyName, Callable[[MissSettings], MissPolicy]] = {
+    MissPolicyName.ERROR: ErrorPolicy,
+    MissPolicyName.NEAREST: NearestPolicy,
+    MissPolicyName.LIVE: LivePolicy,
+    MissPolicyName.SYNTHESIZE: SynthesizePolicy,
+}
+"""Miss policies by name."""
+
+
+def make_policy(name: str | MissPolicyName, settings: MissSettings) -> MissPolicy:
+    """Build the named miss policy.
+
+    Raises:
+        ConfigError: Unknown policy name, or settings the policy needs are missing.
+    """
+    try:
+        factory = MISS_POLICIES[MissPolicyName(name)]
+    except ValueError:
+        known = ", ".join(MissPolicyName)
+        raise ConfigError(f"unknown miss policy {name!r}; choose one of {known}") from None
+    return factory(settings)
