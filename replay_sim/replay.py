@@ -1,0 +1,403 @@
+"""The replay server: one MCP server per recorded server, answering from the store.
+
+Each :class:`~mcp.server.Server` built here looks like the recorded one (server info, capabilities,
+instructions, tools with their schemas, resources, templates, prompts) and answers ``tools/call``,
+``resources/read``, ``prompts/get`` and ``completion/complete`` through the resolver, falling back
+to the miss policy. Results are the recorded wire JSON, passed through unchanged (key order and
+fields the SDK's models do not know included) plus ``_meta["replay-sim/match"]`` provenance.
+Progress and logging notifications recorded during a call are re-emitted, in order.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import time
+from collections.abc import Hashable
+from typing import Any
+
+import mcp_types as types
+from mcp.server import Server
+from mcp.server.connection import allowed_log_levels
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.shared.exceptions import MCPError
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
+
+from replay_sim.canonical import call_identity, call_key
+from replay_sim.episodes import Episodes, episode_id
+from replay_sim.errors import ConfigError
+from replay_sim.metrics import Metrics, MissRecord
+from replay_sim.miss import Miss, MissPolicy, MissPolicyName, MissSettings, make_policy
+from replay_sim.resolver import Candidate, Resolution, Resolver, Tier
+from replay_sim.store import Origin, Store
+from replay_sim.surface import Surface
+
+__all__ = ["MATCH_META_KEY", "Replay", "candidate_json", "miss_message"]
+
+MATCH_META_KEY = "replay-sim/match"
+RESOURCE_NOT_FOUND = -32002  # the spec's code for resources/read of an unknown URI
+_REPLAYED = ("tools/call", "resources/read", "prompts/get", "completion/complete")
+# The handler's unshaped answer, so the middleware can hand the client the recorded JSON itself
+# rather than the SDK's re-dump (which reorders keys and drops fields its models do not know).
+_raw_result: contextvars.ContextVar[list[dict[str, Any]] | None] = contextvars.ContextVar("replay_raw", default=None)
+
+
+def candidate_json(candidate: Candidate) -> dict[str, Any]:
+    """A near miss as JSON: recording id, score and the arguments that differ."""
+    return {
+        "recording": candidate.recording_id,
+        "score": round(float(candidate.score), 6),
+        "differences": [{"field": d.name, "recorded": d.recorded, "requested": d.requested} for d in candidate.differences],
+    }
+
+
+def miss_message(server: str, method: str, name: str, resolution: Resolution) -> str:
+    """The human-readable text of a miss: what was asked and which recordings came closest."""
+    what = {"tools/call": "tool", "prompts/get": "prompt", "resources/read": "resource"}.get(method, "reference")
+    lines = [f"replay-sim: no recording of {method} on {server!r} matches this call ({what} {name!r})."]
+    if resolution.reason:
+        lines.append(f"Reason: {resolution.reason}.")
+    if not resolution.candidates:
+        lines.append("No recording of this call comes close; record it, or serve with --miss live.")
+    for c in resolution.candidates:
+        diffs = "; ".join(f"{d.name}: recorded {d.recorded!r}, requested {d.requested!r}" for d in c.differences)
+        lines.append(f"Nearest: recording #{c.recording_id} (score {c.score:.3f}){': ' + diffs if diffs else ''}")
+    return "\n".join(lines)
+
+
+def _overlay(raw: dict[str, Any], shaped: dict[str, Any]) -> dict[str, Any]:
+    """The recorded result, plus what the SDK's envelope added (``resultType``, ``_meta`` stamps)."""
+    out = dict(raw)
+    for key, value in shaped.items():
+        if key == "_meta" and isinstance(value, dict):
+            out["_meta"] = {**value, **(raw.get("_meta") or {})}
+        elif key not in out:
+            out[key] = value
+    return out
+
+
+class _PassThrough:
+    """Server middleware: serve the handler's raw result instead of the SDK's reshaped dump."""
+
+    async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        holder: list[dict[str, Any]] = []
+        token = _raw_result.set(holder)
+        try:
+            try:
+                shaped = await call_next(ctx)
+            except MCPError as exc:
+                # The SDK rejects a recorded result its own models cannot hold; the client gets it as recorded.
+                if not holder or exc.code != types.INTERNAL_ERROR:
+                    raise
+                shaped = {"resultType": "complete"} if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS else {}
+        finally:
+            _raw_result.reset(token)
+        if holder and isinstance(shaped, dict):
+            return _overlay(holder[0], shaped)
+        return shaped
+
+
+def _raw(result: dict[str, Any]) -> dict[str, Any]:
+    holder = _raw_result.get()
+    if holder is not None:
+        holder[:] = [result]
+    return result
+
+
+class Replay:
+    """Replay servers for every recorded server of a store.
+
+    Args:
+        store: The recording store (or a snapshot's, opened read-only).
+        resolver: The resolver; a plain :class:`Resolver` over ``store`` when None.
+        miss: Miss policy name, or a ready :class:`MissPolicy`.
+        settings: What the miss policy needs (upstreams, LLM URL); defaults to the store only.
+        snapshot: The snapshot id cited in every provenance record, when serving a snapshot.
+        episodes: Episode histories (shared between replicas of this object in one process).
+        metrics: Where counts, latencies and misses go.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        resolver: Resolver | None = None,
+        miss: str | MissPolicy = MissPolicyName.ERROR,
+        settings: MissSettings | None = None,
+        snapshot: str | None = None,
+        episodes: Episodes | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self.store = store
+        self.resolver = resolver or Resolver(store)
+        self.settings = settings or MissSettings(store=store)
+        self.miss_policy_name = str(miss) if isinstance(miss, str) else type(miss).__name__
+        self.policy = make_policy(miss, self.settings) if isinstance(miss, str) else miss
+        self.snapshot = snapshot
+        self.episodes = episodes or Episodes()
+        self.metrics = metrics or Metrics()
+        self.surfaces = {record.name: Surface(store, record) for record in store.servers()}
+        self._servers: dict[str, Server[Any]] = {}
+
+    # -- servers ------------------------------------------------------------------------------
+
+    def names(self) -> list[str]:
+        """The recorded servers this replay serves, by name."""
+        return sorted(self.surfaces)
+
+    def problems(self) -> list[str]:
+        """What is missing for a faithful replay (listings a server's capabilities promise)."""
+        return [p for name in self.names() for p in self.surfaces[name].problems()]
+
+    def check(self, strict: bool) -> list[str]:
+        """Return :meth:`problems`; with ``strict``, raise instead.
+
+        Raises:
+            ConfigError: ``strict`` and the store lacks something a faithful replay needs.
+        """
+        problems = self.problems() if self.surfaces else ["the store has no recorded servers; record or import first"]
+        if strict and problems:
+            raise ConfigError("strict replay refused: " + "; ".join(problems))
+        return problems
+
+    def server(self, name: str) -> Server[Any]:
+        """The MCP server replaying the recorded server ``name`` (built once).
+
+        Raises:
+            ConfigError: No server of that name was recorded.
+        """
+        if name not in self._servers:
+            surface = self.surfaces.get(name)
+            if surface is None:
+                known = ", ".join(self.names()) or "none"
+                raise ConfigError(f"no recorded server {name!r} in {self.store.path} (recorded: {known})")
+            self._servers[name] = self._build(surface)
+        return self._servers[name]
+
+    def _build(self, surface: Surface) -> Server[Any]:
+        info, caps, listings = surface.record.info, surface.record.capabilities, surface.listings
+        name = surface.record.name
+
+        def listing(method: str) -> Any:
+            async def handler(ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
+                return _raw(dict(listings.get(method) or {_LISTING_FIELD[method]: []}))
+
+            return handler
+
+        def replayed(method: str) -> Any:
+            async def handler(ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
+                return _raw(await self.answer(name, method, ctx))
+
+            return handler
+
+        handlers: dict[str, Any] = {}
+        if "tools" in caps or "tools/list" in listings:
+            handlers |= {"on_list_tools": listing("tools/list"), "on_call_tool": replayed("tools/call")}
+        if "resources" in caps or "resources/list" in listings:
+            handlers |= {
+                "on_list_resources": listing("resources/list"),
+                "on_list_resource_templates": listing("resources/templates/list"),
+                "on_read_resource": replayed("resources/read"),
+            }
+        if "prompts" in caps or "prompts/list" in listings:
+            handlers |= {"on_list_prompts": listing("prompts/list"), "on_get_prompt": replayed("prompts/get")}
+        if "completions" in caps:
+            handlers["on_completion"] = replayed("completion/complete")
+        server: Server[Any] = Server(
+            str(info.get("name") or name),
+            version=str(info.get("version") or ""),
+            title=info.get("title"),
+            description=info.get("description"),
+            instructions=surface.record.instructions,
+            website_url=info.get("websiteUrl"),
+            icons=[types.Icon.model_validate(i) for i in info.get("icons") or []] or None,
+            **handlers,
+        )
+
+        async def empty(ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
+            return {}
+
+        async def discover(ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
+            result = {"supportedVersions": list(MODERN_PROTOCOL_VERSIONS), "capabilities": caps}
+            if surface.record.instructions:
+                result["instructions"] = surface.record.instructions
+            return result
+
+        server.add_request_handler("server/discover", types.RequestParams, discover)
+        if "logging" in caps:
+            server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, empty)
+        if (caps.get("resources") or {}).get("subscribe"):
+            server.add_request_handler("resources/subscribe", types.SubscribeRequestParams, empty)
+            server.add_request_handler("resources/unsubscribe", types.UnsubscribeRequestParams, empty)
+        # Tracing middleware costs more than a replayed answer; the recorded identity answers initialize.
+        server.middleware = [_Initialize(surface), _PassThrough()]
+        return server
+
+    # -- answering ------------------------------------------------------------------------------
+
+    def scope(self, ctx: ServerRequestContext[Any, Any]) -> str | Hashable | None:
+        """Whose history a request extends: its episode id, else its MCP connection (handshake era)."""
+        raw_meta = (ctx.params or {}).get("_meta")
+        named = episode_id(raw_meta, getattr(ctx.request, "headers", None))
+        if named is not None:
+            return named
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            return None  # the 2026-07-28 era has no sessions: no episode id, no history
+        # One Connection object per MCP session (HTTP) or process (stdio); the SDK keeps it private.
+        return getattr(ctx.session, "_connection", None)
+
+    async def answer(self, server: str, method: str, ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
+        """Answer one replayed request of an MCP client (the handlers' common body).
+
+        Returns:
+            The result's wire JSON with provenance in ``_meta``.
+
+        Raises:
+            MCPError: The recording is a JSON-RPC error, or the call cannot be answered (a miss of a
+                method whose failures are protocol errors).
+        """
+        started = time.perf_counter()
+        params = {k: v for k, v in (ctx.params or {}).items() if k != "_meta"}
+        scope = self.scope(ctx)
+        resolution: Resolution | None = None
+        try:
+            resolution, result = await self.resolve(server, method, params, self.episodes.history(server, scope))
+            if resolution is not None and resolution.recording is not None:
+                self.episodes.append(server, scope, resolution.recording.key)
+                await _emit(ctx, resolution.recording.notifications)
+            return result
+        finally:
+            tier = _tier_of(resolution) if resolution is not None else "invalid"
+            self.metrics.observe(server, method, call_identity(method, params)[0], tier, time.perf_counter() - started)
+
+    async def resolve(
+        self, server: str, method: str, params: dict[str, Any], history: tuple[str, ...] = ()
+    ) -> tuple[Resolution | None, dict[str, Any]]:
+        """Resolve a call and render its answer (usable without an MCP connection).
+
+        Args:
+            server: Recorded server name.
+            method: One of ``tools/call``, ``resources/read``, ``prompts/get``, ``completion/complete``.
+            params: Request params, wire JSON without ``_meta``.
+            history: Keys served to this episode so far, oldest first.
+
+        Returns:
+            The resolution (None when the call was refused before resolution: unknown tool or invalid
+            arguments), and the result JSON.
+
+        Raises:
+            MCPError: As :meth:`answer`.
+        """
+        surface = self.surfaces[server]
+        name, arguments = call_identity(method, params)
+        if method == "tools/call" and not self.store.recordings(key=call_key(server, method, name, arguments), limit=1):
+            refusal = surface.refuse_tool_call(name, arguments)
+            if refusal is not None:
+                return None, refusal
+        resolution = self.resolver.resolve(server, method, params, history)
+        if not resolution.hit:
+            miss = resolution
+            tool = surface.tools.get(name) if method == "tools/call" else surface.prompts.get(name)
+            resolution = await self.policy.answer(Miss(server, method, params, miss, tool))
+            self.metrics.record_miss(
+                MissRecord(
+                    at=time.time(),
+                    server=server,
+                    method=method,
+                    name=name,
+                    arguments=arguments,
+                    status=_tier_of(resolution),
+                    reason=miss.reason,
+                    candidates=[candidate_json(c) for c in miss.candidates],
+                )
+            )
+        return resolution, self.render(server, method, name, resolution)
+
+    def provenance(self, resolution: Resolution) -> dict[str, Any]:
+        """The ``_meta["replay-sim/match"]`` record of a resolution."""
+        match: dict[str, Any] = {
+            "status": _tier_of(resolution),
+            "score": round(float(resolution.score), 6),
+            "recording": resolution.recording.id if resolution.recording else None,
+            "snapshot": self.snapshot,
+        }
+        if resolution.tier == Tier.MISS or not resolution.hit:
+            match["candidates"] = [candidate_json(c) for c in resolution.candidates]
+        return match
+
+    def render(self, server: str, method: str, name: str, resolution: Resolution) -> dict[str, Any]:
+        """The wire result for a resolution: the recorded JSON plus provenance, or the miss answer.
+
+        Raises:
+            MCPError: The recording holds a JSON-RPC error, or a miss of a non-tool method.
+        """
+        match = self.provenance(resolution)
+        recording = resolution.recording
+        if recording is not None and recording.error is not None:
+            error = recording.error
+            raise MCPError(int(error.get("code", types.INTERNAL_ERROR)), str(error.get("message", "")), error.get("data"))
+        if recording is not None and recording.result is not None:
+            result = dict(recording.result)
+            result["_meta"] = {**(result.get("_meta") or {}), MATCH_META_KEY: match}
+            return result
+        message = miss_message(server, method, name, resolution)
+        if method == "tools/call":
+            return {"content": [{"type": "text", "text": message}], "isError": True, "_meta": {MATCH_META_KEY: match}}
+        if method == "completion/complete":
+            return {"completion": {"values": [], "hasMore": False}, "_meta": {MATCH_META_KEY: match}}
+        code = RESOURCE_NOT_FOUND if method == "resources/read" else types.INVALID_PARAMS
+        raise MCPError(code, message, {MATCH_META_KEY: match})
+
+
+_LISTING_FIELD = {
+    "tools/list": "tools",
+    "resources/list": "resources",
+    "resources/templates/list": "resourceTemplates",
+    "prompts/list": "prompts",
+}
+
+
+def _tier_of(resolution: Resolution) -> str:
+    """The provenance status: a synthetic recording is never passed off as exact."""
+    if resolution.recording is not None and resolution.recording.origin == Origin.SYNTHETIC:
+        return Tier.SYNTHETIC.value
+    return resolution.tier.value
+
+
+async def _emit(ctx: ServerRequestContext[Any, Any], notifications: list[dict[str, Any]]) -> None:
+    """Re-emit recorded progress and logging notifications on this request's stream, in order."""
+    if not notifications:
+        return
+    raw_meta = (ctx.params or {}).get("_meta")
+    levels = allowed_log_levels(ctx.protocol_version, raw_meta if isinstance(raw_meta, dict) else None)
+    for note in notifications:
+        method, params = note.get("method"), note.get("params") or {}
+        if method == "notifications/progress":
+            # report_progress addresses the current request's progress token (a no-op without one).
+            await ctx.session.report_progress(params.get("progress", 0), params.get("total"), params.get("message"))
+        elif method == "notifications/message" and params.get("level") in levels:
+            notification = types.LoggingMessageNotification(
+                params=types.LoggingMessageNotificationParams.model_validate(params)
+            )
+            await ctx.session.send_notification(notification, related_request_id=ctx.request_id)
+
+
+class _Initialize:
+    """Server middleware answering ``initialize`` with the recorded identity and capabilities."""
+
+    def __init__(self, surface: Surface) -> None:
+        self.surface = surface
+
+    async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        if ctx.method != "initialize":
+            return await call_next(ctx)
+        requested = (ctx.params or {}).get("protocolVersion")
+        version = requested if requested in HANDSHAKE_PROTOCOL_VERSIONS else LATEST_HANDSHAKE_VERSION
+        record = self.surface.record
+        result: dict[str, Any] = {
+            "protocolVersion": version,
+            "capabilities": record.capabilities,
+            "serverInfo": record.info,
+        }
+        if record.instructions:
+            result["instructions"] = record.instructions
+        return result

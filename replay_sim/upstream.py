@@ -1,0 +1,287 @@
+"""Connections to real MCP servers (upstreams): stdio commands and streamable HTTP URLs.
+
+An :class:`Upstream` speaks the handshake era (``initialize``) to its server and forwards requests
+*raw*: params go out as given and results come back as the exact JSON the server sent, because
+the recorder promises byte-exact pass-through. That is why it drives the SDK's
+``JSONRPCDispatcher`` directly instead of ``ClientSession.send_request`` (which validates results
+against the negotiated schema, strips later-revision fields and would reject a server's quirks) or
+``mcp.Client`` (whose response cache could answer without asking the server).
+
+Every transport failure is translated into :class:`UpstreamError` here, and nowhere else.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import tempfile
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import anyio
+import anyio.abc
+import mcp_types as types
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.exceptions import MCPError
+from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
+from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
+from mcp_types.version import LATEST_HANDSHAKE_VERSION
+
+from replay_sim.errors import UpstreamError
+
+__all__ = ["Upstream", "UpstreamSpec"]
+
+NotificationHandler = Callable[[str, dict[str, Any]], Awaitable[None]]
+"""Called with ``(method, params)`` for every notification the server sends."""
+
+_STDERR_TAIL = 2000
+_CLIENT_INFO = types.Implementation(name="replay-sim-recorder", version="0.1.0")
+
+
+@dataclass(frozen=True)
+class UpstreamSpec:
+    """How to reach one real MCP server: a command (stdio) or a URL (streamable HTTP).
+
+    Attributes:
+        command: Executable to launch (stdio); exclusive with ``url``.
+        args: Arguments of ``command``.
+        env: Extra environment for ``command`` (merged over the SDK's safe default set); the values
+            are redacted from recordings.
+        cwd: Working directory for ``command``.
+        url: Streamable HTTP endpoint; exclusive with ``command``.
+        headers: HTTP headers sent to ``url``; the values are redacted from recordings.
+        timeout: Seconds to wait for one answer (None: no limit).
+        startup_timeout: Seconds to wait for the server to answer ``initialize``.
+    """
+
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    url: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    timeout: float | None = None
+    startup_timeout: float = 30.0
+
+    def __post_init__(self) -> None:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("an upstream needs exactly one of command or url")
+
+    def describe(self) -> str:
+        """The command line or URL, for messages."""
+        if self.url is not None:
+            return self.url
+        return shlex.join([self.command or "", *self.args])
+
+    def secrets(self) -> list[str]:
+        """Values handed to the server that must never be recorded (env values, header values)."""
+        found = list(self.env.values())
+        for value in self.headers.values():
+            found.append(value)
+            scheme, _, credential = value.partition(" ")
+            if credential and scheme.isalpha():  # "Bearer abc" -> also the bare credential
+                found.append(credential.strip())
+        return found
+
+    def default_name(self) -> str:
+        """A server name derived from the command or URL (``mcp-server-git``, ``echo_server``)."""
+        if self.url is not None:
+            parts = [p for p in re.split(r"[/:?#]+", self.url.split("//", 1)[-1]) if p]
+            base = parts[-1] if len(parts) > 1 and parts[-1] != "mcp" else parts[0]
+        else:
+            words = [self.command or "", *self.args]
+            interpreters = {"python", "python3", "node", "npx", "uv", "uvx", "deno", "bun", "pipx"}
+            base = Path(words[0]).name
+            if base in interpreters:
+                base = next((Path(w).stem for w in words[1:] if not w.startswith("-")), base)
+        return re.sub(r"[^A-Za-z0-9_.-]+", "-", base).strip("-") or "server"
+
+
+class Upstream:
+    """One live handshake-era connection to a real MCP server.
+
+    Start it in a task group (``await task_group.start(upstream.run)``) so its transport lives in
+    one long-running task; then call :meth:`request` from any task, and :meth:`close` to stop it.
+
+    Args:
+        spec: Where the server is.
+        on_notification: Receives every server notification as wire ``(method, params)``.
+    """
+
+    def __init__(self, spec: UpstreamSpec, on_notification: NotificationHandler | None = None) -> None:
+        self.spec = spec
+        self.on_notification = on_notification
+        self.initialize_result: dict[str, Any] = {}
+        self.protocol_version = LATEST_HANDSHAKE_VERSION
+        self._dispatcher: JSONRPCDispatcher[Any] | None = None
+        self._stderr: IO[str] | None = None
+        self._closing = anyio.Event()
+        self._done = anyio.Event()
+        self._broken = False
+        self._next_id = 0
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Connect, initialise, report started, then hold the connection until :meth:`close`.
+
+        Raises:
+            UpstreamError: Before ``started``: the server could not be launched, reached or
+                initialised (names the command/URL and the end of its stderr).
+        """
+        started = False
+        try:
+            async with AsyncExitStack() as stack:
+                try:
+                    with anyio.fail_after(self.spec.startup_timeout):
+                        await self._connect(stack)
+                except MCPError as exc:
+                    raise self._error(f"did not initialise ({exc.error.message})") from exc
+                except TimeoutError as exc:
+                    raise self._error(f"did not answer initialize within {self.spec.startup_timeout:g}s") from exc
+                except OSError as exc:
+                    raise self._error(f"cannot be started: {exc.strerror or exc}") from exc
+                except Exception as exc:
+                    if isinstance(exc, UpstreamError):
+                        raise
+                    raise self._error(f"cannot be reached: {_describe_exception(exc)}") from exc
+                started = True
+                task_status.started()
+                await self._closing.wait()
+        except Exception:
+            if not started:
+                raise
+            # After start-up a broken transport must not tear down the caller's task group;
+            # pending and later requests fail with CONNECTION_CLOSED instead.
+        finally:
+            self._done.set()
+            if self._stderr is not None:
+                self._stderr.close()
+
+    async def _connect(self, stack: AsyncExitStack) -> None:
+        if self.spec.url is not None:
+            http = create_mcp_http_client(headers=dict(self.spec.headers))
+            await stack.enter_async_context(http)
+            read, write = await stack.enter_async_context(streamable_http_client(self.spec.url, http_client=http))
+        else:
+            self._stderr = stack.enter_context(tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace"))
+            params = StdioServerParameters(
+                command=self.spec.command or "",
+                args=list(self.spec.args),
+                env=dict(self.spec.env) or None,
+                cwd=self.spec.cwd,
+            )
+            read, write = await stack.enter_async_context(stdio_client(params, errlog=self._stderr))
+        dispatcher: JSONRPCDispatcher[Any] = JSONRPCDispatcher(read, write)
+        session = ClientSession(dispatcher=dispatcher, message_handler=self._on_message, client_info=_CLIENT_INFO)
+        await stack.enter_async_context(session)
+        self._dispatcher = dispatcher
+        # Initialise raw, so server info and capabilities are recorded exactly as sent.
+        init_params = types.InitializeRequestParams(
+            protocol_version=LATEST_HANDSHAKE_VERSION,
+            capabilities=types.ClientCapabilities(),
+            client_info=_CLIENT_INFO,
+        ).model_dump(by_alias=True, mode="json", exclude_none=True)
+        raw = await dispatcher.send_raw_request("initialize", init_params, {"cancel_on_abandon": False})
+        session.adopt(types.InitializeResult.model_validate(raw))
+        self.initialize_result = raw
+        self.protocol_version = session.protocol_version or LATEST_HANDSHAKE_VERSION
+        await session.send_notification(types.InitializedNotification())
+
+    async def close(self) -> None:
+        """Stop the connection (the server process is ended) and wait until it is down."""
+        self._closing.set()
+        await self._done.wait()
+
+    @property
+    def alive(self) -> bool:
+        """Whether the connection is still usable."""
+        return not (self._done.is_set() or self._broken) and self._dispatcher is not None
+
+    # -- traffic ----------------------------------------------------------------------------
+
+    def next_request_id(self) -> str:
+        """A fresh request id, also usable as the request's progress token."""
+        self._next_id += 1
+        return f"rs-{self._next_id}"
+
+    async def request(
+        self, method: str, params: Mapping[str, Any] | None, *, request_id: str | None = None
+    ) -> dict[str, Any]:
+        """Send one request and return the server's result exactly as received.
+
+        Args:
+            method: The MCP method.
+            params: Wire params, forwarded as given.
+            request_id: The JSON-RPC id to use (see :meth:`next_request_id`).
+
+        Returns:
+            The result object as the server sent it.
+
+        Raises:
+            MCPError: The server answered with a JSON-RPC error, or the connection broke (code
+                ``CONNECTION_CLOSED``, message naming the server and its stderr tail) or timed out.
+        """
+        if self._dispatcher is None:
+            raise MCPError(code=types.CONNECTION_CLOSED, message=f"upstream {self.spec.describe()} is not connected")
+        opts: dict[str, Any] = {"headers": {MCP_PROTOCOL_VERSION_HEADER: self.protocol_version}}
+        if request_id is not None:
+            opts["request_id"] = request_id
+        if self.spec.timeout is not None:
+            opts["timeout"] = self.spec.timeout
+        try:
+            return await self._dispatcher.send_raw_request(method, params, opts)  # type: ignore[arg-type]
+        except MCPError as exc:
+            if exc.error.code != types.CONNECTION_CLOSED:
+                raise
+            self._broken = True
+            detail = f"upstream {self.spec.describe()} closed the connection during {method}"
+            if tail := self.stderr_tail():
+                detail += f"; its stderr ends: {tail}"
+            raise MCPError(code=types.CONNECTION_CLOSED, message=detail) from exc
+
+    async def _on_message(self, message: Any) -> None:
+        if isinstance(message, Exception):
+            return  # transport faults surface as failed requests
+        if self.on_notification is None:
+            return
+        wire = message.model_dump(by_alias=True, mode="json", exclude_none=True)
+        await self.on_notification(wire["method"], wire.get("params") or {})
+
+    # -- diagnostics ------------------------------------------------------------------------
+
+    def stderr_tail(self) -> str:
+        """The last characters the server wrote to stderr (stdio upstreams), stripped."""
+        if self._stderr is None or self._stderr.closed:
+            return ""
+        try:
+            self._stderr.flush()
+            self._stderr.seek(0, os.SEEK_END)
+            size = self._stderr.tell()
+            self._stderr.seek(max(0, size - _STDERR_TAIL * 4))
+            return self._stderr.read()[-_STDERR_TAIL:].strip()
+        except (OSError, ValueError):
+            return ""
+
+    def _error(self, what: str) -> UpstreamError:
+        kind = "URL" if self.spec.url is not None else "command"
+        message = f"upstream {kind} {self.spec.describe()} {what}"
+        if tail := self.stderr_tail():
+            message += f"; its stderr ends:\n{tail}"
+        elif self.spec.url is None:
+            message += " (it wrote nothing to stderr)"
+        return UpstreamError(message)
+
+
+def _describe_exception(exc: BaseException) -> str:
+    """One line for an exception, unwrapping single-member exception groups."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
