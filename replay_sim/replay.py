@@ -10,35 +10,41 @@ Progress and logging notifications recorded during a call are re-emitted, in ord
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import time
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import mcp_types as types
 from mcp.server import Server
+from mcp.server.caching import CACHEABLE_METHODS, CacheHint
 from mcp.server.connection import allowed_log_levels
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
 
 from replay_sim.canonical import call_identity, call_key
-from replay_sim.episodes import Episodes, episode_id
+from replay_sim.episodes import Histories, episode_id
 from replay_sim.errors import ConfigError
 from replay_sim.metrics import Metrics, MissRecord
 from replay_sim.miss import Miss, MissPolicy, MissPolicyName, MissSettings, make_policy
-from replay_sim.resolver import Candidate, Resolution, Resolver, Tier
+from replay_sim.resolver import Candidate, Problem, Resolution, Resolver, Tier
 from replay_sim.store import Origin, Store
-from replay_sim.surface import Surface
+from replay_sim.surface import Outcome, Surface
 
-__all__ = ["MATCH_META_KEY", "Replay", "candidate_json", "miss_message"]
+__all__ = ["MATCH_META_KEY", "Answer", "Replay", "candidate_json", "miss_message"]
 
 MATCH_META_KEY = "replay-sim/match"
 RESOURCE_NOT_FOUND = -32002  # the spec's code for resources/read of an unknown URI
 _REPLAYED = ("tools/call", "resources/read", "prompts/get", "completion/complete")
 # The handler's unshaped answer, so the middleware can hand the client the recorded JSON itself
 # rather than the SDK's re-dump (which reorders keys and drops fields its models do not know).
-_raw_result: contextvars.ContextVar[list[dict[str, Any]] | None] = contextvars.ContextVar("replay_raw", default=None)
+_raw_result: contextvars.ContextVar[list[dict[str, Any]] | None] = contextvars.ContextVar(
+    "replay_raw", default=None
+)
 
 
 def candidate_json(candidate: Candidate) -> dict[str, Any]:
@@ -46,21 +52,29 @@ def candidate_json(candidate: Candidate) -> dict[str, Any]:
     return {
         "recording": candidate.recording_id,
         "score": round(float(candidate.score), 6),
-        "differences": [{"field": d.name, "recorded": d.recorded, "requested": d.requested} for d in candidate.differences],
+        "differences": [
+            {"field": d.name, "recorded": d.recorded, "requested": d.requested} for d in candidate.differences
+        ],
     }
 
 
 def miss_message(server: str, method: str, name: str, resolution: Resolution) -> str:
     """The human-readable text of a miss: what was asked and which recordings came closest."""
-    what = {"tools/call": "tool", "prompts/get": "prompt", "resources/read": "resource"}.get(method, "reference")
+    what = {"tools/call": "tool", "prompts/get": "prompt", "resources/read": "resource"}.get(
+        method, "reference"
+    )
     lines = [f"replay-sim: no recording of {method} on {server!r} matches this call ({what} {name!r})."]
     if resolution.reason:
         lines.append(f"Reason: {resolution.reason}.")
     if not resolution.candidates:
         lines.append("No recording of this call comes close; record it, or serve with --miss live.")
     for c in resolution.candidates:
-        diffs = "; ".join(f"{d.name}: recorded {d.recorded!r}, requested {d.requested!r}" for d in c.differences)
-        lines.append(f"Nearest: recording #{c.recording_id} (score {c.score:.3f}){': ' + diffs if diffs else ''}")
+        diffs = "; ".join(
+            f"{d.name}: recorded {d.recorded!r}, requested {d.requested!r}" for d in c.differences
+        )
+        lines.append(
+            f"Nearest: recording #{c.recording_id} (score {c.score:.3f}){': ' + diffs if diffs else ''}"
+        )
     return "\n".join(lines)
 
 
@@ -85,10 +99,12 @@ class _PassThrough:
             try:
                 shaped = await call_next(ctx)
             except MCPError as exc:
-                # The SDK rejects a recorded result its own models cannot hold; the client gets it as recorded.
+                # The SDK rejects a recorded result its models cannot hold; the client gets it as recorded.
                 if not holder or exc.code != types.INTERNAL_ERROR:
                     raise
-                shaped = {"resultType": "complete"} if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS else {}
+                shaped = (
+                    {"resultType": "complete"} if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS else {}
+                )
         finally:
             _raw_result.reset(token)
         if holder and isinstance(shaped, dict):
@@ -96,11 +112,29 @@ class _PassThrough:
         return shaped
 
 
-def _raw(result: dict[str, Any]) -> dict[str, Any]:
+def _raw(ctx: ServerRequestContext[Any, Any], result: dict[str, Any]) -> dict[str, Any]:
+    """Hand the recorded result to :class:`_PassThrough`; give the SDK what its per-era models need."""
     holder = _raw_result.get()
     if holder is not None:
         holder[:] = [result]
+    if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and "resultType" not in result:
+        return {"resultType": "complete", **result}
     return result
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """How one call is answered: the resolution behind it and the result JSON or JSON-RPC error."""
+
+    resolution: Resolution
+    outcome: Outcome
+    refused: bool = False
+    """The real server would refuse the call (unknown tool, invalid arguments); answered its way."""
+
+    @property
+    def status(self) -> str:
+        """The tier for metrics: the provenance status, or ``refused``."""
+        return "refused" if self.refused else _tier_of(self.resolution)
 
 
 class Replay:
@@ -112,7 +146,7 @@ class Replay:
         miss: Miss policy name, or a ready :class:`MissPolicy`.
         settings: What the miss policy needs (upstreams, LLM URL); defaults to the store only.
         snapshot: The snapshot id cited in every provenance record, when serving a snapshot.
-        episodes: Episode histories (shared between replicas of this object in one process).
+        histories: Episode histories (the calls each episode made, per server).
         metrics: Where counts, latencies and misses go.
     """
 
@@ -124,7 +158,7 @@ class Replay:
         miss: str | MissPolicy = MissPolicyName.ERROR,
         settings: MissSettings | None = None,
         snapshot: str | None = None,
-        episodes: Episodes | None = None,
+        histories: Histories | None = None,
         metrics: Metrics | None = None,
     ) -> None:
         self.store = store
@@ -133,7 +167,7 @@ class Replay:
         self.miss_policy_name = str(miss) if isinstance(miss, str) else type(miss).__name__
         self.policy = make_policy(miss, self.settings) if isinstance(miss, str) else miss
         self.snapshot = snapshot
-        self.episodes = episodes or Episodes()
+        self.histories = histories or Histories()
         self.metrics = metrics or Metrics()
         self.surfaces = {record.name: Surface(store, record) for record in store.servers()}
         self._servers: dict[str, Server[Any]] = {}
@@ -154,7 +188,11 @@ class Replay:
         Raises:
             ConfigError: ``strict`` and the store lacks something a faithful replay needs.
         """
-        problems = self.problems() if self.surfaces else ["the store has no recorded servers; record or import first"]
+        problems = (
+            self.problems()
+            if self.surfaces
+            else ["the store has no recorded servers; record or import first"]
+        )
         if strict and problems:
             raise ConfigError("strict replay refused: " + "; ".join(problems))
         return problems
@@ -179,13 +217,13 @@ class Replay:
 
         def listing(method: str) -> Any:
             async def handler(ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
-                return _raw(dict(listings.get(method) or {_LISTING_FIELD[method]: []}))
+                return _raw(ctx, dict(listings.get(method) or {_LISTING_FIELD[method]: []}))
 
             return handler
 
         def replayed(method: str) -> Any:
             async def handler(ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
-                return _raw(await self.answer(name, method, ctx))
+                return _raw(ctx, await self.answer(name, method, ctx))
 
             return handler
 
@@ -210,17 +248,20 @@ class Replay:
             instructions=surface.record.instructions,
             website_url=info.get("websiteUrl"),
             icons=[types.Icon.model_validate(i) for i in info.get("icons") or []] or None,
+            # Modern-era clients need freshness hints on listings; "immediately stale" is always true.
+            cache_hints={method: CacheHint() for method in CACHEABLE_METHODS},
             **handlers,
         )
 
         async def empty(ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
             return {}
 
-        async def discover(ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
-            result = {"supportedVersions": list(MODERN_PROTOCOL_VERSIONS), "capabilities": caps}
-            if surface.record.instructions:
-                result["instructions"] = surface.record.instructions
-            return result
+        async def discover(ctx: ServerRequestContext[Any, Any], params: Any) -> types.DiscoverResult:
+            return types.DiscoverResult(
+                supported_versions=list(MODERN_PROTOCOL_VERSIONS),
+                capabilities=types.ServerCapabilities.model_validate(caps),
+                instructions=surface.record.instructions,
+            )
 
         server.add_request_handler("server/discover", types.RequestParams, discover)
         if "logging" in caps:
@@ -231,6 +272,24 @@ class Replay:
         # Tracing middleware costs more than a replayed answer; the recorded identity answers initialize.
         server.middleware = [_Initialize(surface), _PassThrough()]
         return server
+
+    async def enter(self, stack: contextlib.AsyncExitStack) -> None:
+        """Start what the miss policy holds open (the ``live`` upstream connections) on ``stack``."""
+        forward = self.settings.forward
+        if isinstance(forward, contextlib.AbstractAsyncContextManager):
+            await stack.enter_async_context(forward)
+
+    async def serve_stdio(self, name: str) -> None:
+        """Replay server ``name`` to one client over this process's stdin/stdout until it hangs up.
+
+        Raises:
+            ConfigError: No server of that name was recorded.
+        """
+        server = self.server(name)
+        async with contextlib.AsyncExitStack() as stack:
+            await self.enter(stack)
+            read_stream, write_stream = await stack.enter_async_context(stdio_server())
+            await server.run(read_stream, write_stream, server.create_initialization_options())
 
     # -- answering ------------------------------------------------------------------------------
 
@@ -252,65 +311,86 @@ class Replay:
             The result's wire JSON with provenance in ``_meta``.
 
         Raises:
-            MCPError: The recording is a JSON-RPC error, or the call cannot be answered (a miss of a
-                method whose failures are protocol errors).
+            MCPError: The recording is a JSON-RPC error, the real server would refuse the call that
+                way, or a miss of a method whose failures are protocol errors.
         """
         started = time.perf_counter()
         params = {k: v for k, v in (ctx.params or {}).items() if k != "_meta"}
         scope = self.scope(ctx)
-        resolution: Resolution | None = None
-        try:
-            resolution, result = await self.resolve(server, method, params, self.episodes.history(server, scope))
-            if resolution is not None and resolution.recording is not None:
-                self.episodes.append(server, scope, resolution.recording.key)
-                await _emit(ctx, resolution.recording.notifications)
-            return result
-        finally:
-            tier = _tier_of(resolution) if resolution is not None else "invalid"
-            self.metrics.observe(server, method, call_identity(method, params)[0], tier, time.perf_counter() - started)
+        answer = await self.resolve(server, method, params, self.histories.history(server, scope))
+        name, arguments = call_identity(method, params)
+        if not answer.refused:  # a refused call changed nothing on the real server either
+            key = answer.resolution.key or call_key(server, method, name, arguments)
+            self.histories.append(server, scope, key)
+        if answer.resolution.recording is not None:
+            await _emit(ctx, answer.resolution.recording.notifications)
+        self.metrics.observe(server, method, name, answer.status, time.perf_counter() - started)
+        if isinstance(answer.outcome, MCPError):
+            raise answer.outcome
+        return answer.outcome
 
     async def resolve(
-        self, server: str, method: str, params: dict[str, Any], history: tuple[str, ...] = ()
-    ) -> tuple[Resolution | None, dict[str, Any]]:
+        self, server: str, method: str, params: dict[str, Any], history: Sequence[str] = ()
+    ) -> Answer:
         """Resolve a call and render its answer (usable without an MCP connection).
 
         Args:
             server: Recorded server name.
             method: One of ``tools/call``, ``resources/read``, ``prompts/get``, ``completion/complete``.
             params: Request params, wire JSON without ``_meta``.
-            history: Keys served to this episode so far, oldest first.
+            history: Keys of the calls this episode made so far, oldest first.
 
         Returns:
-            The resolution (None when the call was refused before resolution: unknown tool or invalid
-            arguments), and the result JSON.
-
-        Raises:
-            MCPError: As :meth:`answer`.
+            The resolution and what to answer with.
         """
         surface = self.surfaces[server]
         name, arguments = call_identity(method, params)
-        if method == "tools/call" and not self.store.recordings(key=call_key(server, method, name, arguments), limit=1):
-            refusal = surface.refuse_tool_call(name, arguments)
-            if refusal is not None:
-                return None, refusal
+        refusal = self._refusal(surface, method, name, arguments) if method == "tools/call" else None
+        if refusal is not None:
+            return refusal
         resolution = self.resolver.resolve(server, method, params, history)
+        miss = resolution
         if not resolution.hit:
-            miss = resolution
             tool = surface.tools.get(name) if method == "tools/call" else surface.prompts.get(name)
             resolution = await self.policy.answer(Miss(server, method, params, miss, tool))
-            self.metrics.record_miss(
-                MissRecord(
-                    at=time.time(),
-                    server=server,
-                    method=method,
-                    name=name,
-                    arguments=arguments,
-                    status=_tier_of(resolution),
-                    reason=miss.reason,
-                    candidates=[candidate_json(c) for c in miss.candidates],
-                )
+        answer = Answer(resolution, self.render(server, method, name, resolution))
+        if not miss.hit:
+            self._record_miss(server, method, name, arguments, answer, miss)
+        return answer
+
+    def _refusal(self, surface: Surface, method: str, name: str, arguments: dict[str, Any]) -> Answer | None:
+        """The real server's refusal of an unknown tool or invalid arguments, unless recorded exactly."""
+        problem = surface.problem(name, arguments)
+        if problem is None:
+            return None
+        key = call_key(surface.record.name, method, name, arguments)
+        if self.store.recordings(key=key, limit=1):
+            return None  # the real server's own answer to this very call was recorded
+        kind = Problem.UNKNOWN_TOOL if name not in surface.tools else Problem.INVALID_ARGUMENTS
+        resolution = Resolution(Tier.MISS, 0.0, reason=problem, key=key, problem=kind)
+        outcome = surface.refuse_tool_call(name, arguments, {MATCH_META_KEY: self.provenance(resolution)})
+        if outcome is None:
+            return None
+        answer = Answer(resolution, outcome, refused=True)
+        self._record_miss(surface.record.name, method, name, arguments, answer, resolution)
+        return answer
+
+    def _record_miss(
+        self, server: str, method: str, name: str, arguments: dict[str, Any], answer: Answer, miss: Resolution
+    ) -> None:
+        """Keep a call that no recording answered with certainty for the admin API."""
+        self.metrics.record_miss(
+            MissRecord(
+                at=time.time(),
+                server=server,
+                method=method,
+                name=name,
+                arguments=arguments,
+                status=answer.status,
+                reason=miss.reason,
+                candidates=[candidate_json(c) for c in miss.candidates],
             )
-        return resolution, self.render(server, method, name, resolution)
+        )
 
     def provenance(self, resolution: Resolution) -> dict[str, Any]:
         """The ``_meta["replay-sim/match"]`` record of a resolution."""
@@ -320,32 +400,34 @@ class Replay:
             "recording": resolution.recording.id if resolution.recording else None,
             "snapshot": self.snapshot,
         }
-        if resolution.tier == Tier.MISS or not resolution.hit:
+        if not resolution.hit:
             match["candidates"] = [candidate_json(c) for c in resolution.candidates]
         return match
 
-    def render(self, server: str, method: str, name: str, resolution: Resolution) -> dict[str, Any]:
-        """The wire result for a resolution: the recorded JSON plus provenance, or the miss answer.
-
-        Raises:
-            MCPError: The recording holds a JSON-RPC error, or a miss of a non-tool method.
-        """
+    def render(self, server: str, method: str, name: str, resolution: Resolution) -> Outcome:
+        """The answer for a resolution: the recorded JSON plus provenance, the recorded error, or the miss."""
         match = self.provenance(resolution)
         recording = resolution.recording
         if recording is not None and recording.error is not None:
             error = recording.error
-            raise MCPError(int(error.get("code", types.INTERNAL_ERROR)), str(error.get("message", "")), error.get("data"))
+            return MCPError(
+                int(error.get("code", types.INTERNAL_ERROR)), str(error.get("message", "")), error.get("data")
+            )
         if recording is not None and recording.result is not None:
             result = dict(recording.result)
             result["_meta"] = {**(result.get("_meta") or {}), MATCH_META_KEY: match}
             return result
         message = miss_message(server, method, name, resolution)
         if method == "tools/call":
-            return {"content": [{"type": "text", "text": message}], "isError": True, "_meta": {MATCH_META_KEY: match}}
+            return {
+                "content": [{"type": "text", "text": message}],
+                "isError": True,
+                "_meta": {MATCH_META_KEY: match},
+            }
         if method == "completion/complete":
             return {"completion": {"values": [], "hasMore": False}, "_meta": {MATCH_META_KEY: match}}
         code = RESOURCE_NOT_FOUND if method == "resources/read" else types.INVALID_PARAMS
-        raise MCPError(code, message, {MATCH_META_KEY: match})
+        return MCPError(code, message, {MATCH_META_KEY: match})
 
 
 _LISTING_FIELD = {
@@ -373,7 +455,9 @@ async def _emit(ctx: ServerRequestContext[Any, Any], notifications: list[dict[st
         method, params = note.get("method"), note.get("params") or {}
         if method == "notifications/progress":
             # report_progress addresses the current request's progress token (a no-op without one).
-            await ctx.session.report_progress(params.get("progress", 0), params.get("total"), params.get("message"))
+            await ctx.session.report_progress(
+                params.get("progress", 0), params.get("total"), params.get("message")
+            )
         elif method == "notifications/message" and params.get("level") in levels:
             notification = types.LoggingMessageNotification(
                 params=types.LoggingMessageNotificationParams.model_validate(params)

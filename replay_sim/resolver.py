@@ -1,9 +1,20 @@
 """The resolver: which recording answers a call (exact → canonical → semantic → miss).
 
 This module holds the resolution types shared by the replay server and the evaluator, and the
-tiered lookup itself. When one key has several recordings (the server's state changed between
-them), the one whose recorded session prefix best matches this episode's history wins; ties go
-to the earliest recording, so the same call sequence always yields the same answers.
+tiered lookup itself:
+
+1. **exact** — the call's key equals a recorded call's key;
+2. **canonical** — equal after normalising the arguments against the tool's inputSchema;
+3. **semantic** — same tool, every identifier argument equal after normalisation, free text
+   close by embedding cosine above the tool's calibrated threshold (read-only tools only: a
+   state-changing call answered "by meaning" would leave the replayed state unknowable);
+4. **miss** — with the three nearest recordings and the fields that differ.
+
+Every hit must also come from the right *state*: a recording is eligible only when the
+state-changing calls made before it in its recorded session equal those this episode made (see
+:mod:`replay_sim.episode`). Among eligible recordings the one whose session prefix best matches
+the episode's history wins; ties go to the earliest, so the same call sequence always yields the
+same answers.
 """
 
 from __future__ import annotations
@@ -11,12 +22,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
+from replay_sim.calibration import MatchConfig
 from replay_sim.canonical import call_identity, call_key
+from replay_sim.embedding import MAX_TEXT_CHARS, CachedEmbedder, Embedder, default_embedder
+from replay_sim.episode import Episodes, history_affinity
+from replay_sim.errors import ReplaySimError
+from replay_sim.index import DEFAULT_INDEX_DIR, IndexSet, build_index, call_text
+from replay_sim.schema import ToolSchema
 from replay_sim.store import Recording, Store
+from replay_sim.toolstate import ToolState, field_diffs
 
-__all__ = ["Candidate", "FieldDiff", "Resolution", "Resolver", "Tier"]
+__all__ = ["Candidate", "FieldDiff", "Problem", "Resolution", "Resolver", "Tier", "history_affinity"]
 
 
 class Tier(StrEnum):
@@ -36,6 +55,19 @@ class Tier(StrEnum):
     """No match; an LLM made the answer up (miss policy `synthesize`)."""
     MISS = "miss"
     """No recording answers the call."""
+
+
+class Problem(StrEnum):
+    """Why a call cannot be answered from any recording, when the reason is structural."""
+
+    UNKNOWN_TOOL = "unknown_tool"
+    """The tool (or server) is not in the recorded ``tools/list``; a real server would refuse it."""
+    INVALID_ARGUMENTS = "invalid_arguments"
+    """The arguments are not a JSON object or violate the tool's inputSchema."""
+    DIVERGED = "diverged"
+    """An earlier state-changing call of this episode was never recorded: later state is unknown."""
+    OTHER_STATE = "other_state"
+    """The call was recorded, but only after state changes this episode did not make."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,13 +90,19 @@ class Candidate:
 
 @dataclass(frozen=True, slots=True)
 class Resolution:
-    """The resolver's answer for one call."""
+    """The resolver's answer for one call.
+
+    ``key`` is the requested call's exact key (push it onto the episode history); ``problem`` says
+    why a miss is structural (unknown tool, invalid arguments …), None otherwise.
+    """
 
     tier: Tier
     score: float
     recording: Recording | None = None
     candidates: list[Candidate] = field(default_factory=list)
     reason: str = ""
+    key: str = ""
+    problem: Problem | None = None
 
     @property
     def hit(self) -> bool:
@@ -72,63 +110,274 @@ class Resolution:
         return self.recording is not None
 
 
-def history_affinity(recording: Recording, history: Sequence[str], prefix: Sequence[str]) -> int:
-    """How many trailing calls of the recording's session prefix this episode's history repeats."""
-    matched = 0
-    for recorded, made in zip(reversed(prefix), reversed(history), strict=False):
-        if recorded != made:
-            break
-        matched += 1
-    return matched
-
-
 class Resolver:
     """Answers calls from a store.
 
     Args:
         store: The recording store.
+        config: Matching config (thresholds, per-tool overrides); defaults apply when None.
+        embedder: Embedding model for the semantic tier (default: packaged MiniLM, loaded lazily).
+        index_dir: Where the vector index lives; None keeps it in memory.
+        semantic: Enable the semantic tier.
+        canonical: Enable the canonical tier.
+        auto_index: Build or update a missing/stale index on first need; when False a missing or
+            stale index is an :class:`~replay_sim.errors.IndexError_` (reported in the miss reason).
+        cache_size: Entries of the in-memory exact-key cache.
     """
 
-    def __init__(self, store: Store) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        config: MatchConfig | None = None,
+        embedder: Embedder | None = None,
+        index_dir: Path | None = DEFAULT_INDEX_DIR,
+        semantic: bool = True,
+        canonical: bool = True,
+        auto_index: bool = True,
+        cache_size: int = 65536,
+    ) -> None:
         self.store = store
-        self._prefix_cache: dict[int, list[str]] = {}
+        self.config = config or MatchConfig()
+        self._embedder = embedder
+        self.index_dir = index_dir
+        self.semantic = semantic and self.config.semantic
+        self.canonical = canonical
+        self.auto_index = auto_index
+        self.episodes = Episodes(store, self.tool_schema, cache_size)
+        self._tools: dict[str, dict[str, ToolSchema] | None] = {}
+        self._states: dict[tuple[str, str], ToolState] = {}
+        self._index: IndexSet | None = None
+        self._version: tuple[int, int] | None = None
 
-    def _session_prefix(self, recording: Recording) -> list[str]:
-        """Keys of the calls made before ``recording`` in its recorded session."""
-        cached = self._prefix_cache.get(recording.id)
-        if cached is None:
-            if recording.session is None:
-                cached = []
+    # -- caches -----------------------------------------------------------------------------
+
+    def _check_version(self) -> None:
+        """Drop every cache when the store changed (this process or another one wrote to it)."""
+        try:
+            version = (
+                self.store.conn.total_changes,
+                self.store.conn.execute("PRAGMA data_version").fetchone()[0],
+            )
+        except Exception:  # a closed store: keep serving from what is cached
+            return
+        if version != self._version:
+            self._version = version
+            self._tools.clear()
+            self._states.clear()
+            self.episodes.clear()
+
+    @property
+    def embedder(self) -> CachedEmbedder:
+        """The embedder, wrapped in the store-backed cache."""
+        if not isinstance(self._embedder, CachedEmbedder):
+            self._embedder = CachedEmbedder(self._embedder or default_embedder(), self.store)
+        return self._embedder
+
+    def tool_schema(self, server: str, tool: str) -> ToolSchema | None:
+        """The recorded schema of a tool (config overrides applied), or None when unknown."""
+        tools = self._server_tools(server)
+        return None if tools is None else tools.get(tool)
+
+    def _server_tools(self, server: str) -> dict[str, ToolSchema] | None:
+        if server not in self._tools:
+            listing = self.store.listings(server).get("tools/list")
+            if listing is None:
+                self._tools[server] = None
             else:
-                earlier = self.store.recordings(session=recording.session)
-                cached = [r.key for r in earlier if (r.seq or 0) < (recording.seq or 0)]
-            self._prefix_cache[recording.id] = cached
-        return cached
+                from replay_sim.schema import tool_schemas
+
+                self._tools[server] = {
+                    n: self.config.apply(server, s) for n, s in tool_schemas(listing).items()
+                }
+        return self._tools[server]
+
+    def index(self) -> IndexSet:
+        """The vector index, current with the store (built or updated if needed and allowed).
+
+        Raises:
+            IndexError_: The index is missing or stale and ``auto_index`` is False.
+        """
+        if self._index is not None and self._index.is_current(self.store):
+            return self._index
+        if not self.auto_index:
+            from replay_sim.errors import IndexError_
+
+            index = IndexSet.load(Path(self.index_dir or DEFAULT_INDEX_DIR))
+            if not index.is_current(self.store):
+                raise IndexError_(
+                    f"{self.index_dir}: index is stale for {self.store.path}; run `replay-sim index build`"
+                )
+            self._index = index
+            return index
+        try:
+            self._index = build_index(self.store, self.tool_schema, self.embedder, self.index_dir)
+        except OSError:  # index folder not writable (e.g. a read-only snapshot): keep it in memory
+            self._index = build_index(self.store, self.tool_schema, self.embedder, None)
+        return self._index
+
+    def _state(self, server: str, tool: str, schema: ToolSchema) -> ToolState:
+        state = self._states.get((server, tool))
+        if state is None:
+            recordings = self.store.recordings(server, method="tools/call", name=tool)
+            state = self._states[(server, tool)] = ToolState(server, schema, recordings, self.config)
+        return state
+
+    # -- choosing among recordings -------------------------------------------------------------
 
     def choose(self, recordings: Sequence[Recording], history: Sequence[str]) -> Recording:
-        """Pick the recording whose session prefix best matches ``history`` (earliest on ties)."""
-        if len(recordings) == 1:
-            return recordings[0]
-        return max(
-            recordings,
-            key=lambda r: (history_affinity(r, history, self._session_prefix(r)), -r.id),
-        )
+        """Pick the recording made from this episode's state that best matches ``history``.
 
-    def resolve(self, server: str, method: str, params: dict[str, Any], history: Sequence[str] = ()) -> Resolution:
+        Falls back to the best history match when no recording was made from the same state.
+        """
+        return self.episodes.choose(recordings, history, strict=False) or recordings[0]
+
+    # -- resolution ------------------------------------------------------------------------------
+
+    def resolve(self, server: str, method: str, params: Any, history: Sequence[str] = ()) -> Resolution:
         """Find the recording that answers a call.
 
         Args:
             server: Recorded server name.
             method: MCP method (``tools/call``, ``resources/read``, ``prompts/get``, ``completion/complete``).
-            params: Request params, wire JSON.
-            history: Keys of the calls this episode made so far, oldest first.
+            params: Request params, wire JSON (anything else is a miss, never an exception).
+            history: Keys of the calls this episode made so far, oldest first (``Resolution.key``).
 
         Returns:
             A :class:`Resolution`; ``tier`` is ``miss`` when nothing answers the call.
         """
-        name, arguments = call_identity(method, params)
-        key = call_key(server, method, name, arguments)
-        found = self.store.recordings(key=key)
-        if found:
-            return Resolution(Tier.EXACT, 1.0, self.choose(found, history))
-        return Resolution(Tier.MISS, 0.0, reason=f"no recording of {method} {name!r} on {server!r} matches")
+        if not isinstance(params, dict):
+            return Resolution(
+                Tier.MISS, 0.0, reason="params must be a JSON object", problem=Problem.INVALID_ARGUMENTS
+            )
+        if method in ("tools/call", "prompts/get") and not isinstance(params.get("arguments") or {}, dict):
+            return Resolution(
+                Tier.MISS,
+                0.0,
+                reason=f"{method} arguments must be a JSON object",
+                problem=Problem.INVALID_ARGUMENTS,
+            )
+        try:
+            name, arguments = call_identity(method, params)
+            key = call_key(server, method, name, arguments)
+        except (ValueError, TypeError, RecursionError) as exc:
+            return Resolution(
+                Tier.MISS,
+                0.0,
+                reason=f"arguments are not valid JSON: {exc}",
+                problem=Problem.INVALID_ARGUMENTS,
+            )
+        try:
+            return self._resolve(server, method, name, arguments, key, history)
+        except ReplaySimError as exc:
+            return Resolution(Tier.MISS, 0.0, reason=str(exc), key=key)
+
+    def _resolve(
+        self, server: str, method: str, name: str, arguments: dict[str, Any], key: str, history: Sequence[str]
+    ) -> Resolution:
+        self._check_version()
+        what = f"{method} {name!r} on {server!r}"
+        diverged = self.episodes.diverged(history)
+        if diverged:
+            self.episodes.note(key, None, mutating=True)
+            return Resolution(
+                Tier.MISS, 0.0, key=key, problem=Problem.DIVERGED,
+                reason=f"no recording of {what} for this state: an earlier state-changing call ({diverged}) "
+                "was never recorded, so the server's state is unknown",
+            )  # fmt: skip
+        exact = self.episodes.by_key(key)
+        if exact:
+            chosen = self.episodes.choose(exact, history)
+            if chosen is not None:
+                self.episodes.note(key, chosen.key)
+                return Resolution(Tier.EXACT, 1.0, chosen, key=key)
+        schema = self.tool_schema(server, name) if method == "tools/call" else None
+        if method != "tools/call" or schema is None:
+            return self._structural_miss(server, method, name, key, exact, what)
+        if invalid := schema.validate(arguments):
+            self.episodes.note(key, None, mutating=False)
+            return Resolution(
+                Tier.MISS, 0.0, key=key, problem=Problem.INVALID_ARGUMENTS,
+                reason=f"arguments of {what} violate its inputSchema: {invalid}",
+            )  # fmt: skip
+        state = self._state(server, name, schema)
+        normalised = state.normalise(arguments)
+        same_state_miss = bool(exact)
+        if self.canonical:
+            found = state.canonical.get(call_key(server, method, name, normalised), [])
+            chosen = self.episodes.choose(found, history)
+            if chosen is not None:
+                self.episodes.note(key, chosen.key)
+                return Resolution(Tier.CANONICAL if chosen.key != key else Tier.EXACT, 1.0, chosen, key=key)
+            same_state_miss = same_state_miss or bool(found)
+        if self.semantic and state.semantic_ready(normalised, MAX_TEXT_CHARS):
+            hit = self._semantic(state, normalised, history)
+            if hit is not None:
+                self.episodes.note(key, hit[0].key)
+                return Resolution(Tier.SEMANTIC, hit[1], hit[0], key=key)
+        self.episodes.note(key, None, mutating=not schema.read_only)
+        candidates = self._near_misses(state, normalised)
+        if same_state_miss:
+            reason = f"{what} was recorded, but only after state changes this episode did not make"
+            return Resolution(Tier.MISS, 0.0, None, candidates, reason, key, Problem.OTHER_STATE)
+        return Resolution(Tier.MISS, 0.0, None, candidates, f"no recording of {what} matches", key)
+
+    def _structural_miss(
+        self, server: str, method: str, name: str, key: str, exact: Sequence[Recording], what: str
+    ) -> Resolution:
+        """A miss outside the tools/call tiers: resources, prompts, completions, unknown tools."""
+        self.episodes.note(key, None, mutating=False)
+        if exact:
+            return Resolution(
+                Tier.MISS, 0.0, key=key, problem=Problem.OTHER_STATE,
+                reason=f"{what} was recorded, but only after state changes this episode did not make",
+            )  # fmt: skip
+        if method == "tools/call":
+            tools = self._server_tools(server)
+            if tools is None:
+                reason = f"unknown tool {name!r}: server {server!r} has no recorded tools/list"
+            else:
+                known = ", ".join(sorted(tools)) or "none"
+                reason = f"unknown tool {name!r} on {server!r} (recorded tools: {known})"
+            return Resolution(Tier.MISS, 0.0, key=key, reason=reason, problem=Problem.UNKNOWN_TOOL)
+        return Resolution(
+            Tier.MISS, 0.0, key=key, reason=f"no recording of {what} (exact match only for {method})"
+        )
+
+    def _semantic(
+        self, state: ToolState, normalised: dict[str, Any], history: Sequence[str]
+    ) -> tuple[Recording, float] | None:
+        """The best same-identifier recording above the tool's threshold, from this episode's state."""
+        group = state.group(normalised)
+        if not group:
+            return None
+        index = self.index()
+        threshold = state.threshold(index)
+        if threshold > 1.0:
+            return None
+        vector = self.embedder.encode([call_text(normalised, state.free_text)])[0]
+        for recording_id, score in index.search(state.server, state.schema.name, vector, len(group), group):
+            if score < threshold:
+                break
+            chosen = self.episodes.choose(state.same_call(recording_id), history)
+            if chosen is not None:
+                return chosen, round(score, 6)
+        return None
+
+    def _near_misses(self, state: ToolState, normalised: dict[str, Any], k: int = 3) -> list[Candidate]:
+        """The ``k`` recordings of the tool nearest to the call, with the fields that differ."""
+        if not state.recordings:
+            return []
+        try:
+            index = self.index()
+            vector = self.embedder.encode([call_text(normalised, state.free_text)])[0]
+            scored = index.search(state.server, state.schema.name, vector, k)
+        except ReplaySimError:
+            scored = state.lexical_nearest(normalised, k)
+        return [
+            Candidate(
+                rid, round(score, 6), [FieldDiff(*d) for d in field_diffs(state.normalised[rid], normalised)]
+            )
+            for rid, score in scored
+            if rid in state.normalised
+        ]

@@ -143,7 +143,9 @@ class ToolSchema:
         """
         if self._validator is None:
             try:
-                cls = jsonschema.validators.validator_for(self.input_schema, default=jsonschema.Draft202012Validator)
+                cls = jsonschema.validators.validator_for(
+                    self.input_schema, default=jsonschema.Draft202012Validator
+                )
                 cls.check_schema(self.input_schema)
                 self._validator = cls(self.input_schema)
             except SchemaError:

@@ -140,12 +140,17 @@ class Upstream:
         try:
             async with AsyncExitStack() as stack:
                 try:
+                    session = await self._open(stack)
+                    # The deadline covers the handshake only: the transports' task groups are
+                    # entered above, outside any cancel scope they would outlive.
                     with anyio.fail_after(self.spec.startup_timeout):
-                        await self._connect(stack)
+                        await self._initialize(session)
                 except MCPError as exc:
                     raise self._error(f"did not initialise ({exc.error.message})") from exc
                 except TimeoutError as exc:
-                    raise self._error(f"did not answer initialize within {self.spec.startup_timeout:g}s") from exc
+                    raise self._error(
+                        f"did not answer initialize within {self.spec.startup_timeout:g}s"
+                    ) from exc
                 except OSError as exc:
                     raise self._error(f"cannot be started: {exc.strerror or exc}") from exc
                 except Exception as exc:
@@ -165,13 +170,17 @@ class Upstream:
             if self._stderr is not None:
                 self._stderr.close()
 
-    async def _connect(self, stack: AsyncExitStack) -> None:
+    async def _open(self, stack: AsyncExitStack) -> ClientSession:
         if self.spec.url is not None:
             http = create_mcp_http_client(headers=dict(self.spec.headers))
             await stack.enter_async_context(http)
-            read, write = await stack.enter_async_context(streamable_http_client(self.spec.url, http_client=http))
+            read, write = await stack.enter_async_context(
+                streamable_http_client(self.spec.url, http_client=http)
+            )
         else:
-            self._stderr = stack.enter_context(tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace"))
+            self._stderr = stack.enter_context(
+                tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
+            )
             params = StdioServerParameters(
                 command=self.spec.command or "",
                 args=list(self.spec.args),
@@ -180,16 +189,22 @@ class Upstream:
             )
             read, write = await stack.enter_async_context(stdio_client(params, errlog=self._stderr))
         dispatcher: JSONRPCDispatcher[Any] = JSONRPCDispatcher(read, write)
-        session = ClientSession(dispatcher=dispatcher, message_handler=self._on_message, client_info=_CLIENT_INFO)
+        session = ClientSession(
+            dispatcher=dispatcher, message_handler=self._on_message, client_info=_CLIENT_INFO
+        )
         await stack.enter_async_context(session)
         self._dispatcher = dispatcher
+        return session
+
+    async def _initialize(self, session: ClientSession) -> None:
+        assert self._dispatcher is not None
         # Initialise raw, so server info and capabilities are recorded exactly as sent.
         init_params = types.InitializeRequestParams(
             protocol_version=LATEST_HANDSHAKE_VERSION,
             capabilities=types.ClientCapabilities(),
             client_info=_CLIENT_INFO,
         ).model_dump(by_alias=True, mode="json", exclude_none=True)
-        raw = await dispatcher.send_raw_request("initialize", init_params, {"cancel_on_abandon": False})
+        raw = await self._dispatcher.send_raw_request("initialize", init_params, {"cancel_on_abandon": False})
         session.adopt(types.InitializeResult.model_validate(raw))
         self.initialize_result = raw
         self.protocol_version = session.protocol_version or LATEST_HANDSHAKE_VERSION
@@ -230,7 +245,9 @@ class Upstream:
                 ``CONNECTION_CLOSED``, message naming the server and its stderr tail) or timed out.
         """
         if self._dispatcher is None:
-            raise MCPError(code=types.CONNECTION_CLOSED, message=f"upstream {self.spec.describe()} is not connected")
+            raise MCPError(
+                code=types.CONNECTION_CLOSED, message=f"upstream {self.spec.describe()} is not connected"
+            )
         opts: dict[str, Any] = {"headers": {MCP_PROTOCOL_VERSION_HEADER: self.protocol_version}}
         if request_id is not None:
             opts["request_id"] = request_id

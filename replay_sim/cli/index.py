@@ -1,0 +1,78 @@
+"""Index and evaluation commands: ``index build`` and ``eval``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from tqdm import tqdm
+
+from replay_sim.calibration import MatchConfig
+from replay_sim.cli import cli, db_option
+from replay_sim.embedding import CachedEmbedder, default_embedder
+from replay_sim.evaluate import compare, load_probes, render
+from replay_sim.index import DEFAULT_INDEX_DIR, build_index
+from replay_sim.resolver import Resolver
+from replay_sim.store import Store
+
+index_dir_option = click.option(
+    "--index-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=DEFAULT_INDEX_DIR,
+    show_default=True,
+    help="Vector index folder.",
+)
+config_option = click.option(
+    "--config",
+    "config_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Matching config (TOML: thresholds and per-tool overrides).",
+)
+
+
+def _config(path: Path | None) -> MatchConfig:
+    return MatchConfig.load(path) if path else MatchConfig()
+
+
+@cli.group("index")
+def index_group() -> None:
+    """Build the vector index of a store."""
+
+
+@index_group.command("build")
+@db_option
+@index_dir_option
+@config_option
+def build_command(db: Path, index_dir: Path, config_path: Path | None) -> None:
+    """Embed new recordings and bring the index up to date (incremental)."""
+    with Store(db) as store:
+        resolver = Resolver(store, config=_config(config_path), index_dir=index_dir)
+        embedder = CachedEmbedder(default_embedder(), store)
+        with tqdm(total=0, unit="call", desc="indexing", disable=None) as bar:
+
+            def progress(done: int, total: int) -> None:
+                bar.total = total
+                bar.update(done - bar.n)
+
+            index = build_index(store, resolver.tool_schema, embedder, index_dir, progress=progress)
+    parts = len(index.partitions)
+    vectors = sum(len(p) for p in index.partitions.values())
+    click.echo(
+        f"index {index_dir}: {vectors} calls in {parts} partitions "
+        f"({embedder.encoded} embedded, {embedder.reused} from cache)"
+    )
+
+
+@cli.command("eval")
+@click.argument("probes", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@db_option
+@index_dir_option
+@config_option
+@click.option("--baselines/--no-baselines", default=True, show_default=True, help="Also score the baselines.")
+def eval_command(probes: Path, db: Path, index_dir: Path, config_path: Path | None, baselines: bool) -> None:
+    """Score the resolver on PROBES.jsonl (live truth) against exact-only and naive baselines."""
+    with Store(db) as store:
+        resolver = Resolver(store, config=_config(config_path), index_dir=index_dir)
+        embedder = CachedEmbedder(default_embedder(), store) if baselines else None
+        reports = compare(store, load_probes(probes), resolver, embedder)
+    click.echo(render(reports))

@@ -1,0 +1,141 @@
+"""``replay-sim record``: run the recording proxy in front of real MCP servers."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import anyio
+import click
+
+from replay_sim.cli import cli, db_option
+from replay_sim.config import RecorderConfig, load_config
+from replay_sim.errors import ConfigError
+from replay_sim.recorder import record_stdio
+from replay_sim.recorder_http import record_http
+from replay_sim.redaction import DEFAULT_KEY_GLOBS, Redactor
+from replay_sim.upstream import UpstreamSpec
+
+
+def _env(values: tuple[str, ...]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for item in values:
+        name, sep, value = item.partition("=")
+        if not sep:
+            if name not in os.environ:
+                raise ConfigError(f"--env {name}: not set in the recorder's environment (or pass {name}=VALUE)")
+            value = os.environ[name]
+        env[name] = value
+    return env
+
+
+def _headers(values: tuple[str, ...]) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    for item in values:
+        name, sep, value = item.partition(":")
+        if not sep or not name.strip():
+            raise ConfigError(f"--header {item!r}: expected 'Name: value'")
+        headers[name.strip()] = value.strip()
+    return headers
+
+
+def _address(value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ConfigError(f"--http {value!r}: expected HOST:PORT, e.g. 127.0.0.1:8765")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+@cli.command("record", context_settings={"ignore_unknown_options": True})
+@db_option
+@click.option("--name", help="Recorded server name (default: from the command or URL; with --config: the one to serve).")
+@click.option("--http", "http", metavar="HOST:PORT", help="Serve clients over streamable HTTP at /mcp/<name>.")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path), help="TOML file of upstreams.")
+@click.option("--url", help="Record a streamable HTTP upstream instead of a command.")
+@click.option("-e", "--env", "env", multiple=True, metavar="NAME[=VALUE]", help="Environment for the upstream.")
+@click.option("-H", "--header", "header", multiple=True, metavar="'NAME: VALUE'", help="HTTP header for --url.")
+@click.option("--cwd", type=click.Path(file_okay=False, path_type=Path), help="Working directory of the upstream.")
+@click.option("--redact-key", multiple=True, metavar="GLOB", help="Extra object-key glob whose values are redacted.")
+@click.option("--redact-pattern", multiple=True, metavar="REGEX", help="Regex whose matches are redacted.")
+@click.option("--timeout", type=float, help="Seconds to wait for one upstream answer.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def record_command(
+    db: Path,
+    name: str | None,
+    http: str | None,
+    config_file: Path | None,
+    url: str | None,
+    env: tuple[str, ...],
+    header: tuple[str, ...],
+    cwd: Path | None,
+    redact_key: tuple[str, ...],
+    redact_pattern: tuple[str, ...],
+    timeout: float | None,
+    command: tuple[str, ...],
+) -> None:
+    """Record real MCP servers while proxying a client to them.
+
+    \b
+    replay-sim record [--db PATH] [--name NAME] -- mcp-server-git --repository .
+    replay-sim record --http 127.0.0.1:8765 --url http://127.0.0.1:9000/mcp
+    replay-sim record --config server/record.example.toml --http 127.0.0.1:8765
+
+    Without --http the proxy serves one client over stdin/stdout, so an MCP client config can
+    launch it in place of the real server.
+    """
+    config = _config(config_file, name, url, env, header, cwd, timeout, command)
+    extra_keys = tuple(redact_key)
+    if extra_keys or redact_pattern:
+        base = config.redactor
+        config = RecorderConfig(
+            config.servers,
+            Redactor(
+                key_globs=(*base.key_globs, *extra_keys),
+                patterns=(*base.patterns, *redact_pattern),
+                replacement=base.replacement,
+            ),
+        )
+    if http is not None:
+        host, port = _address(http)
+
+        def ready(base_url: str) -> None:
+            for server in config.servers:
+                click.echo(f"replay-sim: recording {server} into {db} at {base_url}/mcp/{server}", err=True)
+
+        anyio.run(lambda: record_http(config.servers, store=db, host=host, port=port, redactor=config.redactor, on_ready=ready))
+        return
+    if len(config.servers) != 1:
+        if name is None or name not in config.servers:
+            raise ConfigError(
+                f"{config_file}: {len(config.servers)} upstreams; serve them with --http HOST:PORT, "
+                f"or pick one for stdio with --name ({', '.join(config.servers)})"
+            )
+    server = name if name in config.servers else next(iter(config.servers))
+    click.echo(f"replay-sim: recording {server} into {db} (stdio)", err=True)
+    spec = config.servers[server]
+    anyio.run(lambda: record_stdio(spec, store=db, name=server, redactor=config.redactor))
+
+
+def _config(
+    config_file: Path | None,
+    name: str | None,
+    url: str | None,
+    env: tuple[str, ...],
+    header: tuple[str, ...],
+    cwd: Path | None,
+    timeout: float | None,
+    command: tuple[str, ...],
+) -> RecorderConfig:
+    if config_file is not None:
+        if command or url:
+            raise ConfigError("give either --config FILE or an upstream (-- COMMAND... or --url), not both")
+        return load_config(config_file)
+    if bool(command) == bool(url):
+        raise ConfigError("nothing to record: give -- COMMAND ARGS..., --url URL, or --config FILE")
+    if url is not None:
+        spec = UpstreamSpec(url=url, headers=_headers(header), timeout=timeout)
+    else:
+        spec = UpstreamSpec(
+            command=command[0], args=tuple(command[1:]), env=_env(env), cwd=str(cwd) if cwd else None, timeout=timeout
+        )
+    return RecorderConfig({name or spec.default_name(): spec}, Redactor(key_globs=DEFAULT_KEY_GLOBS))

@@ -1,0 +1,196 @@
+"""The recorder config file (TOML): which upstreams to record and what to redact.
+
+Example (``server/record.example.toml`` is the annotated version)::
+
+    [redaction]
+    keys = ["*token*", "*secret*", "*password*", "authorization", "api_key"]
+    patterns = ["ghp_[A-Za-z0-9]{36}"]
+    replacement = "[REDACTED]"
+
+    [servers.git]
+    command = "mcp-server-git"
+    args = ["--repository", "."]
+    env = { GIT_TOKEN = "${GIT_TOKEN}" }
+
+    [servers.remote]
+    url = "http://127.0.0.1:9000/mcp"
+    headers = { Authorization = "Bearer ${REMOTE_TOKEN}" }
+
+``${NAME}`` in ``env``/``headers`` values is read from the recorder's environment, so secrets need
+not live in the file. Every mistake raises :class:`ConfigError` naming the file, the entry and
+what is wrong.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from replay_sim.errors import ConfigError
+from replay_sim.redaction import DEFAULT_KEY_GLOBS, REDACTED, Redactor
+from replay_sim.upstream import UpstreamSpec
+
+__all__ = ["RecorderConfig", "load_config", "parse_config"]
+
+_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_SERVER_KEYS = {"command", "args", "env", "cwd", "url", "headers", "timeout", "startup_timeout"}
+_REDACTION_KEYS = {"keys", "patterns", "replacement"}
+
+
+@dataclass(frozen=True)
+class RecorderConfig:
+    """A parsed recorder config: upstreams by server name, and the redaction rules."""
+
+    servers: dict[str, UpstreamSpec]
+    redactor: Redactor = field(default_factory=Redactor)
+
+
+def load_config(path: str | Path) -> RecorderConfig:
+    """Read and validate a recorder config file.
+
+    Args:
+        path: The TOML file.
+
+    Returns:
+        The parsed config.
+
+    Raises:
+        ConfigError: The file is missing, not TOML, or an entry is invalid (names file and entry).
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the recorder config: {exc.strerror or exc}") from exc
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    return parse_config(data, source=str(path))
+
+
+def parse_config(data: dict[str, Any], *, source: str = "<config>") -> RecorderConfig:
+    """Validate an already-parsed config mapping (see the module docstring for the format).
+
+    Raises:
+        ConfigError: Naming ``source``, the entry and the problem.
+    """
+    unknown = set(data) - {"servers", "redaction"}
+    if unknown:
+        raise ConfigError(
+            f"{source}: unknown top-level key(s) {sorted(unknown)}; expected [servers.NAME], [redaction]"
+        )
+    servers_table = data.get("servers")
+    if not isinstance(servers_table, dict) or not servers_table:
+        raise ConfigError(
+            f"{source}: no upstreams; add at least one [servers.NAME] table with command or url"
+        )
+    servers: dict[str, UpstreamSpec] = {}
+    for name, entry in servers_table.items():
+        servers[name] = _server(name, entry, f"{source}: [servers.{name}]")
+    return RecorderConfig(servers, _redactor(data.get("redaction", {}), f"{source}: [redaction]"))
+
+
+def _server(name: str, entry: Any, where: str) -> UpstreamSpec:
+    if not _NAME.match(name):
+        raise ConfigError(
+            f"{where}: a server name may use only letters, digits, '_', '.', '-' (it is a URL path)"
+        )
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{where}: must be a table with command or url")
+    unknown = set(entry) - _SERVER_KEYS
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)}; allowed: {sorted(_SERVER_KEYS)}")
+    if ("command" in entry) == ("url" in entry):
+        raise ConfigError(f"{where}: needs exactly one of 'command' (stdio) or 'url' (streamable HTTP)")
+    if "url" in entry:
+        url = _string(entry, "url", where)
+        if not url.startswith(("http://", "https://")):
+            raise ConfigError(f"{where}: 'url' must start with http:// or https://, got {url!r}")
+        for key in ("args", "env", "cwd"):
+            if key in entry:
+                raise ConfigError(f"{where}: {key!r} applies to a command, not a url")
+        return UpstreamSpec(url=url, headers=_strings(entry, "headers", where), **_timeouts(entry, where))
+    args = entry.get("args", [])
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        raise ConfigError(f"{where}: 'args' must be a list of strings")
+    if "headers" in entry:
+        raise ConfigError(f"{where}: 'headers' applies to a url, not a command")
+    cwd = _string(entry, "cwd", where) if "cwd" in entry else None
+    return UpstreamSpec(
+        command=_string(entry, "command", where),
+        args=tuple(args),
+        env=_strings(entry, "env", where),
+        cwd=cwd,
+        **_timeouts(entry, where),
+    )
+
+
+def _string(entry: dict[str, Any], key: str, where: str) -> str:
+    value = entry[key]
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{where}: {key!r} must be a non-empty string")
+    return value
+
+
+def _strings(entry: dict[str, Any], key: str, where: str) -> dict[str, str]:
+    table = entry.get(key, {})
+    if not isinstance(table, dict):
+        raise ConfigError(f'{where}: {key!r} must be a table of strings, e.g. {key} = {{ NAME = "value" }}')
+    out: dict[str, str] = {}
+    for name, value in table.items():
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: {key}.{name} must be a string")
+        out[name] = _expand(value, f"{where}: {key}.{name}")
+    return out
+
+
+def _expand(value: str, where: str) -> str:
+    def lookup(match: re.Match[str]) -> str:
+        var = match.group(1)
+        if var not in os.environ:
+            raise ConfigError(f"{where}: environment variable {var} is not set")
+        return os.environ[var]
+
+    return _VAR.sub(lookup, value)
+
+
+def _timeouts(entry: dict[str, Any], where: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for key in ("timeout", "startup_timeout"):
+        if key in entry:
+            value = entry[key]
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                raise ConfigError(f"{where}: {key!r} must be a positive number of seconds")
+            out[key] = float(value)
+    return out
+
+
+def _redactor(table: Any, where: str) -> Redactor:
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where}: must be a table")
+    unknown = set(table) - _REDACTION_KEYS
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)}; allowed: {sorted(_REDACTION_KEYS)}")
+    keys = table.get("keys", list(DEFAULT_KEY_GLOBS))
+    patterns = table.get("patterns", [])
+    for key, value in (("keys", keys), ("patterns", patterns)):
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise ConfigError(f"{where}: {key!r} must be a list of non-empty strings")
+    compiled = []
+    for pattern in patterns:
+        try:
+            compiled.append(re.compile(pattern))
+        except re.error as exc:
+            raise ConfigError(
+                f"{where}: pattern {pattern!r} is not a valid regular expression: {exc}"
+            ) from exc
+    replacement = table.get("replacement", REDACTED)
+    if not isinstance(replacement, str):
+        raise ConfigError(f"{where}: 'replacement' must be a string")
+    return Redactor(key_globs=keys, patterns=compiled, replacement=replacement)

@@ -1,0 +1,129 @@
+"""``replay-sim demo``: replay the shipped recordings and show the three kinds of answer.
+
+The recordings in ``fixtures/demo/*.jsonl`` (a real session with the npm reference server
+``server-memory``) are imported into a temporary store and served over HTTP; a scripted MCP
+client then makes an exact call, a reworded one the semantic tier answers, and one no recording
+answers — printing the provenance and, for the miss, its diagnostics.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import uvicorn
+from mcp import Client
+
+from replay_sim.admin import create_app
+from replay_sim.calibration import MatchConfig
+from replay_sim.errors import ConfigError
+from replay_sim.interchange import import_jsonl
+from replay_sim.replay import MATCH_META_KEY, Replay
+from replay_sim.resolver import Resolver
+from replay_sim.store import Store
+
+__all__ = ["DEMO_FIXTURES", "SCRIPT", "import_demo", "run_demo", "run_script"]
+
+DEMO_FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "demo"
+EPISODE = "demo-episode"
+SCRIPT: list[tuple[str, str, dict[str, Any]]] = [
+    ("exact hit: the recorded session, call for call", "read_graph", {}),
+    ("", "create_entities", {}),  # arguments filled from the recording
+    ("", "create_relations", {}),
+    ("exact hit", "search_nodes", {"query": "Ada Lovelace"}),
+    ("semantic hit: not recorded verbatim, same meaning", "search_nodes", {"query": "ada lovelace"}),
+    ("miss: nothing recorded comes close enough", "search_nodes", {"query": "quantum chromodynamics"}),
+]
+
+
+def import_demo(db: Path, fixtures: Path = DEMO_FIXTURES) -> Store:
+    """Import every ``*.jsonl`` demo fixture into a new store at ``db``.
+
+    Raises:
+        ConfigError: The fixture folder has no recordings.
+    """
+    files = sorted(fixtures.glob("*.jsonl"))
+    if not files:
+        raise ConfigError(f"{fixtures}: no demo recordings (*.jsonl); is this a source checkout?")
+    store = Store(db)
+    for file in files:
+        import_jsonl(store, file)
+    return store
+
+
+def _recorded_arguments(store: Store, tool: str) -> dict[str, Any]:
+    found = store.recordings("memory", method="tools/call", name=tool, limit=1)
+    return found[0].arguments if found else {}
+
+
+async def run_script(url: str, store: Store, echo: Callable[[str], Any] = print) -> list[dict[str, Any]]:
+    """Run the scripted client against a replay server at ``url``; returns the provenance of each call."""
+    seen: list[dict[str, Any]] = []
+    async with Client(url, mode="legacy") as client:
+        echo(f"connected to {url}: {client.server_info.name if client.server_info else '?'}")
+        tools = await client.list_tools()
+        echo(f"tools/list: {', '.join(t.name for t in tools.tools)}")
+        for title, tool, arguments in SCRIPT:
+            arguments = arguments or _recorded_arguments(store, tool)
+            result = await client.call_tool(tool, arguments, meta={"replay-sim/episode": EPISODE})
+            match = (result.meta or {}).get(MATCH_META_KEY, {})
+            seen.append(match)
+            if title:
+                echo(f"\n== {title}")
+            shown = json.dumps(arguments, ensure_ascii=False)[:70]
+            status, score, recording = match.get("status"), match.get("score"), match.get("recording")
+            echo(f"{tool} {shown} -> {status} (score {score}, recording #{recording})")
+            if match.get("status") == "miss":
+                text = "".join(getattr(c, "text", "") for c in result.content)
+                echo("   " + text.replace("\n", "\n   "))
+    return seen
+
+
+def run_demo(
+    host: str = "127.0.0.1", port: int = 8765, *, once: bool = False, echo: Callable[[str], Any] = print
+) -> None:
+    """Serve the demo recordings, run the scripted client, then keep serving unless ``once``.
+
+    Args:
+        host: Interface to bind.
+        port: TCP port (0 picks a free one).
+        once: Stop after the scripted client.
+        echo: Where to print.
+    """
+    with tempfile.TemporaryDirectory(prefix="replay-sim-demo-") as tmp:
+        store = import_demo(Path(tmp) / "demo.db")
+        config_file = DEMO_FIXTURES / "replay-sim.toml"
+        config = MatchConfig.load(config_file) if config_file.is_file() else None
+        replay = Replay(store, resolver=Resolver(store, config=config, index_dir=Path(tmp) / "index"))
+        server = uvicorn.Server(
+            uvicorn.Config(create_app(replay, host=host), host=host, port=port, log_level="warning")
+        )
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        try:
+            anyio.run(_wait_started, server)
+            bound = server.servers[0].sockets[0].getsockname()[1] if server.servers else port
+            base = f"http://{host}:{bound}"
+            echo(f"replaying {', '.join(replay.names())} from {DEMO_FIXTURES} at {base}/mcp/<server>")
+            anyio.run(run_script, f"{base}/mcp/memory", store, echo)
+            if once:
+                return
+            echo(f"\ndashboard {base}/ · admin API {base}/docs · Ctrl-C to stop")
+            thread.join()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            server.should_exit = True
+            thread.join(timeout=10)
+            store.close()
+
+
+async def _wait_started(server: uvicorn.Server) -> None:
+    with anyio.fail_after(60):
+        while not server.started:
+            await anyio.sleep(0.02)

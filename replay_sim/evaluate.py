@@ -1,0 +1,232 @@
+"""Evaluation against live truth: score a resolver on probes the real server answered.
+
+A probe is a sequence of calls made from a known initial state; each step carries ``truth``, what
+the real server answered. A step is *answerable* when some recording of the same server, method
+and name holds exactly that answer (``_meta`` aside). Each step is scored as:
+
+- **correct hit** — the served recording's answer equals the truth;
+- **wrong hit** — a recording was served, but the real server said something else;
+- **correct miss** — nothing served, and no recording holds the truth;
+- **needless miss** — nothing served, although a recording holds the truth.
+
+precision = correct / (correct + wrong); recall = correct / answerable. Baselines run on the same
+probes: an exact-key cache (earliest recording, no history) and a naive nearest neighbour over
+whole-call embeddings (top-1 accepted at a fixed cosine).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from replay_sim.canonical import call_identity, call_key, canonical_json
+from replay_sim.embedding import Embedder
+from replay_sim.errors import InterchangeError
+from replay_sim.resolver import Resolver
+from replay_sim.store import Recording, Store
+from replay_sim.toolstate import answer_of
+
+__all__ = ["Outcome", "Probe", "Report", "compare", "evaluate", "load_probes", "render"]
+
+# (server, method, params, history) -> (served recording or None, key to append to history)
+ResolveFn = Callable[[str, str, dict[str, Any], list[str]], tuple[Recording | None, str]]
+
+
+class Outcome(StrEnum):
+    """How one probe step was scored."""
+
+    CORRECT_HIT = "correct_hit"
+    """Served a recording whose answer is what the real server said."""
+    WRONG_HIT = "wrong_hit"
+    """Served a recording whose answer the real server did not give."""
+    CORRECT_MISS = "correct_miss"
+    """Served nothing, and no recording holds the real answer."""
+    NEEDLESS_MISS = "needless_miss"
+    """Served nothing, although a recording holds the real answer."""
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """A call sequence run from the initial state, with the real server's answer to each step."""
+
+    id: str
+    category: str
+    server: str
+    steps: list[dict[str, Any]]
+
+
+def load_probes(path: str | Path) -> list[Probe]:
+    """Read a probes JSONL file (format: ``fixtures/probes/README.md``).
+
+    Raises:
+        InterchangeError: A line is not JSON or lacks ``id``, ``category``, ``server`` or ``steps``.
+    """
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise InterchangeError(f"{path}: cannot read probes: {exc.strerror}") from exc
+    probes = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            probes.append(Probe(str(obj["id"]), str(obj["category"]), str(obj["server"]), list(obj["steps"])))
+            for step in obj["steps"]:
+                step["method"], step["params"], step["truth"]  # noqa: B018 - presence check
+        except (ValueError, KeyError, TypeError) as exc:
+            raise InterchangeError(f"{path}:{number}: not a probe ({exc!r}); see fixtures/probes/README.md") from exc
+    return probes
+
+
+def _truth(step: dict[str, Any]) -> str:
+    truth = step["truth"]
+    result = truth.get("result")
+    result = None if result is None else {k: v for k, v in result.items() if k != "_meta"}
+    return canonical_json({"result": result, "error": truth.get("error")})
+
+
+@dataclass
+class Report:
+    """Outcome counts per probe category, with precision and recall."""
+
+    counts: dict[str, dict[Outcome, int]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(int)))
+
+    def add(self, category: str, outcome: Outcome) -> None:
+        """Count one scored step."""
+        self.counts[category][outcome] += 1
+
+    def total(self, category: str | None = None) -> dict[Outcome, int]:
+        """Counts of one category, or of all."""
+        cats = [category] if category else list(self.counts)
+        return {o: sum(self.counts[c][o] for c in cats) for o in Outcome}
+
+    @staticmethod
+    def rates(counts: dict[Outcome, int]) -> tuple[float, float]:
+        """``(precision, recall)``; 1.0 when undefined (nothing served / nothing answerable)."""
+        correct, wrong = counts[Outcome.CORRECT_HIT], counts[Outcome.WRONG_HIT]
+        answerable = correct + counts[Outcome.NEEDLESS_MISS]
+        # A wrong hit is always counted against precision; it is answerable only if the truth was recorded.
+        return (correct / (correct + wrong) if correct + wrong else 1.0), (correct / answerable if answerable else 1.0)
+
+
+def evaluate(store: Store, probes: Sequence[Probe], resolve: ResolveFn) -> Report:
+    """Score one resolver on probes.
+
+    Args:
+        store: The recordings the resolver answers from.
+        probes: Probes with live truth.
+        resolve: The system under test (see :data:`ResolveFn`).
+
+    Returns:
+        The per-category report.
+    """
+    answers: dict[tuple[str, str, str], set[str]] = defaultdict(set)
+    for rec in store.recordings():
+        answers[(rec.server, rec.method, rec.name)].add(answer_of(rec))
+    report = Report()
+    for probe in probes:
+        history: list[str] = []
+        for step in probe.steps:
+            name, _ = call_identity(step["method"], step["params"])
+            truth = _truth(step)
+            answerable = truth in answers[(probe.server, step["method"], name)]
+            served, key = resolve(probe.server, step["method"], step["params"], history)
+            history.append(key)
+            if served is None:
+                outcome = Outcome.NEEDLESS_MISS if answerable else Outcome.CORRECT_MISS
+            else:
+                outcome = Outcome.CORRECT_HIT if answer_of(served) == truth else Outcome.WRONG_HIT
+            report.add(probe.category, outcome)
+    return report
+
+
+def _replay_sim(resolver: Resolver) -> ResolveFn:
+    def resolve(server: str, method: str, params: dict[str, Any], history: list[str]) -> tuple[Recording | None, str]:
+        found = resolver.resolve(server, method, params, history)
+        return found.recording, found.key
+
+    return resolve
+
+
+def _exact_only(store: Store) -> ResolveFn:
+    def resolve(server: str, method: str, params: dict[str, Any], history: list[str]) -> tuple[Recording | None, str]:
+        name, args = call_identity(method, params)
+        key = call_key(server, method, name, args)
+        found = store.recordings(key=key, limit=1)
+        return (found[0] if found else None), key
+
+    return resolve
+
+
+def _whole_call(server: str, method: str, name: str, args: dict[str, Any]) -> str:
+    return f"{server} {method} {name} {canonical_json(args)}"
+
+
+def _naive(store: Store, embedder: Embedder, threshold: float) -> ResolveFn:
+    recordings = store.recordings()
+    vectors = embedder.encode([_whole_call(r.server, r.method, r.name, r.arguments) for r in recordings])
+    by_server: dict[str, list[int]] = defaultdict(list)
+    for i, rec in enumerate(recordings):
+        by_server[rec.server].append(i)
+
+    def resolve(server: str, method: str, params: dict[str, Any], history: list[str]) -> tuple[Recording | None, str]:
+        name, args = call_identity(method, params)
+        rows = by_server.get(server, [])
+        if not rows:
+            return None, ""
+        query = embedder.encode([_whole_call(server, method, name, args)])[0]
+        scores = vectors[rows] @ query
+        best = int(np.argmax(scores))
+        return (recordings[rows[best]] if scores[best] >= threshold else None), ""
+
+    return resolve
+
+
+def compare(
+    store: Store, probes: Sequence[Probe], resolver: Resolver, embedder: Embedder | None = None
+) -> dict[str, Report]:
+    """Score replay-sim and the baselines on the same probes.
+
+    Args:
+        store: The recordings.
+        probes: Probes with live truth.
+        resolver: The replay-sim resolver to score.
+        embedder: Embedder for the naive baseline (None: skip it).
+
+    Returns:
+        Reports by system name, replay-sim last.
+    """
+    reports = {"exact-only cache": evaluate(store, probes, _exact_only(store))}
+    if embedder is not None:
+        for threshold in (0.8, 0.9):
+            reports[f"naive NN @{threshold}"] = evaluate(store, probes, _naive(store, embedder, threshold))
+    reports["replay-sim"] = evaluate(store, probes, _replay_sim(resolver))
+    return reports
+
+
+def render(reports: dict[str, Report], by_category: str | None = "replay-sim") -> str:
+    """A Markdown table: one row per system, then one per category of ``by_category``."""
+    head = "| system | correct hit | wrong hit | correct miss | needless miss | precision | recall |\n|---|---|---|---|---|---|---|"
+    rows = [head]
+
+    def row(label: str, counts: dict[Outcome, int]) -> str:
+        precision, recall = Report.rates(counts)
+        cells = " | ".join(str(counts[o]) for o in Outcome)
+        return f"| {label} | {cells} | {precision:.1%} | {recall:.1%} |"
+
+    for name, report in reports.items():
+        rows.append(row(name, report.total()))
+    if by_category and by_category in reports:
+        report = reports[by_category]
+        for category in sorted(report.counts):
+            rows.append(row(f"{by_category}: {category}", report.total(category)))
+    return "\n".join(rows)

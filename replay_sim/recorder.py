@@ -1,0 +1,459 @@
+"""The recording proxy: an MCP server that forwards to real servers and records what they answer.
+
+::
+
+    MCP client ──stdio or HTTP /mcp/<name>──► Recorder ──stdio or HTTP──► real server
+                                                 │ server info, listings, calls (redacted)
+                                                 ▼
+                                            Store (SQLite)
+
+Each downstream MCP session gets its own upstream connection (a fresh server process for a
+command, a fresh HTTP session for a URL) and its own store session, so a server crashing under one
+client leaves the others working. The proxy is a low-level SDK ``Server`` whose single middleware
+answers every request itself, *raw*: params are rebuilt (the 2026 ``_meta`` envelope is never
+forwarded to a handshake-era upstream) and results are handed back exactly as the upstream sent
+them — and only after their row is committed. Progress and log notifications are forwarded to the
+client and recorded with the call they belong to.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+import anyio.lowlevel
+import mcp_types as types
+from mcp.server.connection import allowed_log_levels
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+from mcp.shared.exceptions import MCPError
+from mcp_types import LOG_LEVEL_META_KEY, SERVER_INFO_META_KEY
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
+
+from replay_sim.errors import StoreError, UpstreamError
+from replay_sim.redaction import Redactor
+from replay_sim.store import LISTING_METHODS, ServerRecord, Store
+from replay_sim.upstream import Upstream, UpstreamSpec
+
+__all__ = ["EPISODE_HEADER", "EPISODE_META_KEY", "RECORDED_METHODS", "Recorder", "record_stdio", "recording"]
+
+RECORDED_METHODS = frozenset({"tools/call", "resources/read", "prompts/get", "completion/complete"})
+"""Requests recorded as calls; listings go to :meth:`Store.put_listing`, the rest is only forwarded."""
+EPISODE_META_KEY = "replay-sim/episode"
+EPISODE_HEADER = "x-replay-episode"
+_LIST_FIELDS = {
+    "tools/list": "tools",
+    "resources/list": "resources",
+    "resources/templates/list": "resourceTemplates",
+    "prompts/list": "prompts",
+}
+_RESERVED_META_PREFIX = "io.modelcontextprotocol/"
+# 2026-era results of these methods must carry cache hints; a proxy's answers are never cacheable.
+_CACHEABLE = frozenset({*_LIST_FIELDS, "resources/read", "server/discover"})
+
+
+@dataclass
+class _Call:
+    """A forwarded request waiting for its answer; collects the notifications that belong to it."""
+
+    ctx: ServerRequestContext[Any, Any]
+    notifications: list[dict[str, Any]] = field(default_factory=list)
+
+
+class _Session:
+    """One downstream MCP session: its upstream connection and its store session."""
+
+    def __init__(self, proxy: _ServerProxy, upstream: Upstream, store_session: str, outbound: Any) -> None:
+        self.proxy = proxy
+        self.upstream = upstream
+        self.store_session = store_session
+        self.outbound = outbound  # the connection's standalone channel, if it has one
+        self.inflight: dict[str, _Call] = {}
+        self.pages: dict[str, dict[str, Any]] = {}
+        upstream.on_notification = self.on_notification
+
+    async def close(self) -> None:
+        await self.upstream.close()
+
+    async def forward(self, ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
+        """Send one downstream request upstream, record it, and return the result to hand back."""
+        method = ctx.method
+        params = {k: v for k, v in (ctx.params or {}).items() if k != "_meta"}
+        meta = dict((ctx.params or {}).get("_meta") or {})
+        # Rebuild _meta: the 2026 envelope and our episode key are not the upstream's business.
+        meta = {
+            k: v
+            for k, v in meta.items()
+            if not k.startswith(_RESERVED_META_PREFIX) and k not in (EPISODE_META_KEY, "progressToken")
+        }
+        request_id = self.upstream.next_request_id()
+        recorded = method in RECORDED_METHODS
+        if recorded:
+            meta["progressToken"] = request_id  # always ask, so the recording holds the progress
+        out = {**params, "_meta": meta} if meta else params
+        call = _Call(ctx)
+        self.inflight[request_id] = call
+        result: dict[str, Any] | None = None
+        error: dict[str, Any] | None = None
+        started = time.perf_counter()
+        try:
+            result = await self.upstream.request(method, out, request_id=request_id)
+        except MCPError as exc:
+            error = {"code": exc.error.code, "message": exc.error.message, "data": exc.error.data}
+        latency_ms = (time.perf_counter() - started) * 1000
+        # Notifications are handled in tasks spawned before the response was read; let them land.
+        await anyio.lowlevel.checkpoint()
+        del self.inflight[request_id]
+
+        if recorded:
+            await self.proxy.recorder.write(
+                partial(
+                    self.proxy.recorder.store.record_call,
+                    self.proxy.name,
+                    method,
+                    self.proxy.redactor.redact(params),
+                    result=self.proxy.redactor.redact(result),
+                    error=self.proxy.redactor.redact(error),
+                    session=self.store_session,
+                    latency_ms=round(latency_ms, 3),
+                    notifications=self.proxy.redactor.redact(call.notifications),
+                ),
+                f"{method} {params.get('name') or params.get('uri') or ''}".strip(),
+            )
+        elif method in LISTING_METHODS and result is not None:
+            await self._record_listing(method, params, result)
+        if error is not None:
+            raise MCPError(code=error["code"], message=error["message"], data=error["data"])
+        assert result is not None
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            return self.proxy.modern_result(method, result)
+        return result
+
+    async def _record_listing(self, method: str, params: dict[str, Any], result: dict[str, Any]) -> None:
+        """Record a listing; cursor pages are merged and recorded once the last page arrives."""
+        items = _LIST_FIELDS[method]
+        if params.get("cursor") is None:
+            merged = {k: v for k, v in result.items() if k != "nextCursor"}
+        else:
+            previous = self.pages.get(method)
+            if previous is None:
+                return  # a page of a listing whose first page we did not see
+            merged = {**previous, items: [*previous.get(items, []), *result.get(items, [])]}
+        if result.get("nextCursor") is not None:
+            self.pages[method] = merged
+            return
+        self.pages.pop(method, None)
+        store = self.proxy.recorder.store
+        redacted = self.proxy.redactor.redact(merged, keys=False)
+        await self.proxy.recorder.write(partial(store.put_listing, self.proxy.name, method, redacted), method)
+
+    async def on_notification(self, method: str, params: dict[str, Any]) -> None:
+        """Record an upstream notification with its call and forward it downstream."""
+        if method == "notifications/progress":
+            call = self.inflight.get(str(params.get("progressToken")))
+            if call is None:
+                return
+            call.notifications.append({"method": method, "params": _without(params, "progressToken")})
+            # A no-op unless the client asked for progress on this request.
+            await call.ctx.session.report_progress(params.get("progress", 0), params.get("total"), params.get("message"))
+            return
+        calls = list(self.inflight.values())
+        if method == "notifications/message":
+            # stdio carries no request id on log messages: they belong to whatever is in flight.
+            for call in calls:
+                call.notifications.append({"method": method, "params": params})
+            if calls:
+                await self._log_to(calls[0].ctx, params)
+                return
+        if self.outbound is not None:
+            await self.outbound.notify(method, params)
+
+    async def _log_to(self, ctx: ServerRequestContext[Any, Any], params: dict[str, Any]) -> None:
+        level = params.get("level")
+        request_meta = (ctx.params or {}).get("_meta") or {}
+        if level not in allowed_log_levels(
+            ctx.protocol_version, {LOG_LEVEL_META_KEY: request_meta.get(LOG_LEVEL_META_KEY)}
+        ):
+            return  # a 2026 client that did not opt in to logs on this request gets none
+        notification = types.LoggingMessageNotification(
+            params=types.LoggingMessageNotificationParams.model_validate(params, by_name=False)
+        )
+        await ctx.session.send_notification(notification, related_request_id=ctx.request_id)
+
+
+class _ServerProxy:
+    """The downstream face of one named upstream: a low-level ``Server`` and its sessions."""
+
+    def __init__(self, recorder: Recorder, name: str, spec: UpstreamSpec) -> None:
+        self.recorder = recorder
+        self.name = name
+        self.spec = spec
+        self.redactor = recorder.redactor
+        self.initialize_result: dict[str, Any] = {}
+        self.server: Server[Any] = Server(name)
+        self.server.middleware.append(self._middleware)
+        self._spare: Upstream | None = None  # the probe connection, handed to the first session
+        self._episodes: dict[str, _Session] = {}
+        self._episode_lock = anyio.Lock()
+
+    async def start(self) -> None:
+        """Connect once (fail fast), record server info, keep the connection for the first session."""
+        upstream = await self.recorder.open_upstream(self.spec)
+        self._spare = upstream
+        self.initialize_result = upstream.initialize_result
+        init = self.initialize_result
+        record = ServerRecord(
+            self.name,
+            self.redactor.redact(init.get("serverInfo") or {}, keys=False),
+            self.redactor.redact(init.get("capabilities") or {}, keys=False),
+            init.get("protocolVersion"),
+            None if init.get("instructions") is None else self.redactor.text(init["instructions"]),
+        )
+        await self.recorder.write(partial(self.recorder.store.put_server, record), "server info")
+
+    # -- the middleware that answers everything --------------------------------------------
+
+    async def _middleware(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        if ctx.request_id is None:  # a notification (initialized, cancelled): the SDK's business
+            return await call_next(ctx)
+        method = ctx.method
+        if method == "initialize":
+            requested = (ctx.params or {}).get("protocolVersion")
+            negotiated = requested if requested in HANDSHAKE_PROTOCOL_VERSIONS else LATEST_HANDSHAKE_VERSION
+            return {**self.initialize_result, "protocolVersion": negotiated}
+        if method == "ping":
+            return await call_next(ctx)
+        if method == "server/discover":
+            return self._discover_result()
+        try:
+            session = await self._session_for(ctx)
+        except UpstreamError as exc:
+            raise MCPError(code=types.INTERNAL_ERROR, message=str(exc)) from exc
+        return await session.forward(ctx)
+
+    def _discover_result(self) -> dict[str, Any]:
+        result: dict[str, Any] = {
+            "supportedVersions": list(MODERN_PROTOCOL_VERSIONS),
+            "capabilities": self.initialize_result.get("capabilities") or {},
+        }
+        if self.initialize_result.get("instructions") is not None:
+            result["instructions"] = self.initialize_result["instructions"]
+        return self.modern_result("server/discover", result)
+
+    def modern_result(self, method: str, result: dict[str, Any]) -> dict[str, Any]:
+        """A 2026-era answer: the upstream's result plus what that era requires.
+
+        That is ``resultType``, the ``serverInfo`` stamp and, for cacheable methods, cache hints
+        saying "immediately stale, private" (a recording proxy must not be cached around).
+        """
+        out = {**result, "resultType": result.get("resultType") or "complete"}
+        if method in _CACHEABLE:
+            out.setdefault("ttlMs", 0)
+            out.setdefault("cacheScope", "private")
+        meta = out.get("_meta")
+        if meta is None or (isinstance(meta, dict) and meta.get(SERVER_INFO_META_KEY) is None):
+            out["_meta"] = {
+                **(meta or {}),
+                SERVER_INFO_META_KEY: self.initialize_result.get("serverInfo") or {},
+            }
+        return out
+
+    # -- sessions -----------------------------------------------------------------------------
+
+    async def _session_for(self, ctx: ServerRequestContext[Any, Any]) -> _Session:
+        connection = getattr(ctx.session, "_connection", None)  # SDK 2.3: not exposed publicly
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS or connection is None:
+            # The 2026 era has no sessions: an episode id (header or _meta) stands in for one.
+            return await self._episode_session(ctx)
+        state: dict[str, Any] = connection.state
+        lock = state.setdefault("replay-sim/lock", anyio.Lock())
+        async with lock:
+            session = state.get("replay-sim/session")
+            if session is None:
+                session = await self._new_session(getattr(connection, "outbound", None))
+                state["replay-sim/session"] = session
+                connection.exit_stack.push_async_callback(self._end_session, session)
+            return session
+
+    async def _episode_session(self, ctx: ServerRequestContext[Any, Any]) -> _Session:
+        meta = (ctx.params or {}).get("_meta") or {}
+        episode = meta.get(EPISODE_META_KEY)
+        request = ctx.request
+        if episode is None and request is not None:
+            episode = getattr(request, "headers", {}).get(EPISODE_HEADER)
+        key = str(episode or "")
+        async with self._episode_lock:
+            if key not in self._episodes:
+                self._episodes[key] = await self._new_session(None)
+            return self._episodes[key]
+
+    async def _new_session(self, outbound: Any) -> _Session:
+        upstream, self._spare = self._spare, None
+        if upstream is None or not upstream.alive:
+            upstream = await self.recorder.open_upstream(self.spec)
+        store = self.recorder.store
+        store_session = await self.recorder.write(partial(store.start_session, self.name), "session start")
+        session = _Session(self, upstream, store_session, outbound)
+        self.recorder.sessions.add(session)
+        return session
+
+    async def _end_session(self, session: _Session) -> None:
+        self.recorder.sessions.discard(session)
+        await session.close()
+
+
+class Recorder:
+    """Records one or more real MCP servers into a :class:`Store` while proxying clients to them.
+
+    Use as an async context manager: entering connects to every upstream once (raising
+    :class:`UpstreamError` if one does not start) and records its server info; then serve clients
+    with :meth:`serve_stdio` or the ASGI app from :func:`replay_sim.recorder_http.http_app`.
+
+    Args:
+        store: Where recordings go.
+        upstreams: Real servers by recorded server name.
+        redactor: Redaction rules; the upstreams' env and header values are always added.
+    """
+
+    def __init__(
+        self, store: Store, upstreams: Mapping[str, UpstreamSpec], redactor: Redactor | None = None
+    ) -> None:
+        if not upstreams:
+            raise ValueError("a Recorder needs at least one upstream")
+        self.store = store
+        secrets = [s for spec in upstreams.values() for s in spec.secrets()]
+        self.redactor = (redactor or Redactor()).with_secrets(secrets)
+        self.proxies = {name: _ServerProxy(self, name, spec) for name, spec in upstreams.items()}
+        self.sessions: set[_Session] = set()
+        self._stack = AsyncExitStack()
+        self._tg: anyio.abc.TaskGroup | None = None
+
+    async def __aenter__(self) -> Recorder:
+        await self._stack.__aenter__()
+        try:
+            self._tg = await self._stack.enter_async_context(anyio.create_task_group())
+            self._stack.callback(self._tg.cancel_scope.cancel)
+            self._stack.push_async_callback(self._close_sessions)
+            errors: list[BaseException] = []
+
+            async def start(proxy: _ServerProxy) -> None:
+                try:
+                    await proxy.start()
+                except (UpstreamError, StoreError) as exc:
+                    errors.append(exc)
+
+            async with anyio.create_task_group() as starting:
+                for proxy in self.proxies.values():
+                    starting.start_soon(start, proxy)
+            if errors:
+                raise errors[0]
+        except BaseException:
+            await self._stack.__aexit__(None, None, None)
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._stack.__aexit__(None, None, None)
+
+    async def _close_sessions(self) -> None:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+            for session in list(self.sessions):
+                await session.close()
+            for proxy in self.proxies.values():
+                if proxy._spare is not None:
+                    await proxy._spare.close()
+
+    async def open_upstream(self, spec: UpstreamSpec) -> Upstream:
+        """Start a new connection to ``spec`` in the recorder's task group.
+
+        Raises:
+            UpstreamError: The server did not start (names the command/URL and its stderr tail).
+        """
+        if self._tg is None:
+            raise RuntimeError("enter the Recorder (async with) before opening upstreams")
+        upstream = Upstream(spec)
+        await self._tg.start(upstream.run)
+        return upstream
+
+    async def write(self, fn: Any, what: str) -> Any:
+        """Run one store write in a worker thread (never blocking other sessions); returns its value.
+
+        Raises:
+            MCPError: The write failed; the client is told instead of getting an unrecorded result.
+        """
+        try:
+            return await anyio.to_thread.run_sync(fn)
+        except StoreError as exc:
+            raise MCPError(
+                code=types.INTERNAL_ERROR,
+                message=f"replay-sim could not record {what}, so it is not answered: {exc}",
+            ) from exc
+
+    def server(self, name: str) -> Server[Any]:
+        """The downstream MCP server (low-level SDK ``Server``) proxying upstream ``name``."""
+        try:
+            return self.proxies[name].server
+        except KeyError:
+            raise KeyError(f"no upstream named {name!r}; configured: {', '.join(self.proxies)}") from None
+
+    async def serve_stdio(self, name: str) -> None:
+        """Serve upstream ``name`` to one client over this process's stdin/stdout until it hangs up."""
+        server = self.server(name)
+        async with stdio_server() as (read_stream, write_stream):
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+@asynccontextmanager
+async def recording(
+    store: Store | str | Path, upstreams: Mapping[str, UpstreamSpec], redactor: Redactor | None = None
+) -> AsyncIterator[Recorder]:
+    """Open the store (when given a path) and an entered :class:`Recorder` over it; close both after.
+
+    Raises:
+        UpstreamError: An upstream did not start.
+        StoreError: The store cannot be opened.
+    """
+    owned = not isinstance(store, Store)
+    opened = Store(store) if not isinstance(store, Store) else store
+    try:
+        async with Recorder(opened, upstreams, redactor) as recorder:
+            yield recorder
+    finally:
+        if owned:
+            opened.close()
+
+
+async def record_stdio(
+    upstream: UpstreamSpec,
+    *,
+    store: Store | str | Path,
+    name: str | None = None,
+    redactor: Redactor | None = None,
+) -> None:
+    """Record one upstream while serving a single client over stdin/stdout (until it hangs up).
+
+    Args:
+        upstream: The real server.
+        store: A :class:`Store` or a database path.
+        name: Recorded server name (default: derived from the command or URL).
+        redactor: Redaction rules (the upstream's env/header values are always redacted).
+
+    Raises:
+        UpstreamError: The upstream did not start.
+        StoreError: The store cannot be opened or written.
+    """
+    name = name or upstream.default_name()
+    async with recording(store, {name: upstream}, redactor) as recorder:
+        await recorder.serve_stdio(name)
+
+
+def _without(mapping: Mapping[str, Any], key: str) -> dict[str, Any]:
+    return {k: v for k, v in mapping.items() if k != key}

@@ -1,0 +1,115 @@
+"""The recorder's streamable HTTP face: one MCP endpoint per upstream at ``/mcp/<server>``."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncIterator, Callable, Mapping
+from pathlib import Path
+from contextlib import AsyncExitStack, asynccontextmanager
+
+import uvicorn
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.applications import Starlette
+from starlette.routing import Route
+
+from replay_sim.errors import ConfigError
+from replay_sim.recorder import Recorder, recording
+from replay_sim.redaction import Redactor
+from replay_sim.store import Store
+from replay_sim.upstream import UpstreamSpec
+
+__all__ = ["http_app", "record_http"]
+
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def http_app(
+    recorder: Recorder, *, host: str = "127.0.0.1", session_idle_timeout: float | None = 1800
+) -> Starlette:
+    """An ASGI app serving every upstream of an entered ``recorder`` at ``/mcp/<server>``.
+
+    Args:
+        recorder: An entered :class:`Recorder` (its upstreams are connected).
+        host: The host the app is served on; on loopback, the SDK's DNS-rebinding protection is on.
+        session_idle_timeout: Seconds after which an idle client session (and its upstream) ends.
+
+    Returns:
+        A Starlette app whose lifespan runs the session managers.
+    """
+    security = None
+    if host in _LOOPBACK:
+        security = TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
+            allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
+        )
+    managers: list[StreamableHTTPSessionManager] = []
+    routes: list[Route] = []
+    for name in recorder.proxies:
+        manager = StreamableHTTPSessionManager(
+            app=recorder.server(name), security_settings=security, session_idle_timeout=session_idle_timeout
+        )
+        managers.append(manager)
+        routes.append(Route(f"/mcp/{name}", endpoint=StreamableHTTPASGIApp(manager)))
+
+    @asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        async with AsyncExitStack() as stack:
+            for manager in managers:
+                await stack.enter_async_context(manager.run())
+            yield
+
+    return Starlette(routes=routes, lifespan=lifespan)
+
+
+async def record_http(
+    upstreams: Mapping[str, UpstreamSpec],
+    *,
+    store: Store | str | Path,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    redactor: Redactor | None = None,
+    on_ready: Callable[[str], None] | None = None,
+) -> None:
+    """Record upstreams while serving clients over streamable HTTP until interrupted (SIGINT/SIGTERM).
+
+    Args:
+        upstreams: Real servers by recorded server name; each is served at ``/mcp/<name>``.
+        store: A :class:`Store` or a database path.
+        host: Interface to listen on.
+        port: TCP port (0 picks a free one).
+        redactor: Redaction rules (env/header values of the upstreams are always redacted).
+        on_ready: Called with the base URL once the server listens.
+
+    Raises:
+        UpstreamError: An upstream did not start.
+        StoreError: The store cannot be opened or written.
+    """
+    async with recording(store, upstreams, redactor) as recorder:
+        # Bind first, so the URL (and a port picked by the OS) is known before serving starts;
+        # clients connecting early wait in the listen backlog.
+        sock = _listen(host, port)
+        bound_host, bound_port = sock.getsockname()[:2]
+        if on_ready is not None:
+            on_ready(f"http://{_url_host(bound_host)}:{bound_port}")
+        config = uvicorn.Config(http_app(recorder, host=host), log_level="warning")
+        with sock:
+            await uvicorn.Server(config).serve(sockets=[sock])
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    sock.listen(2048)
+    return sock
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host

@@ -1,0 +1,121 @@
+"""Redaction: secrets are replaced before anything is written to the store or hashed into a key.
+
+Three rules, applied to JSON values:
+
+* **secret values** — the values of env vars and HTTP headers handed to an upstream: every
+  occurrence inside any string is replaced (everywhere: params, results, listings, server info);
+* **key globs** — object keys matching a glob (case-insensitive, ``*token*``, ``authorization``)
+  get their whole value replaced (in call params, results, errors and notifications; not in
+  listings, where keys are schema property names rather than values);
+* **patterns** — regular expressions; every match inside any string is replaced.
+
+The recorder hands the redacted params to :meth:`Store.record_call`, so the call key is computed
+on redacted arguments. A replay server that applies the same :class:`Redactor` to incoming
+arguments finds the recording again.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["DEFAULT_KEY_GLOBS", "REDACTED", "Redactor"]
+
+REDACTED = "[REDACTED]"
+
+DEFAULT_KEY_GLOBS: tuple[str, ...] = (
+    "*token*",
+    "*secret*",
+    "*password*",
+    "*passwd*",
+    "*credential*",
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "set-cookie",
+    "api_key",
+    "apikey",
+    "api-key",
+    "x-api-key",
+    "private_key",
+)
+
+# Shorter secret values would redact ordinary text ("1", "true", "info") everywhere.
+MIN_SECRET_LENGTH = 6
+
+
+@dataclass
+class Redactor:
+    """Replaces secrets in JSON values; cheap when there is nothing to redact.
+
+    Args:
+        secrets: Literal values to remove wherever they occur (env and header values).
+        key_globs: Object keys whose values are replaced whole (fnmatch, case-insensitive).
+        patterns: Regular expressions whose matches are replaced.
+        replacement: What a secret becomes.
+    """
+
+    secrets: Iterable[str] = ()
+    key_globs: Iterable[str] = DEFAULT_KEY_GLOBS
+    patterns: Iterable[str | re.Pattern[str]] = ()
+    replacement: str = REDACTED
+    _secret_re: re.Pattern[str] | None = field(init=False, default=None, repr=False)
+    _key_re: re.Pattern[str] | None = field(init=False, default=None, repr=False)
+    _patterns: list[re.Pattern[str]] = field(init=False, default_factory=list, repr=False)
+
+    def __post_init__(self) -> None:
+        self.secrets = sorted({s for s in self.secrets if len(s) >= MIN_SECRET_LENGTH}, key=len, reverse=True)
+        self.key_globs = tuple(self.key_globs)
+        self._patterns = [p if isinstance(p, re.Pattern) else re.compile(p) for p in self.patterns]
+        self.patterns = tuple(p.pattern for p in self._patterns)
+        if self.secrets:
+            # Longest first, so a secret containing another is removed whole.
+            self._secret_re = re.compile("|".join(re.escape(s) for s in self.secrets))
+        if self.key_globs:
+            self._key_re = re.compile(
+                "|".join(f"(?:{fnmatch.translate(g.lower())})" for g in self.key_globs), re.IGNORECASE
+            )
+
+    def with_secrets(self, secrets: Iterable[str]) -> Redactor:
+        """A redactor with the same rules and these extra secret values."""
+        return Redactor([*self.secrets, *secrets], self.key_globs, self._patterns, self.replacement)
+
+    def is_secret_key(self, key: str) -> bool:
+        """Whether values under this object key are replaced whole."""
+        return self._key_re is not None and self._key_re.fullmatch(key) is not None
+
+    def text(self, value: str) -> str:
+        """``value`` with secret values and pattern matches replaced."""
+        if self._secret_re is not None:
+            value = self._secret_re.sub(self.replacement, value)
+        for pattern in self._patterns:
+            value = pattern.sub(self.replacement, value)
+        return value
+
+    def redact(self, value: Any, *, keys: bool = True) -> Any:
+        """Return a redacted copy of a JSON value (the input is never mutated).
+
+        Args:
+            value: Any JSON value.
+            keys: Also apply the key globs (off for listings and server info, whose object keys
+                are schema names, not data).
+
+        Returns:
+            An equal-shaped value with secrets replaced.
+        """
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, dict):
+            out: dict[str, Any] = {}
+            for key, item in value.items():
+                if keys and isinstance(key, str) and self.is_secret_key(key) and item is not None:
+                    out[key] = self.replacement
+                else:
+                    out[self.text(key) if isinstance(key, str) else key] = self.redact(item, keys=keys)
+            return out
+        if isinstance(value, list):
+            return [self.redact(item, keys=keys) for item in value]
+        return value

@@ -1,0 +1,101 @@
+// replay-sim dashboard: polls the admin API and draws tiers over time, per-tool stats and misses.
+"use strict";
+
+const TIERS = ["exact", "canonical", "semantic", "nearest", "live", "synthetic", "miss", "refused"];
+const COLORS = {
+  exact: "#2e7d32", canonical: "#558b2f", semantic: "#1565c0", nearest: "#ef6c00",
+  live: "#6a1b9a", synthetic: "#ad1457", miss: "#c62828", refused: "#616161",
+};
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  Object.entries(attrs || {}).forEach(([k, v]) => node.setAttribute(k, v));
+  children.forEach((c) => node.append(c instanceof Node ? c : document.createTextNode(String(c))));
+  return node;
+}
+
+function tierBadge(tier) {
+  const badge = el("span", { class: "tier", "data-tier": tier }, tier);
+  badge.style.background = COLORS[tier] || "#444";
+  return badge;
+}
+
+function drawTimeline(timeline) {
+  const svg = document.getElementById("timeline");
+  svg.replaceChildren();
+  const legend = document.getElementById("legend");
+  legend.replaceChildren(...TIERS.map((t) => tierBadge(t)));
+  if (!timeline.length) return;
+  const width = 720, height = 160, slots = Math.max(timeline.length, 30);
+  const barWidth = width / slots;
+  const totals = timeline.map((b) => Object.values(b.tiers).reduce((a, n) => a + n, 0));
+  const max = Math.max(1, ...totals);
+  timeline.forEach((bucket, i) => {
+    let y = height;
+    TIERS.forEach((tier) => {
+      const n = bucket.tiers[tier] || 0;
+      if (!n) return;
+      const h = (n / max) * (height - 4);
+      y -= h;
+      const rect = document.createElementNS("http://www.w3.org/2000/svg", "rect");
+      rect.setAttribute("x", (slots - timeline.length + i) * barWidth);
+      rect.setAttribute("y", y);
+      rect.setAttribute("width", Math.max(1, barWidth - 1));
+      rect.setAttribute("height", h);
+      rect.setAttribute("fill", COLORS[tier] || "#444");
+      rect.setAttribute("data-tier", tier);
+      const title = document.createElementNS("http://www.w3.org/2000/svg", "title");
+      title.textContent = `${new Date(bucket.t * 1000).toLocaleTimeString()} ${tier}: ${n}`;
+      rect.append(title);
+      svg.append(rect);
+    });
+  });
+}
+
+function drawTools(calls) {
+  const rows = calls.map((r) => el("tr", { "data-tool": r.tool, "data-tier": r.tier },
+    el("td", {}, r.server), el("td", {}, r.method), el("td", {}, r.tool), el("td", {}, tierBadge(r.tier)),
+    el("td", { class: "num" }, r.count), el("td", { class: "num" }, r.p50_ms),
+    el("td", { class: "num" }, r.p90_ms), el("td", { class: "num" }, r.p99_ms)));
+  document.querySelector("#tools tbody").replaceChildren(...rows);
+}
+
+function drawMisses(misses) {
+  const items = misses.map((m) => {
+    const li = el("li", { class: "miss", "data-tool": m.name },
+      tierBadge(m.status), " ", el("strong", {}, `${m.server} · ${m.name}`), " ",
+      el("code", {}, JSON.stringify(m.arguments)), " ",
+      el("span", { class: "muted" }, new Date(m.at * 1000).toLocaleTimeString()),
+      el("div", { class: "muted" }, m.reason || ""));
+    if (!m.candidates.length) li.append(el("div", { class: "candidate" }, "no near miss"));
+    m.candidates.forEach((c) => {
+      const diffs = c.differences.map((d) =>
+        `${d.field}: recorded ${JSON.stringify(d.recorded)}, requested ${JSON.stringify(d.requested)}`);
+      li.append(el("div", { class: "candidate" },
+        `#${c.recording} (score ${c.score.toFixed(3)})${diffs.length ? " — " + diffs.join("; ") : ""}`));
+    });
+    return li;
+  });
+  document.getElementById("misses").replaceChildren(...(items.length ? items : [el("li", {}, "no misses")]));
+}
+
+async function refresh() {
+  try {
+    const [stats, misses] = await Promise.all([
+      fetch("/api/stats").then((r) => r.json()),
+      fetch("/api/misses?limit=30").then((r) => r.json()),
+    ]);
+    const total = stats.calls.reduce((a, r) => a + r.count, 0);
+    document.getElementById("summary").textContent =
+      `${total} calls · miss policy ${stats.miss_policy}` + (stats.snapshot ? ` · snapshot ${stats.snapshot}` : "");
+    drawTimeline(stats.timeline);
+    drawTools(stats.calls);
+    drawMisses(misses);
+    document.body.dataset.ready = "1";
+  } catch (err) {
+    document.getElementById("summary").textContent = `admin API unreachable: ${err}`;
+  }
+}
+
+refresh();
+setInterval(refresh, 2000);

@@ -1,0 +1,143 @@
+"""Per-tool matching state: normalised recordings, canonical keys, identifier groups, threshold.
+
+Built lazily by the resolver for one (server, tool) from that tool's recordings and thrown away
+when the store changes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from replay_sim.calibration import MatchConfig, calibrate_threshold, reflected_fields
+from replay_sim.canonical import call_key, canonical_json, normalize
+from replay_sim.episode import is_failure
+from replay_sim.index import IndexSet, call_text
+from replay_sim.schema import ToolSchema
+from replay_sim.store import Recording
+
+__all__ = ["ToolState", "answer_of", "field_diffs"]
+
+_DIFF_CHARS = 200
+
+
+def answer_of(recording: Recording) -> str:
+    """The canonical form of what the server said (result without ``_meta``, or the error)."""
+    result = None if recording.result is None else {k: v for k, v in recording.result.items() if k != "_meta"}
+    return canonical_json({"result": result, "error": recording.error})
+
+
+def _short(value: Any) -> Any:
+    """Keep diagnostics small: enormous values are cut to a readable prefix."""
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return value if len(text) <= _DIFF_CHARS else text[:_DIFF_CHARS] + "…"
+
+
+def field_diffs(recorded: dict[str, Any], requested: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """``(name, recorded value, requested value)`` for every top-level argument that differs."""
+    names = sorted(set(recorded) | set(requested))
+    return [
+        (n, _short(recorded.get(n)), _short(requested.get(n)))
+        for n in names
+        if canonical_json(recorded.get(n)) != canonical_json(requested.get(n))
+    ]
+
+
+class ToolState:
+    """What the resolver knows about one tool's recordings.
+
+    Args:
+        server: Server name.
+        schema: The tool's schema (config overrides applied).
+        recordings: All its ``tools/call`` recordings, in recorded order.
+        config: Matching config (floor, margin, reflection share, overrides).
+    """
+
+    def __init__(
+        self, server: str, schema: ToolSchema, recordings: Sequence[Recording], config: MatchConfig
+    ) -> None:
+        self.server = server
+        self.schema = schema
+        self.recordings = list(recordings)
+        self.config = config
+        self.override = config.override(server, schema.name)
+        self.free_text = sorted(schema.free_text or ())
+        valid = [r for r in self.recordings if schema.validate(r.arguments) is None]
+        samples = [(r.arguments, canonical_json(r.result)) for r in valid if not is_failure(r)]
+        # An explicit free_text override is trusted; otherwise echoed text is an identifier.
+        self.echoed = (
+            set()
+            if self.override.free_text is not None
+            else reflected_fields(samples, self.free_text, config.reflect_fraction)
+        )
+        self.trim = [] if self.echoed else self.free_text
+        self.semantic = bool(
+            self.free_text and not self.echoed and schema.read_only and self.override.semantic is not False
+        )
+        self.normalised: dict[int, dict[str, Any]] = {}
+        self.canonical: dict[str, list[Recording]] = {}
+        self._ckey: dict[int, str] = {}
+        self._groups: dict[str, list[int]] = {}
+        for rec in self.recordings:
+            self.normalised[rec.id] = normalize(rec.arguments)
+        for rec in valid:
+            args = self.normalised[rec.id] = self.normalise(rec.arguments)
+            ckey = self._ckey[rec.id] = call_key(server, "tools/call", schema.name, args)
+            self.canonical.setdefault(ckey, []).append(rec)
+            self._groups.setdefault(self._identity(args), []).append(rec.id)
+        self._threshold: float | None = None
+        self.conflict: float | None = None
+
+    def normalise(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Canonical-tier form of valid arguments (free text trimmed unless the tool echoes it)."""
+        return self.schema.normalise(arguments, trim=self.trim)
+
+    def _identity(self, normalised: dict[str, Any]) -> str:
+        return canonical_json({k: v for k, v in normalised.items() if k not in self.free_text})
+
+    def group(self, normalised: dict[str, Any]) -> list[int]:
+        """Ids of valid recordings whose non-free-text arguments equal the call's."""
+        return self._groups.get(self._identity(normalised), [])
+
+    def same_call(self, recording_id: int) -> list[Recording]:
+        """Every recording canonically equal to ``recording_id`` (one call, several states)."""
+        return self.canonical[self._ckey[recording_id]]
+
+    def semantic_ready(self, normalised: dict[str, Any], max_chars: int) -> bool:
+        """Whether the semantic tier may judge this call (free text present, not enormous)."""
+        if not self.semantic:
+            return False
+        texts = [normalised.get(f) for f in self.free_text]
+        present = [t for t in texts if t is not None]
+        return bool(present) and all(isinstance(t, str) and len(t) <= max_chars for t in present)
+
+    def threshold(self, index: IndexSet) -> float:
+        """The tool's semantic threshold (configured, or calibrated from its recordings once)."""
+        if self.override.threshold is not None:
+            return self.override.threshold
+        if self._threshold is None:
+            ids = sorted(self._ckey)
+            part = index.partition(self.server, self.schema.name)
+            if part is None or not ids:
+                self._threshold = 2.0
+                return self._threshold
+            by_id = {r.id: r for r in self.recordings}
+            vectors = part.vectors(ids).astype(np.float32)
+            texts = [call_text(self.normalised[i], self.free_text) for i in ids]
+            answers = [answer_of(by_id[i]) for i in ids]
+            floor = self.config.floor if self.override.floor is None else self.override.floor
+            margin = self.config.margin if self.override.margin is None else self.override.margin
+            self._threshold, self.conflict = calibrate_threshold(vectors, texts, answers, floor, margin)
+        return self._threshold
+
+    def lexical_nearest(self, normalised: dict[str, Any], k: int) -> list[tuple[int, float]]:
+        """Nearest recordings by share of equal arguments (when no embeddings are available)."""
+        scored = []
+        for rid, args in self.normalised.items():
+            names = set(args) | set(normalised)
+            same = sum(canonical_json(args.get(n)) == canonical_json(normalised.get(n)) for n in names)
+            scored.append((rid, same / len(names) if names else 1.0))
+        return sorted(scored, key=lambda p: (-p[1], p[0]))[:k]

@@ -1,0 +1,186 @@
+"""Shared helpers for the replay, admin, miss and demo tests: a small recorded store, a live server."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import uvicorn
+
+from replay_sim.store import ServerRecord, Store
+
+COUNTER_TOOLS = {
+    "tools": [
+        {
+            "name": "echo",
+            "title": "Echo",
+            "description": "Echo a message back.",
+            "annotations": {"readOnlyHint": True},
+            "inputSchema": {
+                "type": "object",
+                "properties": {"message": {"type": "string"}, "times": {"type": "integer", "default": 1}},
+                "required": ["message"],
+            },
+        },
+        {
+            "name": "counter",
+            "description": "Read the counter.",
+            "annotations": {"readOnlyHint": True},
+            "inputSchema": {"type": "object", "properties": {}},
+        },
+        {
+            "name": "increment",
+            "description": "Add one to the counter.",
+            "inputSchema": {"type": "object", "properties": {}},
+        },
+        {
+            "name": "slow",
+            "description": "Reports progress and logs while working.",
+            "annotations": {"readOnlyHint": True},
+            "inputSchema": {"type": "object", "properties": {"steps": {"type": "integer"}}},
+        },
+    ]
+}
+
+
+def text_result(text: str, **extra: Any) -> dict[str, Any]:
+    """A CallToolResult's wire JSON with one text item."""
+    return {"content": [{"type": "text", "text": text}], "isError": False, **extra}
+
+
+def build_store(path: Path) -> Store:
+    """A store recorded from a stateful 'demo' server and a stateless 'other' server.
+
+    Session s-1 reads the counter (0), increments it, reads it again (1): two recordings of the same
+    ``counter`` call whose answers differ, told apart only by session history.
+    """
+    store = Store(path)
+    store.put_server(
+        ServerRecord(
+            "demo",
+            {"name": "demo-server", "version": "1.2.3", "title": "Demo Server", "websiteUrl": "https://example.org"},
+            {"tools": {"listChanged": False}, "resources": {}, "prompts": {}, "completions": {}, "logging": {}},
+            "2025-11-25",
+            "Use echo to echo.",
+        )
+    )
+    store.put_listing("demo", "tools/list", COUNTER_TOOLS)
+    store.put_listing(
+        "demo", "resources/list", {"resources": [{"uri": "file:///readme.md", "name": "readme", "mimeType": "text/markdown"}]}
+    )
+    store.put_listing(
+        "demo",
+        "resources/templates/list",
+        {"resourceTemplates": [{"uriTemplate": "file:///{path}", "name": "files"}]},
+    )
+    store.put_listing(
+        "demo",
+        "prompts/list",
+        {"prompts": [{"name": "greet", "description": "Greet", "arguments": [{"name": "who", "required": True}]}]},
+    )
+    session = store.start_session("demo", "s-1")
+    # A result with a field no SDK model knows and keys in a non-canonical order: must pass through.
+    store.record_call(
+        "demo",
+        "tools/call",
+        {"name": "echo", "arguments": {"message": "hello"}},
+        result={"isError": False, "content": [{"type": "text", "text": "hello", "x-extra": 1}], "vendorField": [1, 2]},
+        session=session,
+    )
+    store.record_call("demo", "tools/call", {"name": "counter", "arguments": {}}, result=text_result("0"), session=session)
+    store.record_call("demo", "tools/call", {"name": "increment", "arguments": {}}, result=text_result("ok"), session=session)
+    store.record_call("demo", "tools/call", {"name": "counter", "arguments": {}}, result=text_result("1"), session=session)
+    store.record_call(
+        "demo",
+        "tools/call",
+        {"name": "slow", "arguments": {"steps": 2}},
+        result=text_result("done"),
+        session=session,
+        notifications=[
+            {"method": "notifications/progress", "params": {"progressToken": "rec-7", "progress": 1, "total": 2}},
+            {"method": "notifications/message", "params": {"level": "info", "logger": "slow", "data": "halfway"}},
+            {"method": "notifications/progress", "params": {"progressToken": "rec-7", "progress": 2, "total": 2}},
+        ],
+    )
+    store.record_call(
+        "demo",
+        "resources/read",
+        {"uri": "file:///readme.md"},
+        result={"contents": [{"uri": "file:///readme.md", "mimeType": "text/markdown", "text": "# Demo"}]},
+        session=session,
+    )
+    store.record_call(
+        "demo",
+        "prompts/get",
+        {"name": "greet", "arguments": {"who": "Ada"}},
+        result={"messages": [{"role": "user", "content": {"type": "text", "text": "Hello Ada"}}]},
+        session=session,
+    )
+    store.record_call(
+        "demo",
+        "completion/complete",
+        {"ref": {"type": "ref/prompt", "name": "greet"}, "argument": {"name": "who", "value": "A"}},
+        result={"completion": {"values": ["Ada", "Alan"], "hasMore": False}},
+        session=session,
+    )
+    store.record_call(
+        "demo",
+        "tools/call",
+        {"name": "echo", "arguments": {"message": "boom"}},
+        error={"code": -32603, "message": "Internal error: boom"},
+        session=session,
+    )
+    store.put_server(ServerRecord("other", {"name": "other", "version": "0.1"}, {"tools": {}}, "2025-06-18"))
+    store.put_listing("other", "tools/list", {"tools": [{"name": "ping", "inputSchema": {"type": "object"}}]})
+    store.record_call("other", "tools/call", {"name": "ping", "arguments": {}}, result=text_result("pong"))
+    return store
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def serve_app(app: Any, port: int | None = None) -> Iterator[str]:
+    """Run an ASGI app with uvicorn on 127.0.0.1 in a thread; yields its base URL."""
+    port = port or free_port()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        with anyio.from_thread.start_blocking_portal() as portal:
+            portal.call(_wait_started, server)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+async def _wait_started(server: uvicorn.Server) -> None:
+    with anyio.fail_after(30):
+        while not server.started:
+            await anyio.sleep(0.01)
+
+
+def make_replay(path: Path, **options: Any) -> Any:
+    """A Replay over :func:`build_store` with an in-memory index (nothing written outside tmp)."""
+    from replay_sim.replay import Replay
+    from replay_sim.resolver import Resolver
+
+    store = build_store(path)
+    return Replay(store, resolver=Resolver(store, index_dir=None), **options)
+
+
+def match_of(result: Any) -> dict[str, Any]:
+    """The replay-sim provenance of a result model or wire dict."""
+    meta = result.get("_meta") if isinstance(result, dict) else result.meta
+    return (meta or {})["replay-sim/match"]
