@@ -198,12 +198,12 @@ def create_app(replay: Replay, *, host: str = "127.0.0.1") -> FastAPI:
     @app.get("/api/episodes", tags=["admin"])
     def episodes() -> list[dict[str, Any]]:
         """Named episodes (``X-Replay-Episode``) and how many calls each has been served."""
-        return replay.episodes.named()
+        return replay.histories.named()
 
     @app.delete("/api/episodes/{episode}", tags=["admin"])
     def reset_episode(episode: str) -> dict[str, Any]:
         """Forget an episode's history, so its next calls replay from the start."""
-        return {"episode": episode, "reset": replay.episodes.reset(episode)}
+        return {"episode": episode, "reset": replay.histories.reset(episode)}
 
     @app.get("/metrics", tags=["admin"], response_class=PlainTextResponse)
     def metrics() -> PlainTextResponse:

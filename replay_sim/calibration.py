@@ -110,12 +110,13 @@ class MatchConfig:
                 )
             except (TypeError, ValueError) as exc:
                 raise ConfigError(f"{where}: {exc}") from exc
+        base = cls()
         try:
             return cls(
-                floor=float(defaults.get("floor", cls.floor)),
-                margin=float(defaults.get("margin", cls.margin)),
-                semantic=bool(defaults.get("semantic", cls.semantic)),
-                reflect_fraction=float(defaults.get("reflect_fraction", cls.reflect_fraction)),
+                floor=float(defaults.get("floor", base.floor)),
+                margin=float(defaults.get("margin", base.margin)),
+                semantic=bool(defaults.get("semantic", base.semantic)),
+                reflect_fraction=float(defaults.get("reflect_fraction", base.reflect_fraction)),
                 tools=tools,
             )
         except (TypeError, ValueError) as exc:

@@ -115,7 +115,12 @@ def _server(name: str, entry: Any, where: str) -> UpstreamSpec:
         for key in ("args", "env", "cwd"):
             if key in entry:
                 raise ConfigError(f"{where}: {key!r} applies to a command, not a url")
-        return UpstreamSpec(url=url, headers=_strings(entry, "headers", where), **_timeouts(entry, where))
+        return UpstreamSpec(
+            url=url,
+            headers=_strings(entry, "headers", where),
+            timeout=_seconds(entry, "timeout", where),
+            startup_timeout=_seconds(entry, "startup_timeout", where) or 30.0,
+        )
     args = entry.get("args", [])
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
         raise ConfigError(f"{where}: 'args' must be a list of strings")
@@ -127,7 +132,8 @@ def _server(name: str, entry: Any, where: str) -> UpstreamSpec:
         args=tuple(args),
         env=_strings(entry, "env", where),
         cwd=cwd,
-        **_timeouts(entry, where),
+        timeout=_seconds(entry, "timeout", where),
+        startup_timeout=_seconds(entry, "startup_timeout", where) or 30.0,
     )
 
 
@@ -160,15 +166,13 @@ def _expand(value: str, where: str) -> str:
     return _VAR.sub(lookup, value)
 
 
-def _timeouts(entry: dict[str, Any], where: str) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for key in ("timeout", "startup_timeout"):
-        if key in entry:
-            value = entry[key]
-            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-                raise ConfigError(f"{where}: {key!r} must be a positive number of seconds")
-            out[key] = float(value)
-    return out
+def _seconds(entry: dict[str, Any], key: str, where: str) -> float | None:
+    if key not in entry:
+        return None
+    value = entry[key]
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ConfigError(f"{where}: {key!r} must be a positive number of seconds")
+    return float(value)
 
 
 def _redactor(table: Any, where: str) -> Redactor:

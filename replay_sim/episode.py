@@ -114,7 +114,7 @@ class Episodes:
             cached = False
             if found and found[0].method == "tools/call":
                 schema = self.schema(found[0].server, found[0].name)
-                if not (schema is not None and schema.read_only):
+                if schema is None or schema.changes_state(found[0].arguments):
                     cached = any(not is_failure(r) for r in found)
             self._mutating[key] = cached
         return cached

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import socket
 from collections.abc import AsyncIterator, Callable, Mapping
-from pathlib import Path
 from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
 
 import uvicorn
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import time
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERS
 
 from replay_sim.canonical import call_identity, call_key
 from replay_sim.episodes import Histories, episode_id
-from replay_sim.errors import ConfigError
+from replay_sim.errors import ConfigError, ReplaySimError
 from replay_sim.metrics import Metrics, MissRecord
 from replay_sim.miss import Miss, MissPolicy, MissPolicyName, MissSettings, make_policy
 from replay_sim.resolver import Candidate, Problem, Resolution, Resolver, Tier
@@ -352,7 +353,11 @@ class Replay:
         miss = resolution
         if not resolution.hit:
             tool = surface.tools.get(name) if method == "tools/call" else surface.prompts.get(name)
-            resolution = await self.policy.answer(Miss(server, method, params, miss, tool))
+            try:
+                resolution = await self.policy.answer(Miss(server, method, params, miss, tool))
+            except ReplaySimError as exc:  # an upstream or LLM failure is the client's miss, not a crash
+                failed = f"{miss.reason}; miss policy {self.miss_policy_name!r} failed: {exc}".lstrip("; ")
+                resolution = dataclasses.replace(miss, reason=failed)
         answer = Answer(resolution, self.render(server, method, name, resolution))
         if not miss.hit:
             self._record_miss(server, method, name, arguments, answer, miss)
@@ -400,7 +405,7 @@ class Replay:
             "recording": resolution.recording.id if resolution.recording else None,
             "snapshot": self.snapshot,
         }
-        if not resolution.hit:
+        if not resolution.hit or resolution.tier == Tier.NEAREST:
             match["candidates"] = [candidate_json(c) for c in resolution.candidates]
         return match
 

@@ -153,12 +153,14 @@ class Resolver:
     # -- caches -----------------------------------------------------------------------------
 
     def _check_version(self) -> None:
-        """Drop every cache when the store changed (this process or another one wrote to it)."""
+        """Drop store-derived caches when calls were added (by this process or another one).
+
+        The highest call id catches this connection's writes; ``data_version`` catches other
+        connections'. Embedding-cache writes do not count: they change no answer.
+        """
         try:
-            version = (
-                self.store.conn.total_changes,
-                self.store.conn.execute("PRAGMA data_version").fetchone()[0],
-            )
+            conn = self.store.conn
+            version = (conn.execute("SELECT MAX(id) FROM calls").fetchone()[0], conn.execute("PRAGMA data_version").fetchone()[0])
         except Exception:  # a closed store: keep serving from what is cached
             return
         if version != self._version:
@@ -315,7 +317,7 @@ class Resolver:
             if hit is not None:
                 self.episodes.note(key, hit[0].key)
                 return Resolution(Tier.SEMANTIC, hit[1], hit[0], key=key)
-        self.episodes.note(key, None, mutating=not schema.read_only)
+        self.episodes.note(key, None, mutating=schema.changes_state(arguments))
         candidates = self._near_misses(state, normalised)
         if same_state_miss:
             reason = f"{what} was recorded, but only after state changes this episode did not make"

@@ -48,6 +48,9 @@ _IDENTIFIER_DESCRIPTION = re.compile(
 )
 
 
+_DRY_RUN_FLAGS = ("dryRun", "dry_run", "dryrun")
+
+
 def _tokens(name: str) -> list[str]:
     """Split ``repo_path``, ``entityType``, ``max-count`` into lowercase words."""
     spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", name)
@@ -125,6 +128,18 @@ class ToolSchema:
             hint = self.annotations.get("readOnlyHint")
             # Unknown means "may change state": the safe assumption for replay.
             self.read_only = hint is True
+
+    def changes_state(self, arguments: Any) -> bool:
+        """Whether a call with these arguments may change the server's state.
+
+        Read-only tools never do; neither does a call that asks for a dry run (``dryRun``,
+        ``dry_run`` set to true), the usual convention for previews.
+        """
+        if self.read_only:
+            return False
+        if isinstance(arguments, dict):
+            return not any(arguments.get(flag) is True for flag in _DRY_RUN_FLAGS)
+        return True
 
     @property
     def properties(self) -> dict[str, Any]:

@@ -73,7 +73,8 @@ class ToolState:
             if self.override.free_text is not None
             else reflected_fields(samples, self.free_text, config.reflect_fraction)
         )
-        self.trim = [] if self.echoed else self.free_text
+        # Whitespace is insignificant only in prose that is neither echoed nor stored by a mutation.
+        self.trim = self.free_text if schema.read_only and not self.echoed else []
         self.semantic = bool(
             self.free_text and not self.echoed and schema.read_only and self.override.semantic is not False
         )

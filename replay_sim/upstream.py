@@ -137,6 +137,7 @@ class Upstream:
                 initialised (names the command/URL and the end of its stderr).
         """
         started = False
+        failure: UpstreamError | None = None
         try:
             async with AsyncExitStack() as stack:
                 try:
@@ -145,30 +146,35 @@ class Upstream:
                     # entered above, outside any cancel scope they would outlive.
                     with anyio.fail_after(self.spec.startup_timeout):
                         await self._initialize(session)
-                except MCPError as exc:
-                    raise self._error(f"did not initialise ({exc.error.message})") from exc
-                except TimeoutError as exc:
-                    raise self._error(
-                        f"did not answer initialize within {self.spec.startup_timeout:g}s"
-                    ) from exc
-                except OSError as exc:
-                    raise self._error(f"cannot be started: {exc.strerror or exc}") from exc
                 except Exception as exc:
-                    if isinstance(exc, UpstreamError):
-                        raise
-                    raise self._error(f"cannot be reached: {_describe_exception(exc)}") from exc
-                started = True
-                task_status.started()
-                await self._closing.wait()
-        except Exception:
-            if not started:
-                raise
+                    # Described now, while stderr is still readable; raised once the transport
+                    # is down, so it is not wrapped into the transport's exception group.
+                    failure = self._startup_error(exc)
+                    failure.__cause__ = exc
+                else:
+                    started = True
+                    task_status.started()
+                    await self._closing.wait()
+        except Exception as exc:
+            if not started and failure is None:
+                failure = self._startup_error(exc)
             # After start-up a broken transport must not tear down the caller's task group;
             # pending and later requests fail with CONNECTION_CLOSED instead.
         finally:
             self._done.set()
             if self._stderr is not None:
                 self._stderr.close()
+        if failure is not None:
+            raise failure
+
+    def _startup_error(self, exc: BaseException) -> UpstreamError:
+        if isinstance(exc, MCPError):
+            return self._error(f"did not initialise ({exc.error.message})")
+        if isinstance(exc, TimeoutError):
+            return self._error(f"did not answer initialize within {self.spec.startup_timeout:g}s")
+        if isinstance(exc, OSError):
+            return self._error(f"cannot be started: {exc.strerror or exc}")
+        return self._error(f"cannot be reached: {_describe_exception(exc)}")
 
     async def _open(self, stack: AsyncExitStack) -> ClientSession:
         if self.spec.url is not None:
@@ -178,9 +184,8 @@ class Upstream:
                 streamable_http_client(self.spec.url, http_client=http)
             )
         else:
-            self._stderr = stack.enter_context(
-                tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
-            )
+            stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115
+            self._stderr = stack.enter_context(stderr)  # closed by the exit stack
             params = StdioServerParameters(
                 command=self.spec.command or "",
                 args=list(self.spec.args),
@@ -261,7 +266,7 @@ class Upstream:
             self._broken = True
             detail = f"upstream {self.spec.describe()} closed the connection during {method}"
             if tail := self.stderr_tail():
-                detail += f"; its stderr ends: {tail}"
+                detail += f"; its stderr ends: {' | '.join(tail.splitlines())}"
             raise MCPError(code=types.CONNECTION_CLOSED, message=detail) from exc
 
     async def _on_message(self, message: Any) -> None:
@@ -291,7 +296,7 @@ class Upstream:
         kind = "URL" if self.spec.url is not None else "command"
         message = f"upstream {kind} {self.spec.describe()} {what}"
         if tail := self.stderr_tail():
-            message += f"; its stderr ends:\n{tail}"
+            message += f"; its stderr ends: {' | '.join(tail.splitlines())}"
         elif self.spec.url is None:
             message += " (it wrote nothing to stderr)"
         return UpstreamError(message)

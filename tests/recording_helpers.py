@@ -47,7 +47,9 @@ def stdio(command: str | Path, *args: str | Path, env: dict[str, str] | None = N
 
 def proxy_stdio(db: Path, name: str, command: Iterable[str | Path], *options: str) -> StdioServerParameters:
     """Launch ``replay-sim record`` (the real CLI) over stdio in front of ``command``."""
-    return stdio(REPLAY_SIM, "record", "--db", str(db), "--name", name, *options, "--", *[str(c) for c in command])
+    return stdio(
+        REPLAY_SIM, "record", "--db", str(db), "--name", name, *options, "--", *[str(c) for c in command]
+    )
 
 
 @asynccontextmanager
@@ -102,7 +104,9 @@ class Process:
                     if match := regex.search(line):
                         return match
                 if self.process.returncode is not None:
-                    raise AssertionError(f"process exited ({self.process.returncode}):\n" + "\n".join(self.lines))
+                    raise AssertionError(
+                        f"process exited ({self.process.returncode}):\n" + "\n".join(self.lines)
+                    )
                 await self._changed.wait()
 
 

@@ -48,6 +48,27 @@ COUNTER_TOOLS = {
 }
 
 
+DEMO_INFO = {
+    "name": "demo-server",
+    "version": "1.2.3",
+    "title": "Demo Server",
+    "websiteUrl": "https://example.org",
+}
+DEMO_CAPABILITIES = {
+    "tools": {"listChanged": False},
+    "resources": {},
+    "prompts": {},
+    "completions": {},
+    "logging": {},
+}
+PASS_THROUGH = {
+    "isError": False,
+    "content": [{"type": "text", "text": "hello", "x-extra": 1}],
+    "vendorField": [1, 2],
+}
+"""A recorded result with a field no SDK model knows and keys in a non-canonical order."""
+
+
 def text_result(text: str, **extra: Any) -> dict[str, Any]:
     """A CallToolResult's wire JSON with one text item."""
     return {"content": [{"type": "text", "text": text}], "isError": False, **extra}
@@ -56,22 +77,36 @@ def text_result(text: str, **extra: Any) -> dict[str, Any]:
 def build_store(path: Path) -> Store:
     """A store recorded from a stateful 'demo' server and a stateless 'other' server.
 
-    Session s-1 reads the counter (0), increments it, reads it again (1): two recordings of the same
+    Session s-1 makes read-only calls (echo, a recorded error, progress, resource, prompt, completion),
+    then reads the counter (0), increments it, reads it again (1): two recordings of the same
     ``counter`` call whose answers differ, told apart only by session history.
     """
     store = Store(path)
     store.put_server(
         ServerRecord(
             "demo",
-            {"name": "demo-server", "version": "1.2.3", "title": "Demo Server", "websiteUrl": "https://example.org"},
-            {"tools": {"listChanged": False}, "resources": {}, "prompts": {}, "completions": {}, "logging": {}},
+            {
+                "name": "demo-server",
+                "version": "1.2.3",
+                "title": "Demo Server",
+                "websiteUrl": "https://example.org",
+            },
+            {
+                "tools": {"listChanged": False},
+                "resources": {},
+                "prompts": {},
+                "completions": {},
+                "logging": {},
+            },
             "2025-11-25",
             "Use echo to echo.",
         )
     )
     store.put_listing("demo", "tools/list", COUNTER_TOOLS)
     store.put_listing(
-        "demo", "resources/list", {"resources": [{"uri": "file:///readme.md", "name": "readme", "mimeType": "text/markdown"}]}
+        "demo",
+        "resources/list",
+        {"resources": [{"uri": "file:///readme.md", "name": "readme", "mimeType": "text/markdown"}]},
     )
     store.put_listing(
         "demo",
@@ -81,7 +116,11 @@ def build_store(path: Path) -> Store:
     store.put_listing(
         "demo",
         "prompts/list",
-        {"prompts": [{"name": "greet", "description": "Greet", "arguments": [{"name": "who", "required": True}]}]},
+        {
+            "prompts": [
+                {"name": "greet", "description": "Greet", "arguments": [{"name": "who", "required": True}]}
+            ]
+        },
     )
     session = store.start_session("demo", "s-1")
     # A result with a field no SDK model knows and keys in a non-canonical order: must pass through.
@@ -89,12 +128,20 @@ def build_store(path: Path) -> Store:
         "demo",
         "tools/call",
         {"name": "echo", "arguments": {"message": "hello"}},
-        result={"isError": False, "content": [{"type": "text", "text": "hello", "x-extra": 1}], "vendorField": [1, 2]},
+        result={
+            "isError": False,
+            "content": [{"type": "text", "text": "hello", "x-extra": 1}],
+            "vendorField": [1, 2],
+        },
         session=session,
     )
-    store.record_call("demo", "tools/call", {"name": "counter", "arguments": {}}, result=text_result("0"), session=session)
-    store.record_call("demo", "tools/call", {"name": "increment", "arguments": {}}, result=text_result("ok"), session=session)
-    store.record_call("demo", "tools/call", {"name": "counter", "arguments": {}}, result=text_result("1"), session=session)
+    store.record_call(
+        "demo",
+        "tools/call",
+        {"name": "echo", "arguments": {"message": "boom"}},
+        error={"code": -32603, "message": "Internal error: boom"},
+        session=session,
+    )
     store.record_call(
         "demo",
         "tools/call",
@@ -102,9 +149,18 @@ def build_store(path: Path) -> Store:
         result=text_result("done"),
         session=session,
         notifications=[
-            {"method": "notifications/progress", "params": {"progressToken": "rec-7", "progress": 1, "total": 2}},
-            {"method": "notifications/message", "params": {"level": "info", "logger": "slow", "data": "halfway"}},
-            {"method": "notifications/progress", "params": {"progressToken": "rec-7", "progress": 2, "total": 2}},
+            {
+                "method": "notifications/progress",
+                "params": {"progressToken": "rec-7", "progress": 1, "total": 2},
+            },
+            {
+                "method": "notifications/message",
+                "params": {"level": "info", "logger": "slow", "data": "halfway"},
+            },
+            {
+                "method": "notifications/progress",
+                "params": {"progressToken": "rec-7", "progress": 2, "total": 2},
+            },
         ],
     )
     store.record_call(
@@ -129,16 +185,27 @@ def build_store(path: Path) -> Store:
         session=session,
     )
     store.record_call(
+        "demo", "tools/call", {"name": "counter", "arguments": {}}, result=text_result("0"), session=session
+    )
+    store.record_call(
         "demo",
         "tools/call",
-        {"name": "echo", "arguments": {"message": "boom"}},
-        error={"code": -32603, "message": "Internal error: boom"},
+        {"name": "increment", "arguments": {}},
+        result=text_result("ok"),
         session=session,
+    )
+    store.record_call(
+        "demo", "tools/call", {"name": "counter", "arguments": {}}, result=text_result("1"), session=session
     )
     store.put_server(ServerRecord("other", {"name": "other", "version": "0.1"}, {"tools": {}}, "2025-06-18"))
     store.put_listing("other", "tools/list", {"tools": [{"name": "ping", "inputSchema": {"type": "object"}}]})
     store.record_call("other", "tools/call", {"name": "ping", "arguments": {}}, result=text_result("pong"))
     return store
+
+
+def tool_call(name: str, **arguments: Any) -> dict[str, Any]:
+    """tools/call params."""
+    return {"name": name, "arguments": arguments}
 
 
 def free_port() -> int:

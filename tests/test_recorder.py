@@ -21,7 +21,9 @@ pytestmark = pytest.mark.anyio
 ECHO = UpstreamSpec(command=PYTHON, args=(str(ECHO_SERVER),))
 
 
-async def test_each_client_session_gets_its_own_store_session_and_listings_are_recorded(tmp_path: Path) -> None:
+async def test_each_client_session_gets_its_own_store_session_and_listings_are_recorded(
+    tmp_path: Path,
+) -> None:
     with anyio.fail_after(60):
         async with recording(tmp_path / "r.db", {"echo": ECHO}) as recorder:
             for text in ("one", "two"):
@@ -38,7 +40,12 @@ async def test_each_client_session_gets_its_own_store_session_and_listings_are_r
     with Store(tmp_path / "r.db", readonly=True) as store:
         sessions = store.sessions()
         assert [s["calls"] for s in sessions] == [2, 2]
-        assert set(store.listings("echo")) == {"tools/list", "resources/list", "resources/templates/list", "prompts/list"}
+        assert set(store.listings("echo")) == {
+            "tools/list",
+            "resources/list",
+            "resources/templates/list",
+            "prompts/list",
+        }
         (server,) = store.servers()
         assert server.info == {"name": "echo", "version": "1.0.0"}
         assert server.instructions == "A deterministic fixture server."
@@ -48,37 +55,48 @@ async def test_each_client_session_gets_its_own_store_session_and_listings_are_r
 
 async def test_a_modern_era_client_is_served_and_its_envelope_is_not_forwarded(tmp_path: Path) -> None:
     with anyio.fail_after(60):
-        async with recording(tmp_path / "m.db", {"echo": ECHO}) as recorder:
-            async with Client(recorder.server("echo"), cache=None) as client:  # mode="auto": 2026-07-28
-                assert client.protocol_version == "2026-07-28"
-                assert client.server_info is not None and client.server_info.name == "echo"
-                tools = await client.list_tools()
-                result = await client.call_tool("add", {"a": 2, "b": 3}, meta={"replay-sim/episode": "ep-1"})
+        async with (
+            recording(tmp_path / "m.db", {"echo": ECHO}) as recorder,
+            Client(recorder.server("echo"), cache=None) as client,  # mode="auto": 2026-07-28
+        ):
+            assert client.protocol_version == "2026-07-28"
+            assert client.server_info is not None and client.server_info.name == "echo"
+            tools = await client.list_tools()
+            result = await client.call_tool("add", {"a": 2, "b": 3}, meta={"replay-sim/episode": "ep-1"})
     assert [t.name for t in tools.tools][:2] == ["echo", "add"]
     assert result.structured_content == {"sum": 5}
     with Store(tmp_path / "m.db", readonly=True) as store:
         (rec,) = store.recordings("echo")
     assert rec.params == {"name": "add", "arguments": {"a": 2, "b": 3}}
-    assert rec.result == {"content": [{"type": "text", "text": "5"}], "structuredContent": {"sum": 5}, "isError": False}
+    assert rec.result == {
+        "content": [{"type": "text", "text": "5"}],
+        "structuredContent": {"sum": 5},
+        "isError": False,
+    }
 
 
 async def test_an_upstream_crash_mid_call_is_an_error_for_that_client_only(tmp_path: Path) -> None:
     db = tmp_path / "crash.db"
     with anyio.fail_after(90):
-        async with proxy_http(db, "--name", "echo", "--", PYTHON, ECHO_SERVER) as (base, _):
-            async with raw_client(f"{base}/mcp/echo") as healthy, raw_client(f"{base}/mcp/echo") as doomed:
-                assert (await healthy.call_tool("echo", {"text": "before"})).content[0].text == "before"
-                with pytest.raises(MCPError) as caught:
-                    await doomed.call_tool("crash", {"after_progress": True})
-                assert "crashing on request" in caught.value.error.message
-                assert (await healthy.call_tool("echo", {"text": "after"})).content[0].text == "after"
-                with pytest.raises(MCPError):
-                    await doomed.call_tool("echo", {"text": "too late"})
+        async with (
+            proxy_http(db, "--name", "echo", "--", PYTHON, ECHO_SERVER) as (base, _),
+            raw_client(f"{base}/mcp/echo") as healthy,
+            raw_client(f"{base}/mcp/echo") as doomed,
+        ):
+            assert (await healthy.call_tool("echo", {"text": "before"})).content[0].text == "before"
+            with pytest.raises(MCPError) as caught:
+                await doomed.call_tool("crash", {"after_progress": True})
+            assert "crashing on request" in caught.value.error.message
+            assert (await healthy.call_tool("echo", {"text": "after"})).content[0].text == "after"
+            with pytest.raises(MCPError):
+                await doomed.call_tool("echo", {"text": "too late"})
     with Store(db, readonly=True) as store:
         crash = store.recordings("echo", name="crash")[0]
         echoes = [r.arguments["text"] for r in store.recordings("echo", name="echo") if r.result]
     assert crash.result is None and crash.error is not None
-    assert crash.error["code"] == -32000 and "closed the connection during tools/call" in crash.error["message"]
+    assert (
+        crash.error["code"] == -32000 and "closed the connection during tools/call" in crash.error["message"]
+    )
     assert [n["params"]["message"] for n in crash.notifications] == ["about to crash"]
     assert echoes == ["before", "after"]
 
@@ -86,7 +104,10 @@ async def test_an_upstream_crash_mid_call_is_an_error_for_that_client_only(tmp_p
 async def test_an_upstream_that_never_starts_names_the_command_and_its_stderr(tmp_path: Path) -> None:
     missing = UpstreamSpec(command=str(tmp_path / "no-such-server"), args=("--flag",))
     with Store(tmp_path / "s.db") as store:
-        with anyio.fail_after(30), pytest.raises(UpstreamError, match="no-such-server --flag cannot be started"):
+        with (
+            anyio.fail_after(30),
+            pytest.raises(UpstreamError, match="no-such-server --flag cannot be started"),
+        ):
             async with Recorder(store, {"x": missing}):
                 pass
         dies = UpstreamSpec(command=PYTHON, args=("-c", "import sys; sys.exit('fatal: no config file')"))
@@ -101,7 +122,16 @@ async def test_an_upstream_that_never_starts_names_the_command_and_its_stderr(tm
 
 
 async def test_the_cli_exits_non_zero_with_one_line_when_the_upstream_never_starts(tmp_path: Path) -> None:
-    command = [REPLAY_SIM, "record", "--db", tmp_path / "c.db", "--", PYTHON, "-c", "import sys; sys.exit('boom!')"]
+    command = [
+        REPLAY_SIM,
+        "record",
+        "--db",
+        tmp_path / "c.db",
+        "--",
+        PYTHON,
+        "-c",
+        "import sys; sys.exit('boom!')",
+    ]
     with anyio.fail_after(60):
         async with spawn(*command) as process:
             await process.process.wait()
@@ -121,11 +151,16 @@ async def test_an_unreachable_http_upstream_is_an_upstream_error(tmp_path: Path)
 async def test_a_full_disk_is_a_clear_error_and_leaves_no_partial_row(tmp_path: Path) -> None:
     store = Store(tmp_path / "full.db")
     with anyio.fail_after(60):
-        async with recording(store, {"echo": ECHO}) as recorder, raw_client(recorder.server("echo")) as client:
+        async with (
+            recording(store, {"echo": ECHO}) as recorder,
+            raw_client(recorder.server("echo")) as client,
+        ):
             await client.call_tool("echo", {"text": "fits"})
             (pages,) = store.conn.execute("PRAGMA page_count").fetchone()
             store.conn.execute(f"PRAGMA max_page_count={pages}")
-            answer = await raw_request(client, "tools/call", {"name": "echo", "arguments": {"text": "x" * 100_000}})
+            answer = await raw_request(
+                client, "tools/call", {"name": "echo", "arguments": {"text": "x" * 100_000}}
+            )
             assert "could not record tools/call echo" in answer["error"]["message"]
             assert "disk is full" in answer["error"]["message"]
             store.conn.execute("PRAGMA max_page_count=1073741823")
@@ -140,11 +175,16 @@ async def test_a_locked_store_is_a_clear_error_and_the_result_is_withheld(tmp_pa
     store = Store(tmp_path / "locked.db")
     store.conn.execute("PRAGMA busy_timeout=50")
     with anyio.fail_after(60):
-        async with recording(store, {"echo": ECHO}) as recorder, raw_client(recorder.server("echo")) as client:
+        async with (
+            recording(store, {"echo": ECHO}) as recorder,
+            raw_client(recorder.server("echo")) as client,
+        ):
             await client.call_tool("echo", {"text": "first"})
             other = sqlite3.connect(tmp_path / "locked.db", isolation_level=None)
             other.execute("BEGIN IMMEDIATE")
-            answer = await raw_request(client, "tools/call", {"name": "echo", "arguments": {"text": "blocked"}})
+            answer = await raw_request(
+                client, "tools/call", {"name": "echo", "arguments": {"text": "blocked"}}
+            )
             other.execute("ROLLBACK")
             other.close()
             assert "locked" in answer["error"]["message"] and "locked.db" in answer["error"]["message"]

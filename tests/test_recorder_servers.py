@@ -18,15 +18,11 @@ from typing import Any
 
 import anyio
 import pytest
-
-from replay_sim.canonical import canonical_json
-from replay_sim.recorder import RECORDED_METHODS
-from replay_sim.store import Store
 from recording_helpers import (
     BIN,
+    ECHO_SERVER,
     NODE_BIN,
     PYTHON,
-    ECHO_SERVER,
     Script,
     echo_http,
     proxy_http,
@@ -34,6 +30,10 @@ from recording_helpers import (
     run_script,
     stdio,
 )
+
+from replay_sim.canonical import canonical_json
+from replay_sim.recorder import RECORDED_METHODS
+from replay_sim.store import Store
 
 pytestmark = [pytest.mark.slow, pytest.mark.anyio]
 
@@ -96,7 +96,9 @@ def _cases(tmp: Path) -> list[Case]:
             [str(BIN / "mcp-server-time"), "--local-timezone", "UTC"],
             [
                 *listings,
-                tool("convert_time", source_timezone="Europe/Paris", time="12:00", target_timezone="Asia/Tokyo"),
+                tool(
+                    "convert_time", source_timezone="Europe/Paris", time="12:00", target_timezone="Asia/Tokyo"
+                ),
                 tool("convert_time", source_timezone="America/New_York", time="23:30", target_timezone="UTC"),
                 tool("convert_time", source_timezone="Mars/Olympus", time="12:00", target_timezone="UTC"),
                 tool("get_current_time", timezone="UTC"),
@@ -148,9 +150,17 @@ def _cases(tmp: Path) -> list[Case]:
             [str(NODE_BIN / "mcp-server-memory")],
             [
                 *listings,
-                tool("create_entities", entities=[{"name": "Ada", "entityType": "person", "observations": ["math"]}]),
-                tool("create_entities", entities=[{"name": "Babbage", "entityType": "person", "observations": []}]),
-                tool("create_relations", relations=[{"from": "Ada", "to": "Babbage", "relationType": "knows"}]),
+                tool(
+                    "create_entities",
+                    entities=[{"name": "Ada", "entityType": "person", "observations": ["math"]}],
+                ),
+                tool(
+                    "create_entities",
+                    entities=[{"name": "Babbage", "entityType": "person", "observations": []}],
+                ),
+                tool(
+                    "create_relations", relations=[{"from": "Ada", "to": "Babbage", "relationType": "knows"}]
+                ),
                 tool("add_observations", observations=[{"entityName": "Ada", "contents": ["wrote notes"]}]),
                 tool("read_graph"),
                 tool("search_nodes", query="notes"),
@@ -259,7 +269,10 @@ async def test_a_streamable_http_upstream_is_recorded(tmp_path: Path) -> None:
         ("tools/call", {"name": "add", "arguments": {"a": 1, "b": 2.5}}),
         ("resources/read", {"uri": "echo://item/7"}),
         ("prompts/get", {"name": "paint", "arguments": {"colour": "green"}}),
-        ("completion/complete", {"ref": {"type": "ref/prompt", "name": "paint"}, "argument": {"name": "colour", "value": "g"}}),
+        (
+            "completion/complete",
+            {"ref": {"type": "ref/prompt", "name": "paint"}, "argument": {"name": "colour", "value": "g"}},
+        ),
     ]
     case = Case("echo", [], script)
     async with echo_http() as url:

@@ -23,7 +23,9 @@ def _env(values: tuple[str, ...]) -> dict[str, str]:
         name, sep, value = item.partition("=")
         if not sep:
             if name not in os.environ:
-                raise ConfigError(f"--env {name}: not set in the recorder's environment (or pass {name}=VALUE)")
+                raise ConfigError(
+                    f"--env {name}: not set in the recorder's environment (or pass {name}=VALUE)"
+                )
             value = os.environ[name]
         env[name] = value
     return env
@@ -48,14 +50,28 @@ def _address(value: str) -> tuple[str, int]:
 
 @cli.command("record", context_settings={"ignore_unknown_options": True})
 @db_option
-@click.option("--name", help="Recorded server name (default: from the command or URL; with --config: the one to serve).")
-@click.option("--http", "http", metavar="HOST:PORT", help="Serve clients over streamable HTTP at /mcp/<name>.")
-@click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path), help="TOML file of upstreams.")
+@click.option(
+    "--name", help="Recorded server name (default: from the command or URL; with --config: the one to serve)."
+)
+@click.option(
+    "--http", "http", metavar="HOST:PORT", help="Serve clients over streamable HTTP at /mcp/<name>."
+)
+@click.option(
+    "--config", "config_file", type=click.Path(dir_okay=False, path_type=Path), help="TOML file of upstreams."
+)
 @click.option("--url", help="Record a streamable HTTP upstream instead of a command.")
-@click.option("-e", "--env", "env", multiple=True, metavar="NAME[=VALUE]", help="Environment for the upstream.")
-@click.option("-H", "--header", "header", multiple=True, metavar="'NAME: VALUE'", help="HTTP header for --url.")
-@click.option("--cwd", type=click.Path(file_okay=False, path_type=Path), help="Working directory of the upstream.")
-@click.option("--redact-key", multiple=True, metavar="GLOB", help="Extra object-key glob whose values are redacted.")
+@click.option(
+    "-e", "--env", "env", multiple=True, metavar="NAME[=VALUE]", help="Environment for the upstream."
+)
+@click.option(
+    "-H", "--header", "header", multiple=True, metavar="'NAME: VALUE'", help="HTTP header for --url."
+)
+@click.option(
+    "--cwd", type=click.Path(file_okay=False, path_type=Path), help="Working directory of the upstream."
+)
+@click.option(
+    "--redact-key", multiple=True, metavar="GLOB", help="Extra object-key glob whose values are redacted."
+)
 @click.option("--redact-pattern", multiple=True, metavar="REGEX", help="Regex whose matches are redacted.")
 @click.option("--timeout", type=float, help="Seconds to wait for one upstream answer.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
@@ -102,14 +118,17 @@ def record_command(
             for server in config.servers:
                 click.echo(f"replay-sim: recording {server} into {db} at {base_url}/mcp/{server}", err=True)
 
-        anyio.run(lambda: record_http(config.servers, store=db, host=host, port=port, redactor=config.redactor, on_ready=ready))
-        return
-    if len(config.servers) != 1:
-        if name is None or name not in config.servers:
-            raise ConfigError(
-                f"{config_file}: {len(config.servers)} upstreams; serve them with --http HOST:PORT, "
-                f"or pick one for stdio with --name ({', '.join(config.servers)})"
+        anyio.run(
+            lambda: record_http(
+                config.servers, store=db, host=host, port=port, redactor=config.redactor, on_ready=ready
             )
+        )
+        return
+    if len(config.servers) != 1 and name not in config.servers:
+        raise ConfigError(
+            f"{config_file}: {len(config.servers)} upstreams; serve them with --http HOST:PORT, "
+            f"or pick one for stdio with --name ({', '.join(config.servers)})"
+        )
     server = name if name in config.servers else next(iter(config.servers))
     click.echo(f"replay-sim: recording {server} into {db} (stdio)", err=True)
     spec = config.servers[server]
@@ -136,6 +155,10 @@ def _config(
         spec = UpstreamSpec(url=url, headers=_headers(header), timeout=timeout)
     else:
         spec = UpstreamSpec(
-            command=command[0], args=tuple(command[1:]), env=_env(env), cwd=str(cwd) if cwd else None, timeout=timeout
+            command=command[0],
+            args=tuple(command[1:]),
+            env=_env(env),
+            cwd=str(cwd) if cwd else None,
+            timeout=timeout,
         )
     return RecorderConfig({name or spec.default_name(): spec}, Redactor(key_globs=DEFAULT_KEY_GLOBS))

@@ -1,0 +1,86 @@
+"""Shared helpers for the resolver-side tests: small real SQLite stores and the real embedding model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from replay_sim.embedding import SentenceTransformerEmbedder, default_embedder
+from replay_sim.store import Store
+
+SEARCH_TOOL = {
+    "name": "search",
+    "description": "Search the help centre.",
+    "inputSchema": {
+        "type": "object",
+        "properties": {
+            "query": {"type": "string", "description": "What to look for"},
+            "repo_path": {"type": "string"},
+            "limit": {"type": "integer", "default": 5},
+            "since": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None},
+        },
+        "required": ["query", "repo_path"],
+    },
+    "annotations": {"readOnlyHint": True},
+}
+ECHO_TOOL = {
+    "name": "echo",
+    "inputSchema": {"type": "object", "properties": {"message": {"type": "string"}}, "required": ["message"]},
+    "annotations": {"readOnlyHint": True},
+}
+WRITE_TOOL = {
+    "name": "write_file",
+    "inputSchema": {
+        "type": "object",
+        "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+        "required": ["path", "content"],
+        "additionalProperties": False,
+    },
+    "annotations": {"readOnlyHint": False},
+}
+READ_TOOL = {
+    "name": "read_file",
+    "inputSchema": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+    "annotations": {"readOnlyHint": True},
+}
+TOOLS = [SEARCH_TOOL, ECHO_TOOL, WRITE_TOOL, READ_TOOL]
+
+
+def text(value: str) -> dict[str, Any]:
+    """A CallToolResult with one text block."""
+    return {"content": [{"type": "text", "text": value}], "isError": False}
+
+
+def call(store: Store, name: str, arguments: dict[str, Any], result: str, session: str = "s-read") -> int:
+    """Record one tools/call on server ``demo``."""
+    store.start_session("demo", session)
+    return store.record_call(
+        "demo", "tools/call", {"name": name, "arguments": arguments}, result=text(result), session=session
+    )
+
+
+def demo_store(path: Path) -> Store:
+    """A store with the demo server's listing and a few recordings from the initial state and after writes."""
+    store = Store(path)
+    store.put_listing("demo", "tools/list", {"tools": TOOLS})
+    repo = "/srv/repo"
+    call(store, "search", {"query": "how do I reset my password", "repo_path": repo}, "Reset it under Settings.")
+    call(store, "search", {"query": "what is the refund policy", "repo_path": repo}, "Refunds within 30 days.")
+    call(store, "search", {"query": "where is my order", "repo_path": repo}, "Track it under Orders.")
+    call(store, "search", {"query": "how do I reset my password", "repo_path": "/srv/other"}, "Other repo answer.")
+    call(store, "echo", {"message": "hello world"}, "Echo: hello world")
+    call(store, "echo", {"message": "good morning"}, "Echo: good morning")
+    call(store, "read_file", {"path": "/a.txt"}, "one")
+    call(store, "write_file", {"path": "/a.txt", "content": "two"}, "Successfully wrote /a.txt", session="s-write")
+    call(store, "read_file", {"path": "/a.txt"}, "two", session="s-write")
+    return store
+
+
+@pytest.fixture(scope="module")
+def embedder() -> SentenceTransformerEmbedder:
+    """The real packaged MiniLM, loaded once (the instance is shared by the whole session)."""
+    model = default_embedder()
+    model.encode(["warm up"])
+    return model

@@ -1,0 +1,57 @@
+"""The dashboard, rendered by headless Chromium against a live replay server."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+
+import anyio
+import pytest
+from mcp import Client
+from replay_helpers import make_replay, serve_app
+
+from replay_sim.admin import create_app
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (apt-get install chromium)")
+def test_the_dashboard_shows_tiers_per_tool_and_recent_misses_with_diagnostics(tmp_path_factory) -> None:
+    replay = make_replay(tmp_path_factory.mktemp("dash") / "dash.db")
+    with serve_app(create_app(replay)) as url:
+
+        async def traffic() -> None:
+            async with Client(f"{url}/mcp/demo", mode="legacy") as client:
+                await client.call_tool("echo", {"message": "hello"})
+                await client.call_tool("echo", {"message": "hello world"})
+
+        anyio.run(traffic)
+        with tempfile.TemporaryDirectory() as profile:
+            done = subprocess.run(
+                [
+                    str(CHROMIUM),
+                    "--headless",
+                    "--no-sandbox",
+                    "--disable-gpu",
+                    "--disable-background-networking",
+                    "--disable-component-update",
+                    "--disable-sync",
+                    "--no-first-run",
+                    f"--user-data-dir={profile}",
+                    "--virtual-time-budget=10000",  # run the page's fetches before dumping the DOM
+                    "--dump-dom",
+                    f"{url}/",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+    dom = done.stdout
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert 'data-ready="1"' in dom, dom[:2000]
+    assert '<tr data-tool="echo" data-tier="exact">' in dom
+    assert '<tr data-tool="echo" data-tier="miss">' in dom
+    assert "<rect" in dom and 'data-tier="exact"' in dom  # the timeline drew bars
+    assert '<li class="miss" data-tool="echo">' in dom
+    assert 'message: recorded "hello", requested "hello world"' in dom

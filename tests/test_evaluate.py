@@ -1,0 +1,60 @@
+"""Scoring against live truth, and the dev probe set's headline numbers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from resolver_helpers import demo_store, text
+from resolver_helpers import embedder  # noqa: F401 - fixture
+
+from replay_sim.embedding import SentenceTransformerEmbedder
+from replay_sim.errors import InterchangeError
+from replay_sim.evaluate import Outcome, Report, compare, evaluate, load_probes, render
+from replay_sim.interchange import import_jsonl
+from replay_sim.resolver import Resolver
+from replay_sim.store import Store
+
+PROBES = Path(__file__).parent.parent / "fixtures" / "probes"
+
+
+def _probe(pid: str, category: str, name: str, arguments: dict, truth: str) -> dict:
+    step = {"method": "tools/call", "params": {"name": name, "arguments": arguments}, "truth": {"result": text(truth), "error": None}}
+    return {"id": pid, "category": category, "server": "demo", "steps": [step]}
+
+
+def test_each_outcome_is_scored_from_the_truth(tmp_path: Path, embedder: SentenceTransformerEmbedder) -> None:  # noqa: F811
+    store = demo_store(tmp_path / "r.db")
+    lines = [
+        _probe("p1", "exact", "echo", {"message": "hello world"}, "Echo: hello world"),  # correct hit
+        _probe("p2", "exact", "echo", {"message": "hello world"}, "Echo: something else"),  # wrong hit
+        _probe("p3", "new", "echo", {"message": "brand new"}, "Echo: brand new"),  # correct miss
+        _probe("p4", "new", "echo", {"message": "hi world"}, "Echo: good morning"),  # needless miss
+    ]
+    path = tmp_path / "probes.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    report = evaluate(store, load_probes(path), lambda s, m, p, h: (Resolver(store, embedder=embedder, index_dir=None).resolve(s, m, p, h).recording, ""))
+    assert report.total("exact") == {Outcome.CORRECT_HIT: 1, Outcome.WRONG_HIT: 1, Outcome.CORRECT_MISS: 0, Outcome.NEEDLESS_MISS: 0}
+    assert report.total("new") == {Outcome.CORRECT_HIT: 0, Outcome.WRONG_HIT: 0, Outcome.CORRECT_MISS: 1, Outcome.NEEDLESS_MISS: 1}
+    assert Report.rates(report.total()) == (0.5, 0.5)
+
+
+def test_a_malformed_probe_file_names_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"id": "p1", "category": "x", "server": "s", "steps": []}\n{"id": 2}\n')
+    with pytest.raises(InterchangeError, match=r"bad.jsonl:2"):
+        load_probes(path)
+
+
+def test_the_dev_probe_set_meets_the_precision_target_and_beats_exact_only(tmp_path: Path, embedder: SentenceTransformerEmbedder) -> None:  # noqa: F811
+    store = Store(tmp_path / "r.db")
+    import_jsonl(store, PROBES / "recordings.jsonl")
+    resolver = Resolver(store, embedder=embedder, index_dir=tmp_path / "index")
+    reports = compare(store, load_probes(PROBES / "probes.jsonl"), resolver)
+    ours, exact = reports["replay-sim"].total(), reports["exact-only cache"].total()
+    precision, recall = Report.rates(ours)
+    assert precision >= 0.995
+    assert ours[Outcome.CORRECT_HIT] > exact[Outcome.CORRECT_HIT]
+    assert recall > Report.rates(exact)[1]
+    assert "| replay-sim |" in render(reports)

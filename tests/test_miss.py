@@ -1,0 +1,188 @@
+"""Miss policies: error (default), nearest, live (a real upstream) and synthesize (a fake OpenAI API)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from fastapi import FastAPI, Request
+from mcp import Client
+from replay_helpers import build_store, match_of, serve_app
+
+from replay_sim.config import RecorderConfig
+from replay_sim.errors import ConfigError
+from replay_sim.miss import MISS_POLICIES, MissPolicyName, MissSettings, Upstreams, make_policy
+from replay_sim.replay import Replay
+from replay_sim.resolver import Resolver
+from replay_sim.store import Origin, ServerRecord, Store
+from replay_sim.upstream import UpstreamSpec
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _replay(store: Store, miss: str, **settings: Any) -> Replay:
+    return Replay(
+        store,
+        resolver=Resolver(store, index_dir=None),
+        miss=miss,
+        settings=MissSettings(store=store, **settings),
+    )
+
+
+def test_the_registry_names_every_policy_and_rejects_unknown_ones(tmp_path: Path) -> None:
+    assert set(MISS_POLICIES) == set(MissPolicyName)
+    store = Store(tmp_path / "s.db")
+    with pytest.raises(ConfigError, match="choose one of error, nearest, live, synthesize"):
+        make_policy("guess", MissSettings(store=store))
+    with pytest.raises(ConfigError, match="needs a recorder config"):
+        make_policy("live", MissSettings(store=store))
+    with pytest.raises(ConfigError, match="needs --llm-url and --llm-model"):
+        make_policy("synthesize", MissSettings(store=store))
+
+
+def test_nearest_serves_the_closest_recording_marked_nearest(tmp_path: Path) -> None:
+    replay = _replay(build_store(tmp_path / "n.db"), "nearest")
+
+    async def main() -> Any:
+        async with Client(replay.server("demo"), mode="legacy") as client:
+            return await client.call_tool("echo", {"message": "hello world"})
+
+    result = anyio.run(main)
+    assert result.content[0].text == "hello"
+    match = match_of(result)
+    assert match["status"] == "nearest" and match["recording"] == 1 and 0 < match["score"] < 1
+    assert match["candidates"][0]["differences"][0]["field"] == "message"
+
+
+# -- live ---------------------------------------------------------------------------------------
+
+
+def _echo_store(path: Path) -> Store:
+    store = Store(path)
+    store.put_server(ServerRecord("echo", {"name": "echo-server", "version": "1"}, {"tools": {}}))
+    text = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
+    steps = {"type": "object", "properties": {"steps": {"type": "integer"}}}
+    store.put_listing(
+        "echo",
+        "tools/list",
+        {
+            "tools": [
+                {"name": "echo", "inputSchema": text, "annotations": {"readOnlyHint": True}},
+                {"name": "progress", "inputSchema": steps, "annotations": {"readOnlyHint": True}},
+            ]
+        },
+    )
+    return store
+
+
+def test_live_forwards_a_miss_to_the_real_server_records_it_and_serves_it(tmp_path: Path) -> None:
+    store = _echo_store(tmp_path / "live.db")
+    spec = UpstreamSpec(command=sys.executable, args=(str(ROOT / "fixtures/echo_server.py"),))
+    upstreams = Upstreams(RecorderConfig(servers={"echo": spec}))
+    replay = _replay(store, "live", forward=upstreams)
+
+    async def main() -> tuple[Any, Any, Any]:
+        async with AsyncExitStack() as stack:
+            await replay.enter(stack)
+            with anyio.fail_after(60):
+                async with Client(replay.server("echo"), mode="legacy") as client:
+                    first = await client.call_tool("echo", {"text": "fresh"})
+                    again = await client.call_tool("echo", {"text": "fresh"})
+                    progress = await client.call_tool("progress", {"steps": 2})
+        return first, again, progress
+
+    first, again, progress = anyio.run(main)
+    assert first.content[0].text == "fresh" and match_of(first)["status"] == "live"
+    recorded = store.recordings("echo", name="echo")
+    assert [(r.origin, r.result["content"][0]["text"]) for r in recorded] == [(Origin.LIVE, "fresh")]
+    assert match_of(again) == {"status": "exact", "score": 1.0, "recording": recorded[0].id, "snapshot": None}
+    assert progress.content[0].text == "done after 2 steps"
+    notes = store.recordings("echo", name="progress")[0].notifications
+    assert [n["method"] for n in notes] == ["notifications/progress", "notifications/message"] * 2
+    assert "progressToken" not in notes[0]["params"]
+
+
+# -- synthesize ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fake_openai() -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """A local server speaking the OpenAI chat completions protocol; answers with a fixed tool result."""
+    requests: list[dict[str, Any]] = []
+    app = FastAPI()
+
+    @app.post("/v1/chat/completions")
+    async def completions(request: Request) -> dict[str, Any]:
+        body = await request.json()
+        requests.append({"body": body, "authorization": request.headers.get("authorization")})
+        answer = {"content": [{"type": "text", "text": "hello, synthesized"}], "isError": False}
+        return {
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body["model"],
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": "```json\n" + json.dumps(answer) + "\n```"},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+        }
+
+    with serve_app(app) as url:
+        yield f"{url}/v1", requests
+
+
+def test_synthesize_asks_the_llm_with_schema_and_examples_and_stores_a_synthetic_answer(
+    tmp_path: Path, fake_openai: tuple[str, list[dict[str, Any]]]
+) -> None:
+    url, requests = fake_openai
+    store = build_store(tmp_path / "syn.db")
+    replay = _replay(store, "synthesize", llm_url=url, llm_model="tiny", llm_api_key="k-123")
+
+    async def main() -> tuple[Any, Any]:
+        async with Client(replay.server("demo"), mode="legacy") as client:
+            first = await client.call_tool("echo", {"message": "hello world"})
+            again = await client.call_tool("echo", {"message": "hello world"})
+        return first, again
+
+    first, again = anyio.run(main)
+    assert first.content[0].text == "hello, synthesized"
+    assert match_of(first)["status"] == "synthetic" and match_of(again)["status"] == "synthetic"
+    assert len(requests) == 1  # the stored synthetic answer serves the repeat
+    sent = requests[0]
+    assert sent["authorization"] == "Bearer k-123" and sent["body"]["model"] == "tiny"
+    prompt = json.loads(sent["body"]["messages"][1]["content"])
+    assert prompt["tool"]["name"] == "echo" and prompt["tool"]["inputSchema"]["required"] == ["message"]
+    assert {"name": "echo", "arguments": {"message": "hello"}} in [
+        e["request"] for e in prompt["recorded_examples"]
+    ]
+    assert prompt["request"]["params"]["arguments"] == {"message": "hello world"}
+    (stored,) = [r for r in store.recordings("demo", name="echo") if r.origin == Origin.SYNTHETIC]
+    assert stored.result == {"content": [{"type": "text", "text": "hello, synthesized"}], "isError": False}
+
+
+def test_synthesize_reports_an_unreachable_llm_as_a_tool_error_not_a_crash(tmp_path: Path) -> None:
+    from replay_helpers import free_port
+
+    store = build_store(tmp_path / "down.db")
+    replay = _replay(
+        store, "synthesize", llm_url=f"http://127.0.0.1:{free_port()}/v1", llm_model="m", timeout=5
+    )
+
+    async def main() -> Any:
+        async with Client(replay.server("demo"), mode="legacy") as client:
+            return await client.call_tool("echo", {"message": "hello world"})
+
+    result = anyio.run(main)
+    assert result.is_error and "LLM at http://127.0.0.1" in result.content[0].text
+    assert match_of(result)["status"] == "miss"

@@ -1,0 +1,58 @@
+"""SIGKILL the recording proxy while 8 sessions record: nothing acknowledged is lost, the file is sound."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+from pathlib import Path
+
+import anyio
+import pytest
+from recording_helpers import ECHO_SERVER, PYTHON, proxy_http, raw_client
+
+pytestmark = [pytest.mark.slow, pytest.mark.anyio]
+
+SESSIONS = 8
+KILL_AFTER = 120  # acknowledged calls, across all sessions, once each session has some
+
+
+async def test_every_acknowledged_call_survives_a_sigkill_of_the_proxy(tmp_path: Path) -> None:
+    db = tmp_path / "kill.db"
+    acknowledged: list[str] = []
+    per_session = [0] * SESSIONS
+    enough = anyio.Event()
+
+    async def session(url: str, number: int) -> None:
+        try:
+            async with raw_client(url) as client:
+                for i in range(10_000):
+                    text = f"session {number} call {i}"
+                    result = await client.call_tool("echo", {"text": text})
+                    assert result.content[0].text == text
+                    acknowledged.append(text)
+                    per_session[number] += 1
+                    if len(acknowledged) >= KILL_AFTER and min(per_session) >= 3:
+                        enough.set()
+        except Exception:  # the proxy died under us: expected once it is killed
+            return
+
+    with anyio.fail_after(120):
+        async with (
+            proxy_http(db, "--name", "echo", "--", PYTHON, ECHO_SERVER) as (base, proxy),
+            anyio.create_task_group() as tg,
+        ):
+            for number in range(SESSIONS):
+                tg.start_soon(session, f"{base}/mcp/echo", number)
+            await enough.wait()
+            proxy.process.send_signal(signal.SIGKILL)
+            await proxy.process.wait()
+            killed_at = len(acknowledged)
+    assert killed_at >= KILL_AFTER
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    rows = conn.execute("SELECT arguments, session FROM calls WHERE result IS NOT NULL").fetchall()
+    recorded = {json.loads(arguments)["text"] for arguments, _ in rows}
+    missing = [text for text in acknowledged if text not in recorded]
+    assert not missing, f"{len(missing)} acknowledged calls are not in the database: {missing[:5]}"
+    assert len({s for _, s in rows}) == SESSIONS, "one store session per client session"

@@ -1,0 +1,89 @@
+"""Redaction: secrets never reach the database file, and redacted recordings still key consistently."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+from recording_helpers import ECHO_SERVER, PYTHON, raw_client
+
+from replay_sim.canonical import call_key
+from replay_sim.recorder import recording
+from replay_sim.redaction import REDACTED, Redactor
+from replay_sim.store import Store
+from replay_sim.upstream import UpstreamSpec
+
+SECRET = "s3cr3t-value-0123456789"
+
+
+@pytest.mark.parametrize(
+    ("redactor", "value", "expected"),
+    [
+        (Redactor(secrets=[SECRET]), {"a": f"x{SECRET}y"}, {"a": f"x{REDACTED}y"}),
+        (
+            Redactor(),
+            {"API_Key": "k", "nested": [{"accessToken": 1}]},
+            {"API_Key": REDACTED, "nested": [{"accessToken": REDACTED}]},
+        ),
+        (
+            Redactor(),
+            {"authorization": "Bearer abc", "password": None},
+            {"authorization": REDACTED, "password": None},
+        ),
+        (Redactor(patterns=[r"sk-[a-z0-9]{8,}"]), ["use sk-abcdef123456 now"], [f"use {REDACTED} now"]),
+        (Redactor(secrets=["1"]), {"n": "1 and 11"}, {"n": "1 and 11"}),  # too short to be a secret
+        (Redactor(key_globs=[]), {"token": "t"}, {"token": "t"}),
+        (Redactor(replacement="***"), {"secret_sauce": "ketchup"}, {"secret_sauce": "***"}),
+    ],
+)
+def test_redactor_replaces_secret_values_keys_and_patterns(
+    redactor: Redactor, value: object, expected: object
+) -> None:
+    assert redactor.redact(value) == expected
+
+
+def test_listings_keep_schema_keys_but_lose_secret_values() -> None:
+    listing = {"tools": [{"name": "login", "inputSchema": {"properties": {"token": {"type": "string"}}}}]}
+    redactor = Redactor(secrets=[SECRET])
+    assert redactor.redact(listing, keys=False) == listing
+    assert redactor.redact({"description": f"uses {SECRET}"}, keys=False) == {
+        "description": f"uses {REDACTED}"
+    }
+
+
+def test_header_credentials_are_secrets_with_and_without_their_scheme() -> None:
+    spec = UpstreamSpec(url="http://127.0.0.1:1/mcp", headers={"Authorization": f"Bearer {SECRET}"})
+    assert set(spec.secrets()) == {f"Bearer {SECRET}", SECRET}
+
+
+@pytest.mark.anyio
+async def test_a_secret_given_to_the_upstream_never_reaches_the_database_file(tmp_path: Path) -> None:
+    db = tmp_path / "secret.db"
+    spec = UpstreamSpec(command=PYTHON, args=(str(ECHO_SERVER),), env={"ECHO_API_SECRET": SECRET})
+    arguments = {"text": f"the secret is {SECRET} and sk-abcdef1234567890", "api_key": "k-123"}
+    redactor = Redactor(patterns=[r"sk-[a-z0-9]{8,}"])
+    with anyio.fail_after(60):
+        async with recording(db, {"echo": spec}, redactor) as recorder:
+            async with raw_client(recorder.server("echo")) as client:
+                leaked = await client.call_tool("env", {"name": "ECHO_API_SECRET"})
+                echoed = await client.call_tool("echo", arguments)
+            # The client still gets the real answers: redaction is for what is written.
+            assert leaked.content[0].text == SECRET
+            assert SECRET in echoed.content[0].text
+            # Check the bytes while the recorder is open, so the -wal file still exists.
+            files = [p for p in tmp_path.iterdir() if p.name.startswith("secret.db")]
+            assert any(p.name.endswith("-wal") for p in files)
+            for path in files:
+                data = path.read_bytes()
+                assert SECRET.encode() not in data, path.name
+                assert b"sk-abcdef1234567890" not in data, path.name
+                assert b"k-123" not in data, path.name
+    with Store(db, readonly=True) as store:
+        env_call, echo_call = store.recordings("echo")
+    assert env_call.result["content"][0]["text"] == REDACTED
+    assert echo_call.arguments == {"text": f"the secret is {REDACTED} and {REDACTED}", "api_key": REDACTED}
+    # The key is computed on the redacted arguments: redacting a replayed call's arguments the same
+    # way finds the recording again.
+    replay_redactor = redactor.with_secrets([SECRET])
+    assert echo_call.key == call_key("echo", "tools/call", "echo", replay_redactor.redact(arguments))

@@ -1,0 +1,156 @@
+"""The resolver's tiers, state-aware choice and near-miss diagnostics (table-driven where it can be)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from resolver_helpers import TOOLS, call, demo_store
+from resolver_helpers import embedder  # noqa: F401 - fixture
+
+from replay_sim.calibration import MatchConfig
+from replay_sim.embedding import SentenceTransformerEmbedder
+from replay_sim.resolver import Problem, Resolver, Tier
+from replay_sim.store import Store
+
+REPO = "/srv/repo"
+
+
+@pytest.fixture(scope="module")
+def resolver(tmp_path_factory: pytest.TempPathFactory, embedder: SentenceTransformerEmbedder) -> Resolver:  # noqa: F811
+    folder = tmp_path_factory.mktemp("resolver")
+    return Resolver(demo_store(folder / "r.db"), embedder=embedder, index_dir=folder / "index")
+
+
+def search(query: str, **extra: Any) -> dict[str, Any]:
+    return {"name": "search", "arguments": {"query": query, "repo_path": REPO, **extra}}
+
+
+@pytest.mark.parametrize(
+    ("params", "tier", "answer"),
+    [
+        (search("how do I reset my password"), Tier.EXACT, "Reset it under Settings."),
+        ({"arguments": {"repo_path": REPO, "query": "where is my order"}, "name": "search"}, Tier.EXACT, "Track it under Orders."),
+        (search("where is my order", limit=5), Tier.CANONICAL, "Track it under Orders."),
+        (search("where is my order", limit=5.0), Tier.CANONICAL, "Track it under Orders."),
+        (search("where is my order", since=None), Tier.CANONICAL, "Track it under Orders."),
+        (search("  where is my order \n"), Tier.CANONICAL, "Track it under Orders."),
+        (search("How do I reset my password?"), Tier.SEMANTIC, "Reset it under Settings."),
+        (search("how can I reset my password"), Tier.SEMANTIC, "Reset it under Settings."),
+        (search("where is my order", limit=6), Tier.MISS, None),  # a different number
+        ({"name": "search", "arguments": {"query": "where is my order", "repo_path": REPO + "/"}}, Tier.MISS, None),
+        (search("banana bread recipe"), Tier.MISS, None),
+        (search("what is the refund policy for orders"), Tier.MISS, None),
+        ({"name": "echo", "arguments": {"message": "hello world"}}, Tier.EXACT, "Echo: hello world"),
+        ({"name": "echo", "arguments": {"message": "Hello world"}}, Tier.MISS, None),  # echoed text is exact
+        ({"name": "echo", "arguments": {"message": " hello world"}}, Tier.MISS, None),
+        ({"name": "read_file", "arguments": {"path": "/a.txt"}}, Tier.EXACT, "one"),
+    ],
+)
+def test_each_call_is_answered_by_the_right_tier(resolver: Resolver, params: dict[str, Any], tier: Tier, answer: str | None) -> None:
+    found = resolver.resolve("demo", "tools/call", params, [])
+    assert found.tier is tier, found.reason
+    assert found.hit is (answer is not None)
+    if answer is not None:
+        assert found.recording is not None and found.recording.result["content"][0]["text"] == answer
+        assert tier is not Tier.SEMANTIC or 0.9 <= found.score < 1.0
+
+
+@pytest.mark.parametrize(
+    ("server", "params", "problem", "words"),
+    [
+        ("demo", {"name": "nope", "arguments": {}}, Problem.UNKNOWN_TOOL, "unknown tool 'nope'"),
+        ("ghost", {"name": "nope", "arguments": {}}, Problem.UNKNOWN_TOOL, "no recorded tools/list"),
+        ("demo", {"name": "search", "arguments": "query=x"}, Problem.INVALID_ARGUMENTS, "JSON object"),
+        ("demo", {"name": "search", "arguments": ["x"]}, Problem.INVALID_ARGUMENTS, "JSON object"),
+        ("demo", "not params", Problem.INVALID_ARGUMENTS, "params"),
+        ("demo", {"name": "search", "arguments": {"query": 3, "repo_path": REPO}}, Problem.INVALID_ARGUMENTS, "inputSchema"),
+        ("demo", {"name": "search", "arguments": {"query": float("nan"), "repo_path": REPO}}, Problem.INVALID_ARGUMENTS, "JSON"),
+        ("demo", {"name": "write_file", "arguments": {"path": "/a", "content": "x", "extra": 1}}, Problem.INVALID_ARGUMENTS, "extra"),
+    ],
+)
+def test_structural_misses_say_why(resolver: Resolver, server: str, params: Any, problem: Problem, words: str) -> None:
+    found = resolver.resolve(server, "tools/call", params, [])
+    assert found.tier is Tier.MISS and found.problem is problem
+    assert words in found.reason
+
+
+def test_a_miss_lists_the_three_nearest_recordings_and_the_fields_that_differ(resolver: Resolver) -> None:
+    found = resolver.resolve("demo", "tools/call", {"name": "search", "arguments": {"query": "where is my order", "repo_path": "/srv/x"}})
+    assert found.tier is Tier.MISS and len(found.candidates) == 3
+    best = found.candidates[0]
+    assert best.score >= found.candidates[1].score >= found.candidates[2].score
+    diffs = {d.name: (d.recorded, d.requested) for d in best.differences}
+    assert diffs == {"repo_path": (REPO, "/srv/x")}
+
+
+def test_enormous_free_text_never_crashes_and_never_matches_by_meaning(resolver: Resolver) -> None:
+    huge = "how do I reset my password " * 100_000
+    found = resolver.resolve("demo", "tools/call", search(huge), [])
+    assert found.tier is Tier.MISS
+    assert all(len(str(d.requested)) < 300 for c in found.candidates for d in c.differences)
+
+
+def test_resources_and_prompts_are_exact_only(resolver: Resolver) -> None:
+    found = resolver.resolve("demo", "resources/read", {"uri": "file:///nowhere"}, [])
+    assert found.tier is Tier.MISS and "exact match only" in found.reason
+
+
+def test_reads_are_answered_from_the_state_the_episode_is_in(resolver: Resolver) -> None:
+    read = {"name": "read_file", "arguments": {"path": "/a.txt"}}
+    write = {"name": "write_file", "arguments": {"path": "/a.txt", "content": "two"}}
+    history: list[str] = []
+    first = resolver.resolve("demo", "tools/call", read, history)
+    assert first.recording is not None and first.recording.result["content"][0]["text"] == "one"
+    history.append(first.key)
+    wrote = resolver.resolve("demo", "tools/call", write, history)
+    assert wrote.tier is Tier.EXACT
+    history.append(wrote.key)
+    after = resolver.resolve("demo", "tools/call", read, history)
+    assert after.recording is not None and after.recording.result["content"][0]["text"] == "two"
+
+
+def test_after_an_unrecorded_write_every_later_call_misses(resolver: Resolver) -> None:
+    novel = resolver.resolve("demo", "tools/call", {"name": "write_file", "arguments": {"path": "/a.txt", "content": "three"}}, [])
+    assert novel.tier is Tier.MISS
+    later = resolver.resolve("demo", "tools/call", {"name": "read_file", "arguments": {"path": "/a.txt"}}, [novel.key])
+    assert later.tier is Tier.MISS and later.problem is Problem.DIVERGED
+
+
+def test_a_read_recorded_only_after_a_write_is_not_served_from_the_initial_state(tmp_path: Path) -> None:
+    store = Store(tmp_path / "r.db")
+    store.put_listing("demo", "tools/list", {"tools": TOOLS})
+    call(store, "write_file", {"path": "/b", "content": "x"}, "ok", session="w")
+    call(store, "read_file", {"path": "/b"}, "x", session="w")
+    found = Resolver(store, index_dir=None, semantic=False).resolve("demo", "tools/call", {"name": "read_file", "arguments": {"path": "/b"}}, [])
+    assert found.tier is Tier.MISS and found.problem is Problem.OTHER_STATE
+
+
+def test_new_recordings_are_seen_by_the_exact_cache(tmp_path: Path) -> None:
+    store = demo_store(tmp_path / "r.db")
+    resolver = Resolver(store, index_dir=None, semantic=False)
+    params = {"name": "echo", "arguments": {"message": "late"}}
+    assert resolver.resolve("demo", "tools/call", params, []).tier is Tier.MISS
+    call(store, "echo", {"message": "late"}, "Echo: late")
+    assert resolver.resolve("demo", "tools/call", params, []).tier is Tier.EXACT
+
+
+def test_config_overrides_turn_the_semantic_tier_off_for_one_tool(tmp_path: Path, embedder: SentenceTransformerEmbedder) -> None:  # noqa: F811
+    path = tmp_path / "replay-sim.toml"
+    path.write_text('[defaults]\nfloor = 0.5\n\n[tools."demo/search"]\nsemantic = false\n')
+    config = MatchConfig.load(path)
+    assert config.floor == 0.5
+    resolver = Resolver(demo_store(tmp_path / "r.db"), config=config, embedder=embedder, index_dir=None)
+    assert resolver.resolve("demo", "tools/call", search("how can I reset my password"), []).tier is Tier.MISS
+
+
+def test_the_threshold_sits_above_the_closest_recorded_pair_with_different_results(tmp_path: Path, embedder: SentenceTransformerEmbedder) -> None:  # noqa: F811
+    store = demo_store(tmp_path / "r.db")
+    call(store, "search", {"query": "how do I reset my password?", "repo_path": REPO}, "A different answer.")
+    resolver = Resolver(store, embedder=embedder, index_dir=None)
+    found = resolver.resolve("demo", "tools/call", search("how can I reset my password"), [])
+    state = resolver._states[("demo", "search")]
+    assert state.conflict is not None and state.conflict > 0.95
+    assert state.threshold(resolver.index()) > state.conflict
+    assert found.tier is Tier.MISS or found.score > state.conflict
