@@ -3,7 +3,7 @@
 Example (``server/record.example.toml`` is the annotated version)::
 
     [redaction]
-    keys = ["*token*", "*secret*", "*password*", "authorization", "api_key"]
+    keys = ["*access*token", "*secret*", "*password*", "authorization", "*api*key"]
     patterns = ["ghp_[A-Za-z0-9]{36}"]
     replacement = "[REDACTED]"
 

@@ -70,7 +70,8 @@ async def run_script(url: str, store: Store, echo: Callable[[str], Any] = print)
         echo(f"tools/list: {', '.join(t.name for t in tools.tools)}")
         for title, tool, arguments in SCRIPT:
             arguments = arguments or _recorded_arguments(store, tool)
-            result = await client.call_tool(tool, arguments, meta={"replay-sim/episode": EPISODE})
+            meta: Any = {"replay-sim/episode": EPISODE}  # shares history with other sessions of the episode
+            result = await client.call_tool(tool, arguments, meta=meta)
             match = (result.meta or {}).get(MATCH_META_KEY, {})
             seen.append(match)
             if title:

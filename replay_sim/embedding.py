@@ -62,6 +62,9 @@ class SentenceTransformerEmbedder:
         model_path: A sentence-transformers model folder (default: the packaged MiniLM).
         model_id: The id recorded with cached vectors.
         batch_size: Texts per forward pass.
+        threads: torch intra-op threads (None: torch's choice). One is the default because a
+            single query is the latency-critical case, and torch's OpenMP pool fighting faiss's
+            (loaded first by the resolver) made encodes 10x slower on a 2-core machine.
     """
 
     dimension = 384
@@ -71,7 +74,9 @@ class SentenceTransformerEmbedder:
         model_path: str | None = None,
         model_id: str = "sentence-transformers/all-MiniLM-L6-v2",
         batch_size: int = 64,
+        threads: int | None = 1,
     ) -> None:
+        self.threads = threads
         self.model_path = model_path
         self.model_id = model_id
         self.batch_size = batch_size
@@ -83,7 +88,11 @@ class SentenceTransformerEmbedder:
             if self._model is None:
                 os.environ.setdefault("HF_HUB_OFFLINE", "1")
                 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+                import torch
                 from sentence_transformers import SentenceTransformer
+
+                if self.threads is not None:
+                    torch.set_num_threads(self.threads)
 
                 path = self.model_path
                 if path is None:

@@ -4,8 +4,8 @@ Three rules, applied to JSON values:
 
 * **secret values** — the values of env vars and HTTP headers handed to an upstream: every
   occurrence inside any string is replaced (everywhere: params, results, listings, server info);
-* **key globs** — object keys matching a glob (case-insensitive, ``*token*``, ``authorization``)
-  get their whole value replaced (in call params, results, errors and notifications; not in
+* **key globs** — object keys matching a glob (case-insensitive, ``*access*token``, ``authorization``)
+  get their string values replaced whole (in call params, results, errors and notifications; not in
   listings, where keys are schema property names rather than values);
 * **patterns** — regular expressions; every match inside any string is replaced.
 
@@ -26,8 +26,16 @@ __all__ = ["DEFAULT_KEY_GLOBS", "REDACTED", "Redactor"]
 
 REDACTED = "[REDACTED]"
 
+# Specific on purpose: a broad "*token*" would also blank `max_tokens` or a pagination `pageToken`,
+# and two different calls would then share one key (a wrong answer on replay).
 DEFAULT_KEY_GLOBS: tuple[str, ...] = (
-    "*token*",
+    "token",
+    "*access*token",
+    "*refresh*token",
+    "*auth*token",
+    "*id_token",
+    "*api*token",
+    "*bearer*",
     "*secret*",
     "*password*",
     "*passwd*",
@@ -36,11 +44,8 @@ DEFAULT_KEY_GLOBS: tuple[str, ...] = (
     "proxy-authorization",
     "cookie",
     "set-cookie",
-    "api_key",
-    "apikey",
-    "api-key",
-    "x-api-key",
-    "private_key",
+    "*api*key",
+    "*private*key",
 )
 
 # Shorter secret values would redact ordinary text ("1", "true", "info") everywhere.
@@ -111,7 +116,8 @@ class Redactor:
         if isinstance(value, dict):
             out: dict[str, Any] = {}
             for key, item in value.items():
-                if keys and isinstance(key, str) and self.is_secret_key(key) and item is not None:
+                # Only strings are secrets; numbers, booleans and nested objects are walked on.
+                if keys and isinstance(key, str) and isinstance(item, str) and self.is_secret_key(key):
                     out[key] = self.replacement
                 else:
                     out[self.text(key) if isinstance(key, str) else key] = self.redact(item, keys=keys)

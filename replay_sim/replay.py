@@ -241,6 +241,8 @@ class Replay:
             handlers |= {"on_list_prompts": listing("prompts/list"), "on_get_prompt": replayed("prompts/get")}
         if "completions" in caps:
             handlers["on_completion"] = replayed("completion/complete")
+        # Modern-era clients need freshness hints on listings; "immediately stale" is always true.
+        hints: Any = {method: CacheHint() for method in CACHEABLE_METHODS}
         server: Server[Any] = Server(
             str(info.get("name") or name),
             version=str(info.get("version") or ""),
@@ -249,9 +251,15 @@ class Replay:
             instructions=surface.record.instructions,
             website_url=info.get("websiteUrl"),
             icons=[types.Icon.model_validate(i) for i in info.get("icons") or []] or None,
-            # Modern-era clients need freshness hints on listings; "immediately stale" is always true.
-            cache_hints={method: CacheHint() for method in CACHEABLE_METHODS},
-            **handlers,
+            cache_hints=hints,
+            on_list_tools=handlers.get("on_list_tools"),
+            on_call_tool=handlers.get("on_call_tool"),
+            on_list_resources=handlers.get("on_list_resources"),
+            on_list_resource_templates=handlers.get("on_list_resource_templates"),
+            on_read_resource=handlers.get("on_read_resource"),
+            on_list_prompts=handlers.get("on_list_prompts"),
+            on_get_prompt=handlers.get("on_get_prompt"),
+            on_completion=handlers.get("on_completion"),
         )
 
         async def empty(ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:

@@ -23,8 +23,13 @@ SECRET = "s3cr3t-value-0123456789"
         (Redactor(secrets=[SECRET]), {"a": f"x{SECRET}y"}, {"a": f"x{REDACTED}y"}),
         (
             Redactor(),
-            {"API_Key": "k", "nested": [{"accessToken": 1}]},
+            {"API_Key": "k", "nested": [{"accessToken": "t"}]},
             {"API_Key": REDACTED, "nested": [{"accessToken": REDACTED}]},
+        ),
+        (  # call-shaping arguments that merely mention tokens stay: they are not secrets
+            Redactor(),
+            {"max_tokens": 100, "pageToken": "p2", "progressToken": "x", "token": {"id_token": "j"}},
+            {"max_tokens": 100, "pageToken": "p2", "progressToken": "x", "token": {"id_token": REDACTED}},
         ),
         (
             Redactor(),
