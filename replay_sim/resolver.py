@@ -160,7 +160,10 @@ class Resolver:
         """
         try:
             conn = self.store.conn
-            version = (conn.execute("SELECT MAX(id) FROM calls").fetchone()[0], conn.execute("PRAGMA data_version").fetchone()[0])
+            version = (
+                conn.execute("SELECT MAX(id) FROM calls").fetchone()[0],
+                conn.execute("PRAGMA data_version").fetchone()[0],
+            )
         except Exception:  # a closed store: keep serving from what is cached
             return
         if version != self._version:

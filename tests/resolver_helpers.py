@@ -66,14 +66,32 @@ def demo_store(path: Path) -> Store:
     store = Store(path)
     store.put_listing("demo", "tools/list", {"tools": TOOLS})
     repo = "/srv/repo"
-    call(store, "search", {"query": "how do I reset my password", "repo_path": repo}, "Reset it under Settings.")
-    call(store, "search", {"query": "what is the refund policy", "repo_path": repo}, "Refunds within 30 days.")
+    call(
+        store,
+        "search",
+        {"query": "how do I reset my password", "repo_path": repo},
+        "Reset it under Settings.",
+    )
+    call(
+        store, "search", {"query": "what is the refund policy", "repo_path": repo}, "Refunds within 30 days."
+    )
     call(store, "search", {"query": "where is my order", "repo_path": repo}, "Track it under Orders.")
-    call(store, "search", {"query": "how do I reset my password", "repo_path": "/srv/other"}, "Other repo answer.")
+    call(
+        store,
+        "search",
+        {"query": "how do I reset my password", "repo_path": "/srv/other"},
+        "Other repo answer.",
+    )
     call(store, "echo", {"message": "hello world"}, "Echo: hello world")
     call(store, "echo", {"message": "good morning"}, "Echo: good morning")
     call(store, "read_file", {"path": "/a.txt"}, "one")
-    call(store, "write_file", {"path": "/a.txt", "content": "two"}, "Successfully wrote /a.txt", session="s-write")
+    call(
+        store,
+        "write_file",
+        {"path": "/a.txt", "content": "two"},
+        "Successfully wrote /a.txt",
+        session="s-write",
+    )
     call(store, "read_file", {"path": "/a.txt"}, "two", session="s-write")
     return store
 

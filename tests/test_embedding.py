@@ -1,3 +1,4 @@
+# ruff: noqa: F811 - the `embedder` fixture is imported from resolver_helpers
 """The embedder and its store-backed cache, with the real model."""
 
 from __future__ import annotations
@@ -5,13 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from resolver_helpers import embedder  # noqa: F401 - fixture
 
 from replay_sim.embedding import CachedEmbedder, Embedder, SentenceTransformerEmbedder, text_sha
 from replay_sim.store import Store
-from resolver_helpers import embedder  # noqa: F401 - fixture
 
 
-def test_the_default_model_gives_unit_vectors_closer_for_paraphrases(embedder: SentenceTransformerEmbedder) -> None:  # noqa: F811
+def test_the_default_model_gives_unit_vectors_closer_for_paraphrases(
+    embedder: SentenceTransformerEmbedder,
+) -> None:
     assert isinstance(embedder, Embedder)
     vectors = embedder.encode(["reset my password", "how can I change my password", "banana bread recipe"])
     assert vectors.shape == (3, embedder.dimension) == (3, 384)
@@ -20,7 +23,9 @@ def test_the_default_model_gives_unit_vectors_closer_for_paraphrases(embedder: S
     assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2]
 
 
-def test_nothing_is_embedded_twice_in_or_across_processes(tmp_path: Path, embedder: SentenceTransformerEmbedder) -> None:  # noqa: F811
+def test_nothing_is_embedded_twice_in_or_across_processes(
+    tmp_path: Path, embedder: SentenceTransformerEmbedder
+) -> None:
     with Store(tmp_path / "r.db") as store:
         first = CachedEmbedder(embedder, store)
         a = first.encode(["alpha", "beta", "alpha"])

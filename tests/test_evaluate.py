@@ -1,3 +1,4 @@
+# ruff: noqa: F811 - the `embedder` fixture is imported from resolver_helpers
 """Scoring against live truth, and the dev probe set's headline numbers."""
 
 from __future__ import annotations
@@ -6,8 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
-from resolver_helpers import demo_store, text
-from resolver_helpers import embedder  # noqa: F401 - fixture
+from resolver_helpers import (
+    demo_store,
+    embedder,  # noqa: F401 - fixture
+    text,
+)
 
 from replay_sim.embedding import SentenceTransformerEmbedder
 from replay_sim.errors import InterchangeError
@@ -20,7 +24,11 @@ PROBES = Path(__file__).parent.parent / "fixtures" / "probes"
 
 
 def _probe(pid: str, category: str, name: str, arguments: dict, truth: str) -> dict:
-    step = {"method": "tools/call", "params": {"name": name, "arguments": arguments}, "truth": {"result": text(truth), "error": None}}
+    step = {
+        "method": "tools/call",
+        "params": {"name": name, "arguments": arguments},
+        "truth": {"result": text(truth), "error": None},
+    }
     return {"id": pid, "category": category, "server": "demo", "steps": [step]}
 
 
@@ -34,9 +42,26 @@ def test_each_outcome_is_scored_from_the_truth(tmp_path: Path, embedder: Sentenc
     ]
     path = tmp_path / "probes.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    report = evaluate(store, load_probes(path), lambda s, m, p, h: (Resolver(store, embedder=embedder, index_dir=None).resolve(s, m, p, h).recording, ""))
-    assert report.total("exact") == {Outcome.CORRECT_HIT: 1, Outcome.WRONG_HIT: 1, Outcome.CORRECT_MISS: 0, Outcome.NEEDLESS_MISS: 0}
-    assert report.total("new") == {Outcome.CORRECT_HIT: 0, Outcome.WRONG_HIT: 0, Outcome.CORRECT_MISS: 1, Outcome.NEEDLESS_MISS: 1}
+    report = evaluate(
+        store,
+        load_probes(path),
+        lambda s, m, p, h: (
+            Resolver(store, embedder=embedder, index_dir=None).resolve(s, m, p, h).recording,
+            "",
+        ),
+    )
+    assert report.total("exact") == {
+        Outcome.CORRECT_HIT: 1,
+        Outcome.WRONG_HIT: 1,
+        Outcome.CORRECT_MISS: 0,
+        Outcome.NEEDLESS_MISS: 0,
+    }
+    assert report.total("new") == {
+        Outcome.CORRECT_HIT: 0,
+        Outcome.WRONG_HIT: 0,
+        Outcome.CORRECT_MISS: 1,
+        Outcome.NEEDLESS_MISS: 1,
+    }
     assert Report.rates(report.total()) == (0.5, 0.5)
 
 
@@ -47,7 +72,9 @@ def test_a_malformed_probe_file_names_the_line(tmp_path: Path) -> None:
         load_probes(path)
 
 
-def test_the_dev_probe_set_meets_the_precision_target_and_beats_exact_only(tmp_path: Path, embedder: SentenceTransformerEmbedder) -> None:  # noqa: F811
+def test_the_dev_probe_set_meets_the_precision_target_and_beats_exact_only(
+    tmp_path: Path, embedder: SentenceTransformerEmbedder
+) -> None:
     store = Store(tmp_path / "r.db")
     import_jsonl(store, PROBES / "recordings.jsonl")
     resolver = Resolver(store, embedder=embedder, index_dir=tmp_path / "index")

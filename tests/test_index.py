@@ -1,3 +1,4 @@
+# ruff: noqa: F811 - the `embedder` fixture is imported from resolver_helpers
 """The faiss index: partitions, persistence, staleness and incremental updates."""
 
 from __future__ import annotations
@@ -7,8 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from resolver_helpers import call, demo_store
-from resolver_helpers import embedder  # noqa: F401 - fixture
+from resolver_helpers import (
+    call,
+    demo_store,
+    embedder,  # noqa: F401 - fixture
+)
 
 from replay_sim.embedding import CachedEmbedder, SentenceTransformerEmbedder
 from replay_sim.errors import IndexError_
@@ -22,7 +26,9 @@ def _build(store: Store, folder: Path, model: SentenceTransformerEmbedder) -> tu
     return build_index(store, Resolver(store).tool_schema, cached, folder), cached
 
 
-def test_one_partition_per_tool_is_persisted_with_a_manifest(tmp_path: Path, embedder: SentenceTransformerEmbedder) -> None:  # noqa: F811
+def test_one_partition_per_tool_is_persisted_with_a_manifest(
+    tmp_path: Path, embedder: SentenceTransformerEmbedder
+) -> None:
     store = demo_store(tmp_path / "r.db")
     index, _ = _build(store, tmp_path / "index", embedder)
     manifest = json.loads((tmp_path / "index" / "manifest.json").read_text())
@@ -33,13 +39,22 @@ def test_one_partition_per_tool_is_persisted_with_a_manifest(tmp_path: Path, emb
     assert len(index.partition("demo", "search") or []) == 4
     loaded = IndexSet.load(tmp_path / "index")
     assert loaded.is_current(store)
-    assert {k: len(p) for k, p in loaded.partitions.items()} == {k: len(p) for k, p in index.partitions.items()}
+    assert {k: len(p) for k, p in loaded.partitions.items()} == {
+        k: len(p) for k, p in index.partitions.items()
+    }
 
 
-def test_a_stale_index_is_updated_incrementally(tmp_path: Path, embedder: SentenceTransformerEmbedder) -> None:  # noqa: F811
+def test_a_stale_index_is_updated_incrementally(
+    tmp_path: Path, embedder: SentenceTransformerEmbedder
+) -> None:
     store = demo_store(tmp_path / "r.db")
     _build(store, tmp_path / "index", embedder)
-    call(store, "search", {"query": "cancel my subscription", "repo_path": "/srv/repo"}, "Cancel under Billing.")
+    call(
+        store,
+        "search",
+        {"query": "cancel my subscription", "repo_path": "/srv/repo"},
+        "Cancel under Billing.",
+    )
     assert not IndexSet.load(tmp_path / "index").is_current(store)
     index, cached = _build(store, tmp_path / "index", embedder)
     assert cached.encoded + cached.reused == 1  # only the new recording was looked at
@@ -47,7 +62,9 @@ def test_a_stale_index_is_updated_incrementally(tmp_path: Path, embedder: Senten
     assert IndexSet.load(tmp_path / "index").is_current(store)
 
 
-def test_an_index_of_another_store_is_rebuilt_not_extended(tmp_path: Path, embedder: SentenceTransformerEmbedder) -> None:  # noqa: F811
+def test_an_index_of_another_store_is_rebuilt_not_extended(
+    tmp_path: Path, embedder: SentenceTransformerEmbedder
+) -> None:
     _build(demo_store(tmp_path / "a.db"), tmp_path / "index", embedder)
     other = Store(tmp_path / "b.db")
     other.put_listing("demo", "tools/list", {"tools": []})
@@ -56,7 +73,9 @@ def test_an_index_of_another_store_is_rebuilt_not_extended(tmp_path: Path, embed
     assert {k: len(p) for k, p in index.partitions.items()} == {("demo", "echo"): 1}
 
 
-def test_a_missing_index_or_partition_is_a_clear_error(tmp_path: Path, embedder: SentenceTransformerEmbedder) -> None:  # noqa: F811
+def test_a_missing_index_or_partition_is_a_clear_error(
+    tmp_path: Path, embedder: SentenceTransformerEmbedder
+) -> None:
     with pytest.raises(IndexError_, match="replay-sim index build"):
         IndexSet.load(tmp_path / "nowhere")
     store = demo_store(tmp_path / "r.db")

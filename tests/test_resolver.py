@@ -1,3 +1,4 @@
+# ruff: noqa: F811 - the `embedder` fixture is imported from resolver_helpers
 """The resolver's tiers, state-aware choice and near-miss diagnostics (table-driven where it can be)."""
 
 from __future__ import annotations
@@ -6,8 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from resolver_helpers import TOOLS, call, demo_store
-from resolver_helpers import embedder  # noqa: F401 - fixture
+from resolver_helpers import (
+    TOOLS,
+    call,
+    demo_store,
+    embedder,  # noqa: F401 - fixture
+)
 
 from replay_sim.calibration import MatchConfig
 from replay_sim.embedding import SentenceTransformerEmbedder
@@ -31,7 +36,11 @@ def search(query: str, **extra: Any) -> dict[str, Any]:
     ("params", "tier", "answer"),
     [
         (search("how do I reset my password"), Tier.EXACT, "Reset it under Settings."),
-        ({"arguments": {"repo_path": REPO, "query": "where is my order"}, "name": "search"}, Tier.EXACT, "Track it under Orders."),
+        (
+            {"arguments": {"repo_path": REPO, "query": "where is my order"}, "name": "search"},
+            Tier.EXACT,
+            "Track it under Orders.",
+        ),
         (search("where is my order", limit=5), Tier.CANONICAL, "Track it under Orders."),
         (search("where is my order", limit=5.0), Tier.CANONICAL, "Track it under Orders."),
         (search("where is my order", since=None), Tier.CANONICAL, "Track it under Orders."),
@@ -39,7 +48,11 @@ def search(query: str, **extra: Any) -> dict[str, Any]:
         (search("How do I reset my password?"), Tier.SEMANTIC, "Reset it under Settings."),
         (search("how can I reset my password"), Tier.SEMANTIC, "Reset it under Settings."),
         (search("where is my order", limit=6), Tier.MISS, None),  # a different number
-        ({"name": "search", "arguments": {"query": "where is my order", "repo_path": REPO + "/"}}, Tier.MISS, None),
+        (
+            {"name": "search", "arguments": {"query": "where is my order", "repo_path": REPO + "/"}},
+            Tier.MISS,
+            None,
+        ),
         (search("banana bread recipe"), Tier.MISS, None),
         (search("what is the refund policy for orders"), Tier.MISS, None),
         ({"name": "echo", "arguments": {"message": "hello world"}}, Tier.EXACT, "Echo: hello world"),
@@ -48,7 +61,9 @@ def search(query: str, **extra: Any) -> dict[str, Any]:
         ({"name": "read_file", "arguments": {"path": "/a.txt"}}, Tier.EXACT, "one"),
     ],
 )
-def test_each_call_is_answered_by_the_right_tier(resolver: Resolver, params: dict[str, Any], tier: Tier, answer: str | None) -> None:
+def test_each_call_is_answered_by_the_right_tier(
+    resolver: Resolver, params: dict[str, Any], tier: Tier, answer: str | None
+) -> None:
     found = resolver.resolve("demo", "tools/call", params, [])
     assert found.tier is tier, found.reason
     assert found.hit is (answer is not None)
@@ -65,19 +80,40 @@ def test_each_call_is_answered_by_the_right_tier(resolver: Resolver, params: dic
         ("demo", {"name": "search", "arguments": "query=x"}, Problem.INVALID_ARGUMENTS, "JSON object"),
         ("demo", {"name": "search", "arguments": ["x"]}, Problem.INVALID_ARGUMENTS, "JSON object"),
         ("demo", "not params", Problem.INVALID_ARGUMENTS, "params"),
-        ("demo", {"name": "search", "arguments": {"query": 3, "repo_path": REPO}}, Problem.INVALID_ARGUMENTS, "inputSchema"),
-        ("demo", {"name": "search", "arguments": {"query": float("nan"), "repo_path": REPO}}, Problem.INVALID_ARGUMENTS, "JSON"),
-        ("demo", {"name": "write_file", "arguments": {"path": "/a", "content": "x", "extra": 1}}, Problem.INVALID_ARGUMENTS, "extra"),
+        (
+            "demo",
+            {"name": "search", "arguments": {"query": 3, "repo_path": REPO}},
+            Problem.INVALID_ARGUMENTS,
+            "inputSchema",
+        ),
+        (
+            "demo",
+            {"name": "search", "arguments": {"query": float("nan"), "repo_path": REPO}},
+            Problem.INVALID_ARGUMENTS,
+            "JSON",
+        ),
+        (
+            "demo",
+            {"name": "write_file", "arguments": {"path": "/a", "content": "x", "extra": 1}},
+            Problem.INVALID_ARGUMENTS,
+            "extra",
+        ),
     ],
 )
-def test_structural_misses_say_why(resolver: Resolver, server: str, params: Any, problem: Problem, words: str) -> None:
+def test_structural_misses_say_why(
+    resolver: Resolver, server: str, params: Any, problem: Problem, words: str
+) -> None:
     found = resolver.resolve(server, "tools/call", params, [])
     assert found.tier is Tier.MISS and found.problem is problem
     assert words in found.reason
 
 
 def test_a_miss_lists_the_three_nearest_recordings_and_the_fields_that_differ(resolver: Resolver) -> None:
-    found = resolver.resolve("demo", "tools/call", {"name": "search", "arguments": {"query": "where is my order", "repo_path": "/srv/x"}})
+    found = resolver.resolve(
+        "demo",
+        "tools/call",
+        {"name": "search", "arguments": {"query": "where is my order", "repo_path": "/srv/x"}},
+    )
     assert found.tier is Tier.MISS and len(found.candidates) == 3
     best = found.candidates[0]
     assert best.score >= found.candidates[1].score >= found.candidates[2].score
@@ -112,9 +148,13 @@ def test_reads_are_answered_from_the_state_the_episode_is_in(resolver: Resolver)
 
 
 def test_after_an_unrecorded_write_every_later_call_misses(resolver: Resolver) -> None:
-    novel = resolver.resolve("demo", "tools/call", {"name": "write_file", "arguments": {"path": "/a.txt", "content": "three"}}, [])
+    novel = resolver.resolve(
+        "demo", "tools/call", {"name": "write_file", "arguments": {"path": "/a.txt", "content": "three"}}, []
+    )
     assert novel.tier is Tier.MISS
-    later = resolver.resolve("demo", "tools/call", {"name": "read_file", "arguments": {"path": "/a.txt"}}, [novel.key])
+    later = resolver.resolve(
+        "demo", "tools/call", {"name": "read_file", "arguments": {"path": "/a.txt"}}, [novel.key]
+    )
     assert later.tier is Tier.MISS and later.problem is Problem.DIVERGED
 
 
@@ -123,7 +163,9 @@ def test_a_read_recorded_only_after_a_write_is_not_served_from_the_initial_state
     store.put_listing("demo", "tools/list", {"tools": TOOLS})
     call(store, "write_file", {"path": "/b", "content": "x"}, "ok", session="w")
     call(store, "read_file", {"path": "/b"}, "x", session="w")
-    found = Resolver(store, index_dir=None, semantic=False).resolve("demo", "tools/call", {"name": "read_file", "arguments": {"path": "/b"}}, [])
+    found = Resolver(store, index_dir=None, semantic=False).resolve(
+        "demo", "tools/call", {"name": "read_file", "arguments": {"path": "/b"}}, []
+    )
     assert found.tier is Tier.MISS and found.problem is Problem.OTHER_STATE
 
 
@@ -136,7 +178,9 @@ def test_new_recordings_are_seen_by_the_exact_cache(tmp_path: Path) -> None:
     assert resolver.resolve("demo", "tools/call", params, []).tier is Tier.EXACT
 
 
-def test_config_overrides_turn_the_semantic_tier_off_for_one_tool(tmp_path: Path, embedder: SentenceTransformerEmbedder) -> None:  # noqa: F811
+def test_config_overrides_turn_the_semantic_tier_off_for_one_tool(
+    tmp_path: Path, embedder: SentenceTransformerEmbedder
+) -> None:
     path = tmp_path / "replay-sim.toml"
     path.write_text('[defaults]\nfloor = 0.5\n\n[tools."demo/search"]\nsemantic = false\n')
     config = MatchConfig.load(path)
@@ -145,7 +189,9 @@ def test_config_overrides_turn_the_semantic_tier_off_for_one_tool(tmp_path: Path
     assert resolver.resolve("demo", "tools/call", search("how can I reset my password"), []).tier is Tier.MISS
 
 
-def test_the_threshold_sits_above_the_closest_recorded_pair_with_different_results(tmp_path: Path, embedder: SentenceTransformerEmbedder) -> None:  # noqa: F811
+def test_the_threshold_sits_above_the_closest_recorded_pair_with_different_results(
+    tmp_path: Path, embedder: SentenceTransformerEmbedder
+) -> None:
     store = demo_store(tmp_path / "r.db")
     call(store, "search", {"query": "how do I reset my password?", "repo_path": REPO}, "A different answer.")
     resolver = Resolver(store, embedder=embedder, index_dir=None)

@@ -43,7 +43,9 @@ STRING = {"type": "string"}
         ("flag", {"type": "boolean"}, False),
     ],
 )
-def test_free_text_is_decided_conservatively_from_name_and_schema(name: str, prop: dict[str, Any], free: bool) -> None:
+def test_free_text_is_decided_conservatively_from_name_and_schema(
+    name: str, prop: dict[str, Any], free: bool
+) -> None:
     assert is_free_text(name, prop) is free
 
 
@@ -56,7 +58,10 @@ SCHEMA = {
         "since": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None},
         "items": {
             "type": "array",
-            "items": {"type": "object", "properties": {"x": {"type": "number"}, "flag": {"type": "boolean", "default": False}}},
+            "items": {
+                "type": "object",
+                "properties": {"x": {"type": "number"}, "flag": {"type": "boolean", "default": False}},
+            },
         },
     },
     "required": ["path"],
@@ -72,7 +77,10 @@ SCHEMA = {
         ({"path": "/a", "since": None}, {"path": "/a", "limit": 10}),
         ({"path": "/a", "query": "  hi  "}, {"path": "/a", "limit": 10, "query": "hi"}),
         ({"path": " /a "}, {"path": " /a ", "limit": 10}),
-        ({"path": "/a", "items": [{"x": 1}]}, {"path": "/a", "limit": 10, "items": [{"x": 1, "flag": False}]}),
+        (
+            {"path": "/a", "items": [{"x": 1}]},
+            {"path": "/a", "limit": 10, "items": [{"x": 1, "flag": False}]},
+        ),
     ],
 )
 def test_normalise_fills_defaults_drops_optional_nulls_and_trims_only_free_text(
@@ -85,7 +93,13 @@ def test_normalise_fills_defaults_drops_optional_nulls_and_trims_only_free_text(
 
 @pytest.mark.parametrize(
     "arguments",
-    [{}, {"path": 3}, {"path": "/a", "limit": "10"}, {"path": "/a", "limit": None}, {"path": "/a", "items": "x"}],
+    [
+        {},
+        {"path": 3},
+        {"path": "/a", "limit": "10"},
+        {"path": "/a", "limit": None},
+        {"path": "/a", "items": "x"},
+    ],
 )
 def test_arguments_that_violate_the_schema_are_reported(arguments: dict[str, Any]) -> None:
     assert ToolSchema("t", SCHEMA).validate(arguments)
