@@ -80,7 +80,8 @@ def bench_exact(folder: Path) -> None:
             store.recordings(key=call_key(server, method, params["name"], params.get("arguments") or {}))
             base.append(time.perf_counter() - started)
     print(f"   exact tier: p50 {_median_us(ours):.1f} µs per resolve (target <= 50 µs); "
-          f"SQLite key query alone {_median_us(base):.1f} µs; ratio {statistics.median(ours) / statistics.median(base):.2f}")  # fmt: skip
+          f"SQLite key query alone {_median_us(base):.1f} µs; "
+          f"ratio {statistics.median(ours) / statistics.median(base):.2f}")  # fmt: skip
 
 
 def _search_store(path: Path, count: int, distinct: bool = False) -> Store:
@@ -91,7 +92,8 @@ def _search_store(path: Path, count: int, distinct: bool = False) -> Store:
         query = ASKS[i % len(ASKS)].format(TOPICS[(i // len(ASKS)) % len(TOPICS)])
         query += "" if distinct else f" (case {i})"
         store.record_call("bench", "tools/call", {"name": "search", "arguments": {"query": query}},
-                          result={"content": [{"type": "text", "text": f"answer {i}"}]}, session="s")  # fmt: skip
+                          result={"content": [{"type": "text", "text": f"answer {i}"}]},
+                          session="s")  # fmt: skip
     return store
 
 
@@ -110,7 +112,8 @@ def bench_semantic(folder: Path) -> None:
         tiers.append(found.tier)
     print(f"   semantic tier (embedding included): p50 {statistics.median(samples) * 1e3:.2f} ms, "
           f"p90 {np.percentile(samples, 90) * 1e3:.2f} ms (target p50 <= 15 ms); "
-          f"{tiers.count(Tier.SEMANTIC)} semantic hits, {tiers.count(Tier.MISS)} misses with 3 near misses each")  # fmt: skip
+          f"{tiers.count(Tier.SEMANTIC)} semantic hits, "
+          f"{tiers.count(Tier.MISS)} misses with 3 near misses each")  # fmt: skip
 
 
 def bench_build(folder: Path) -> None:
@@ -126,7 +129,8 @@ def bench_build(folder: Path) -> None:
         elapsed = time.perf_counter() - started
         rates.append(3000 / elapsed)
         print(
-            f"   index build, {label}: {rates[-1]:,.0f} texts/s ({embedder.encoded} embedded, {embedder.reused} cached)"
+            f"   index build, {label}: {rates[-1]:,.0f} texts/s "
+            f"({embedder.encoded} embedded, {embedder.reused} cached)"
         )
     print(f"   cache speed-up: {rates[1] / rates[0]:.1f}x")
 
@@ -174,7 +178,8 @@ def bench_million(tools: int = 1000, per_tool: int = 1000, dimension: int = 384)
         hnsw.search(query, 3)
         samples.append(time.perf_counter() - started)
     print(
-        f"   one 50k-vector tool partition ({hnsw.kind}): build {build:.1f} s, lookup p50 {_median_us(samples):.0f} µs"
+        f"   one 50k-vector tool partition ({hnsw.kind}): build {build:.1f} s, "
+        f"lookup p50 {_median_us(samples):.0f} µs"
     )
 
 

@@ -140,10 +140,18 @@ class MatchConfig:
             read_only=over.read_only,
         )
 
+    def as_dict(self) -> dict[str, Any]:
+        """The config as plain JSON data (recorded in snapshot manifests)."""
+        data = dataclasses.asdict(self)
+        data["tools"] = {
+            name: {k: v for k, v in over.items() if v not in (None, ())}
+            for name, over in data["tools"].items()
+        }
+        return json.loads(json.dumps(data, sort_keys=True))
+
     def token(self) -> str:
-        """A short hash of the whole config (recorded in snapshot manifests)."""
-        text = json.dumps(dataclasses.asdict(self), sort_keys=True, default=str)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+        """A short hash of the whole config."""
+        return hashlib.sha256(json.dumps(self.as_dict(), sort_keys=True).encode()).hexdigest()[:16]
 
 
 def calibrate_threshold(

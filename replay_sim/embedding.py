@@ -38,15 +38,17 @@ def text_sha(text: str) -> str:
 
 @runtime_checkable
 class Embedder(Protocol):
-    """Turns texts into unit-length float32 vectors.
+    """Turns texts into unit-length float32 vectors."""
 
-    Attributes:
-        model_id: Names the model (and so the vector space); part of every cache key.
-        dimension: Length of each vector.
-    """
+    @property
+    def model_id(self) -> str:
+        """Names the model (and so the vector space); part of every cache key."""
+        ...
 
-    model_id: str
-    dimension: int
+    @property
+    def dimension(self) -> int:
+        """Length of each vector."""
+        ...
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """Encode a batch of texts into an ``(len(texts), dimension)`` float32 array of unit vectors."""
@@ -80,7 +82,7 @@ class SentenceTransformerEmbedder:
         self.model_path = model_path
         self.model_id = model_id
         self.batch_size = batch_size
-        self._model = None
+        self._model: Any = None
         self._lock = threading.Lock()
 
     def _load(self) -> Any:  # SentenceTransformer is imported lazily (slow import)

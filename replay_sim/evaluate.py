@@ -227,7 +227,10 @@ def compare(
 
 def render(reports: dict[str, Report], by_category: str | None = "replay-sim") -> str:
     """A Markdown table: one row per system, then one per category of ``by_category``."""
-    head = "| system | correct hit | wrong hit | correct miss | needless miss | precision | recall |\n|---|---|---|---|---|---|---|"
+    head = (
+        "| system | correct hit | wrong hit | correct miss | needless miss | precision | recall |\n"
+        "|---|---|---|---|---|---|---|"
+    )
     rows = [head]
 
     def row(label: str, counts: dict[Outcome, int]) -> str:

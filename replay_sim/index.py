@@ -24,13 +24,23 @@ from typing import Any, Protocol
 import faiss
 import numpy as np
 
+from replay_sim.calibration import MatchConfig
 from replay_sim.canonical import canonical_json
-from replay_sim.embedding import Embedder
+from replay_sim.embedding import CachedEmbedder, Embedder, default_embedder
 from replay_sim.errors import IndexError_
-from replay_sim.schema import ToolSchema
+from replay_sim.schema import ToolSchema, tool_schemas
 from replay_sim.store import Store
 
-__all__ = ["DEFAULT_INDEX_DIR", "FaissIndex", "IndexSet", "VectorIndex", "build_index", "call_text"]
+__all__ = [
+    "DEFAULT_INDEX_DIR",
+    "FaissIndex",
+    "IndexSet",
+    "VectorIndex",
+    "build_index",
+    "build_snapshot_index",
+    "call_text",
+    "store_schemas",
+]
 
 DEFAULT_INDEX_DIR = Path("index")
 HNSW_THRESHOLD = 20_000
@@ -144,7 +154,7 @@ class FaissIndex:
             params = None
             if allowed is not None:
                 selector = faiss.IDSelectorBatch(np.asarray(allowed, dtype=np.int64))
-                params = faiss.SearchParameters(sel=selector)
+                params = faiss.SearchParameters(sel=selector)  # type: ignore[call-arg]
             scores, ids = self.index.search(query, min(k, max(len(self), 1)), params=params)
         found = [(int(i), float(s)) for i, s in zip(ids[0], scores[0], strict=True) if i >= 0]
         return sorted(found, key=lambda p: (-p[1], p[0]))
@@ -371,3 +381,36 @@ def _max_id(store: Store, fingerprint: str) -> int:
 
 def _indexed_tools(store: Store) -> set[tuple[str, str]]:
     return {(row["server"], row["name"]) for row in store.stats() if row["method"] == "tools/call"}
+
+
+def store_schemas(store: Store, config: MatchConfig | None = None) -> Callable[[str, str], ToolSchema | None]:
+    """``(server, tool) -> ToolSchema`` from the store's recorded ``tools/list`` (overrides applied)."""
+    config = config or MatchConfig()
+    cache: dict[str, dict[str, ToolSchema]] = {}
+
+    def schema(server: str, tool: str) -> ToolSchema | None:
+        if server not in cache:
+            listing = store.listings(server).get("tools/list")
+            cache[server] = {n: config.apply(server, s) for n, s in tool_schemas(listing).items()}
+        return cache[server].get(tool)
+
+    return schema
+
+
+def build_snapshot_index(
+    store: Store, directory: Path, config: MatchConfig | None = None
+) -> tuple[str, dict[str, Any]]:
+    """Build a snapshot's index (the :data:`replay_sim.snapshot.IndexBuilder` replay-sim uses).
+
+    Args:
+        store: The frozen (read-only) store; cached embeddings are read from it.
+        directory: The bundle's index folder.
+        config: The matching config to record (defaults when None).
+
+    Returns:
+        ``(embedding model id, matching config as JSON data)``.
+    """
+    config = config or MatchConfig()
+    embedder = CachedEmbedder(default_embedder(), store)
+    build_index(store, store_schemas(store, config), embedder, directory)
+    return embedder.model_id, config.as_dict()

@@ -140,6 +140,7 @@ class Resolver:
         self.store = store
         self.config = config or MatchConfig()
         self._embedder = embedder
+        self._cached: CachedEmbedder | None = None
         self.index_dir = index_dir
         self.semantic = semantic and self.config.semantic
         self.canonical = canonical
@@ -175,9 +176,14 @@ class Resolver:
     @property
     def embedder(self) -> CachedEmbedder:
         """The embedder, wrapped in the store-backed cache."""
-        if not isinstance(self._embedder, CachedEmbedder):
-            self._embedder = CachedEmbedder(self._embedder or default_embedder(), self.store)
-        return self._embedder
+        if self._cached is None:
+            given = self._embedder
+            self._cached = (
+                given
+                if isinstance(given, CachedEmbedder)
+                else CachedEmbedder(given or default_embedder(), self.store)
+            )
+        return self._cached
 
     def tool_schema(self, server: str, tool: str) -> ToolSchema | None:
         """The recorded schema of a tool (config overrides applied), or None when unknown."""

@@ -43,7 +43,7 @@ def test_nothing_is_embedded_twice_in_or_across_processes(
         np.testing.assert_allclose(a[0], b[0])
 
 
-def test_enormous_and_empty_texts_are_embedded_without_error(embedder: SentenceTransformerEmbedder) -> None:  # noqa: F811
+def test_enormous_and_empty_texts_are_embedded_without_error(embedder: SentenceTransformerEmbedder) -> None:
     cached = CachedEmbedder(embedder)
     vectors = cached.encode(["x" * 2_000_000, "", "ünïcödé"])
     assert vectors.shape == (3, 384)

@@ -32,7 +32,7 @@ def _probe(pid: str, category: str, name: str, arguments: dict, truth: str) -> d
     return {"id": pid, "category": category, "server": "demo", "steps": [step]}
 
 
-def test_each_outcome_is_scored_from_the_truth(tmp_path: Path, embedder: SentenceTransformerEmbedder) -> None:  # noqa: F811
+def test_each_outcome_is_scored_from_the_truth(tmp_path: Path, embedder: SentenceTransformerEmbedder) -> None:
     store = demo_store(tmp_path / "r.db")
     lines = [
         _probe("p1", "exact", "echo", {"message": "hello world"}, "Echo: hello world"),  # correct hit

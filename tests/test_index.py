@@ -100,7 +100,7 @@ def test_partitions_switch_to_hnsw_above_the_threshold_and_still_find_neighbours
     assert part.search(vectors[250], 1)[0][0] == 251
     allowed = [5, 9, 77]
     found = part.search(vectors[8], 3, allowed)
-    assert [i for i, _ in found][0] == 9 and {i for i, _ in found} == set(allowed)
+    assert found[0][0] == 9 and {i for i, _ in found} == set(allowed)
 
 
 def test_call_text_is_the_free_text_or_else_the_canonical_arguments() -> None:

@@ -23,7 +23,7 @@ REPO = "/srv/repo"
 
 
 @pytest.fixture(scope="module")
-def resolver(tmp_path_factory: pytest.TempPathFactory, embedder: SentenceTransformerEmbedder) -> Resolver:  # noqa: F811
+def resolver(tmp_path_factory: pytest.TempPathFactory, embedder: SentenceTransformerEmbedder) -> Resolver:
     folder = tmp_path_factory.mktemp("resolver")
     return Resolver(demo_store(folder / "r.db"), embedder=embedder, index_dir=folder / "index")
 
