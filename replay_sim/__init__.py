@@ -1,26 +1,82 @@
 """replay-sim: record real MCP servers, index the recordings, replay them offline.
 
-The public API is listed in ``__all__``; the CLI (``replay-sim``) is a thin layer over it.
+The public API is listed in ``__all__``; the CLI (``replay-sim``) is a thin layer over it::
+
+    from replay_sim import Store, Resolver, open_replay, create_app
+
+    replay = open_replay("cache/replay.db")          # or snapshot="snapshots/v1"
+    app = create_app(replay)                          # ASGI: /mcp/<server>, /api, /, /metrics
 """
 
+from replay_sim.admin import create_app, open_replay
+from replay_sim.calibration import MatchConfig
 from replay_sim.canonical import call_key, canonical_json
-from replay_sim.errors import ReplaySimError, StoreError
-from replay_sim.interchange import export_jsonl, import_jsonl
-from replay_sim.resolver import Resolution, Resolver, Tier
+from replay_sim.config import RecorderConfig, load_config
+from replay_sim.embedding import CachedEmbedder, Embedder, SentenceTransformerEmbedder
+from replay_sim.errors import (
+    ConfigError,
+    IndexError_,
+    InterchangeError,
+    ReplaySimError,
+    SnapshotError,
+    StoreError,
+    UpstreamError,
+)
+from replay_sim.index import VectorIndex, build_index
+from replay_sim.interchange import export_jsonl, import_jsonl, merge
+from replay_sim.miss import MissPolicy, MissPolicyName
+from replay_sim.recorder import Recorder, record_stdio, recording
+from replay_sim.recorder_http import record_http
+from replay_sim.redaction import Redactor
+from replay_sim.replay import Replay
+from replay_sim.resolver import Candidate, FieldDiff, Resolution, Resolver, Tier
+from replay_sim.snapshot import Snapshot, freeze, open_snapshot, verify
 from replay_sim.store import Origin, Recording, ServerRecord, Store
+from replay_sim.upstream import UpstreamSpec
 
 __all__ = [
+    "CachedEmbedder",
+    "Candidate",
+    "ConfigError",
+    "Embedder",
+    "FieldDiff",
+    "IndexError_",
+    "InterchangeError",
+    "MatchConfig",
+    "MissPolicy",
+    "MissPolicyName",
     "Origin",
+    "Recorder",
+    "RecorderConfig",
     "Recording",
+    "Redactor",
+    "Replay",
     "ReplaySimError",
     "Resolution",
     "Resolver",
+    "SentenceTransformerEmbedder",
     "ServerRecord",
+    "Snapshot",
+    "SnapshotError",
     "Store",
     "StoreError",
     "Tier",
+    "UpstreamError",
+    "UpstreamSpec",
+    "VectorIndex",
+    "build_index",
     "call_key",
     "canonical_json",
+    "create_app",
     "export_jsonl",
+    "freeze",
     "import_jsonl",
+    "load_config",
+    "merge",
+    "open_replay",
+    "open_snapshot",
+    "record_http",
+    "record_stdio",
+    "recording",
+    "verify",
 ]
