@@ -235,7 +235,8 @@ def open_replay(
         db: The recording store (ignored with ``snapshot``).
         snapshot: A snapshot bundle; verified first, served read-only, its id cited in provenance.
         miss: Miss policy name.
-        config: Recorder config naming the real servers (miss policy ``live``).
+        config: Recorder config naming the real servers (miss policy ``live``) and the redaction
+            rules the recordings were made with (applied to incoming calls too).
         llm_url: OpenAI-compatible endpoint (miss policy ``synthesize``).
         llm_model: Model name for ``llm_url``.
         llm_api_key: Bearer token for ``llm_url``, if it needs one.
@@ -272,15 +273,22 @@ def open_replay(
         if index_dir is not None:
             resolver_options["index_dir"] = Path(index_dir)
     forward = None
+    recorder_config = None if config is None else load_config(config)
     if policy == MissPolicyName.LIVE:
-        if config is None:
+        if recorder_config is None:
             raise ConfigError("--miss live needs --config FILE, the recorder config naming the real servers")
-        forward = Upstreams(load_config(config))
+        forward = Upstreams(recorder_config)
     settings = MissSettings(
         store=store, forward=forward, llm_url=llm_url, llm_model=llm_model, llm_api_key=llm_api_key
     )
     resolver = Resolver(store, **resolver_options)
-    return Replay(store, resolver=resolver, miss=policy, settings=settings, snapshot=snapshot_id)
+    redactor = None
+    if recorder_config is not None:  # the rules and secrets the recordings were redacted with
+        secrets = [secret for spec in recorder_config.servers.values() for secret in spec.secrets()]
+        redactor = recorder_config.redactor.with_secrets(secrets)
+    return Replay(
+        store, resolver=resolver, miss=policy, settings=settings, snapshot=snapshot_id, redactor=redactor
+    )
 
 
 def serve(replay: Replay, host: str = "127.0.0.1", port: int = 8765, *, log_level: str = "info") -> None:

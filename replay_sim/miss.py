@@ -122,7 +122,13 @@ class NearestPolicy:
         for candidate in miss.resolution.candidates:
             recording = self.store.recording(candidate.recording_id)
             if recording is not None:
-                return Resolution(Tier.NEAREST, candidate.score, recording, miss.resolution.candidates)
+                return Resolution(
+                    Tier.NEAREST,
+                    candidate.score,
+                    recording,
+                    miss.resolution.candidates,
+                    key=miss.resolution.key,
+                )
         return miss.resolution
 
 
@@ -161,7 +167,12 @@ class LivePolicy:
         )
         recording = self.store.recording(recording_id)
         return Resolution(
-            Tier.LIVE, 1.0, recording, miss.resolution.candidates, reason="forwarded to the real server"
+            Tier.LIVE,
+            1.0,
+            recording,
+            miss.resolution.candidates,
+            reason="forwarded to the real server",
+            key=miss.resolution.key,
         )
 
 
@@ -266,7 +277,12 @@ class SynthesizePolicy:
         recording = self.store.recording(recording_id)
         score = miss.resolution.candidates[0].score if miss.resolution.candidates else 0.0
         return Resolution(
-            Tier.SYNTHETIC, score, recording, miss.resolution.candidates, reason="synthesized by LLM"
+            Tier.SYNTHETIC,
+            score,
+            recording,
+            miss.resolution.candidates,
+            reason="synthesized by LLM",
+            key=miss.resolution.key,
         )
 
 

@@ -38,19 +38,18 @@ from mcp_types import LOG_LEVEL_META_KEY, SERVER_INFO_META_KEY
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
 
 from replay_sim.errors import StoreError, UpstreamError
+from replay_sim.histories import EPISODE_META_KEY, episode_id
 from replay_sim.redaction import Redactor
 from replay_sim.stdio_transport import native_stdio
 from replay_sim.store import LISTING_METHODS, ServerRecord, Store
 from replay_sim.upstream import Upstream, UpstreamSpec
 
-__all__ = ["EPISODE_HEADER", "EPISODE_META_KEY", "RECORDED_METHODS", "Recorder", "record_stdio", "recording"]
+__all__ = ["RECORDED_METHODS", "Recorder", "record_stdio", "recording"]
 
 T = TypeVar("T")
 
 RECORDED_METHODS = frozenset({"tools/call", "resources/read", "prompts/get", "completion/complete"})
 """Requests recorded as calls; listings go to :meth:`Store.put_listing`, the rest is only forwarded."""
-EPISODE_META_KEY = "replay-sim/episode"
-EPISODE_HEADER = "x-replay-episode"
 _LIST_FIELDS = {
     "tools/list": "tools",
     "resources/list": "resources",
@@ -288,12 +287,8 @@ class _ServerProxy:
             return session
 
     async def _episode_session(self, ctx: ServerRequestContext[Any, Any]) -> _Session:
-        meta = (ctx.params or {}).get("_meta") or {}
-        episode = meta.get(EPISODE_META_KEY)
-        request = ctx.request
-        if episode is None and request is not None:
-            episode = getattr(request, "headers", {}).get(EPISODE_HEADER)
-        key = str(episode or "")
+        episode = episode_id((ctx.params or {}).get("_meta"), getattr(ctx.request, "headers", None))
+        key = episode or ""
         async with self._episode_lock:
             if key not in self._episodes:
                 self._episodes[key] = await self._new_session(None)

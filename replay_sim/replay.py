@@ -28,10 +28,11 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
 
 from replay_sim.canonical import call_identity, call_key
-from replay_sim.episodes import Histories, episode_id
 from replay_sim.errors import ConfigError, ReplaySimError
+from replay_sim.histories import Histories, episode_id
 from replay_sim.metrics import Metrics, MissRecord
 from replay_sim.miss import Miss, MissPolicy, MissPolicyName, MissSettings, make_policy
+from replay_sim.redaction import Redactor
 from replay_sim.resolver import Candidate, Problem, Resolution, Resolver, Tier
 from replay_sim.store import Origin, Store
 from replay_sim.surface import Outcome, Surface
@@ -149,6 +150,8 @@ class Replay:
         snapshot: The snapshot id cited in every provenance record, when serving a snapshot.
         histories: Episode histories (the calls each episode made, per server).
         metrics: Where counts, latencies and misses go.
+        redactor: Applied to incoming params before resolving, so calls carrying secrets find
+            the recordings the recorder redacted the same way (default rules when None).
     """
 
     def __init__(
@@ -161,8 +164,10 @@ class Replay:
         snapshot: str | None = None,
         histories: Histories | None = None,
         metrics: Metrics | None = None,
+        redactor: Redactor | None = None,
     ) -> None:
         self.store = store
+        self.redactor = redactor or Redactor()
         self.resolver = resolver or Resolver(store)
         self.settings = settings or MissSettings(store=store)
         self.miss_policy_name = str(miss) if isinstance(miss, str) else type(miss).__name__
@@ -327,10 +332,9 @@ class Replay:
         params = {k: v for k, v in (ctx.params or {}).items() if k != "_meta"}
         scope = self.scope(ctx)
         answer = await self.resolve(server, method, params, self.histories.history(server, scope))
-        name, arguments = call_identity(method, params)
-        if not answer.refused:  # a refused call changed nothing on the real server either
-            key = answer.resolution.key or call_key(server, method, name, arguments)
-            self.histories.append(server, scope, key)
+        name, _ = call_identity(method, params)
+        if not answer.refused and answer.resolution.key:  # a refusal changed nothing on the real server
+            self.histories.append(server, scope, answer.resolution.key)
         if answer.resolution.recording is not None:
             await _emit(ctx, answer.resolution.recording.notifications)
         self.metrics.observe(server, method, name, answer.status, time.perf_counter() - started)
@@ -353,11 +357,14 @@ class Replay:
             The resolution and what to answer with.
         """
         surface = self.surfaces[server]
-        name, arguments = call_identity(method, params)
+        # Recordings were redacted before they were keyed: look the call up the same way, but hand
+        # a miss policy the real params (a live upstream needs the real credentials).
+        redacted = self.redactor.redact(params)
+        name, arguments = call_identity(method, redacted)
         refusal = self._refusal(surface, method, name, arguments) if method == "tools/call" else None
         if refusal is not None:
             return refusal
-        resolution = self.resolver.resolve(server, method, params, history)
+        resolution = self.resolver.resolve(server, method, redacted, history)
         miss = resolution
         if not resolution.hit:
             tool = surface.tools.get(name) if method == "tools/call" else surface.prompts.get(name)

@@ -8,7 +8,9 @@ import anyio
 import pytest
 from recording_helpers import ECHO_SERVER, PYTHON, raw_client
 
+from replay_sim.admin import open_replay
 from replay_sim.canonical import call_key
+from replay_sim.config import load_config
 from replay_sim.recorder import recording
 from replay_sim.redaction import REDACTED, Redactor
 from replay_sim.store import Store
@@ -92,3 +94,30 @@ async def test_a_secret_given_to_the_upstream_never_reaches_the_database_file(tm
     # way finds the recording again.
     replay_redactor = redactor.with_secrets([SECRET])
     assert echo_call.key == call_key("echo", "tools/call", "echo", replay_redactor.redact(arguments))
+
+
+@pytest.mark.anyio
+async def test_a_call_carrying_a_secret_replays_from_the_redacted_recording(tmp_path: Path) -> None:
+    config = tmp_path / "record.toml"
+    config.write_text(
+        '[redaction]\npatterns = ["sk-[a-z0-9]{8,}"]\n'
+        f'[servers.echo]\ncommand = "{PYTHON}"\nargs = ["{ECHO_SERVER}"]\n'
+        f'env = {{ ECHO_API_SECRET = "{SECRET}" }}\n'
+    )
+    loaded = load_config(config)
+    db = tmp_path / "r.db"
+    arguments = {"text": f"about {SECRET} and sk-abcdef1234567890", "api_key": "k-123"}
+    redactor = loaded.redactor.with_secrets(loaded.servers["echo"].secrets())
+    with anyio.fail_after(60):
+        async with (
+            recording(db, loaded.servers, redactor) as recorder,
+            raw_client(recorder.server("echo")) as client,
+        ):
+            await client.call_tool("echo", arguments)
+    params = {"name": "echo", "arguments": arguments}
+    # The replay redacts incoming calls with the recorder config's rules and secrets: an exact hit.
+    answer = await open_replay(db, config=config).resolve("echo", "tools/call", params)
+    assert answer.resolution.tier == "exact"
+    # Without the recorder's secret values, the secret-bearing text cannot match (nor leak).
+    missed = await open_replay(db).resolve("echo", "tools/call", params)
+    assert missed.resolution.tier == "miss"

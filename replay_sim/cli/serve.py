@@ -36,7 +36,7 @@ from replay_sim.miss import MissPolicyName
 @click.option(
     "--config",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Recorder config naming the real servers (for --miss live).",
+    help="Recorder config: the real servers (for --miss live) and the redaction rules recorded with.",
 )
 @click.option(
     "--llm-url", envvar="REPLAY_SIM_LLM_URL", help="OpenAI-compatible API base URL (--miss synthesize)."
