@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,32 +17,20 @@ from fastapi import FastAPI, HTTPException, Query
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse
 from fastapi.staticfiles import StaticFiles
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from mcp.server.transport_security import TransportSecuritySettings
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from replay_sim.config import load_config
 from replay_sim.errors import ConfigError
+from replay_sim.listener import base_url, listen, transport_security
 from replay_sim.miss import MissPolicyName, MissSettings, Upstreams
 from replay_sim.replay import Replay
 from replay_sim.resolver import Resolver
 from replay_sim.store import Recording, Store
 
-__all__ = ["create_app", "open_replay", "recording_json", "serve", "transport_security"]
+__all__ = ["create_app", "open_replay", "recording_json", "serve"]
 
 STATIC = Path(__file__).parent / "static"
-_LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
-
-
-def transport_security(host: str) -> TransportSecuritySettings | None:
-    """DNS-rebinding protection for a loopback bind (the SDK's default); none for other binds."""
-    if host not in _LOCAL_HOSTS:
-        return None
-    return TransportSecuritySettings(
-        enable_dns_rebinding_protection=True,
-        allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*", "127.0.0.1", "localhost"],
-        allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
-    )
 
 
 def recording_json(rec: Recording, full: bool = False) -> dict[str, Any]:
@@ -291,15 +279,30 @@ def open_replay(
     )
 
 
-def serve(replay: Replay, host: str = "127.0.0.1", port: int = 8765, *, log_level: str = "info") -> None:
+def serve(
+    replay: Replay,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    *,
+    log_level: str = "info",
+    on_ready: Callable[[str], None] | None = None,
+) -> None:
     """Serve the replay app with uvicorn until interrupted.
 
     Args:
         replay: The replay servers.
         host: Interface to bind.
-        port: TCP port.
+        port: TCP port (0 picks a free one).
         log_level: uvicorn's log level.
+        on_ready: Called with the base URL (the real port) once the socket listens.
+
+    Raises:
+        ConfigError: The address cannot be bound.
     """
     import uvicorn
 
-    uvicorn.run(create_app(replay, host=host), host=host, port=port, log_level=log_level)
+    sock = listen(host, port)
+    if on_ready is not None:
+        on_ready(base_url(sock))
+    with sock:
+        uvicorn.Server(uvicorn.Config(create_app(replay, host=host), log_level=log_level)).run(sockets=[sock])

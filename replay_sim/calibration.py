@@ -87,12 +87,14 @@ class MatchConfig:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"{path}: cannot read matching config: {exc}") from exc
-        defaults = data.get("defaults", {})
+        defaults, table = data.get("defaults", {}), data.get("tools", {})
+        if not isinstance(defaults, dict) or not isinstance(table, dict):
+            raise ConfigError(f"{path}: [defaults] and [tools] must be tables")
         unknown = set(defaults) - {"floor", "margin", "semantic", "reflect_fraction"}
         if unknown:
             raise ConfigError(f"{path}: [defaults] has unknown keys {sorted(unknown)}")
         tools: dict[str, ToolOverride] = {}
-        for name, entry in (data.get("tools") or {}).items():
+        for name, entry in table.items():
             where = f"{path}: [tools.{name!r}]"
             if "/" not in name or not isinstance(entry, dict):
                 raise ConfigError(f'{where}: expected a table named "<server>/<tool>" or "*/<tool>"')
@@ -100,22 +102,22 @@ class MatchConfig:
                 raise ConfigError(f"{where}: unknown keys {sorted(bad)} (allowed: {sorted(_OVERRIDE_KEYS)})")
             try:
                 tools[name] = ToolOverride(
-                    free_text=None if "free_text" not in entry else tuple(map(str, entry["free_text"])),
-                    identifiers=tuple(map(str, entry.get("identifiers", ()))),
+                    free_text=None if "free_text" not in entry else _names(entry["free_text"]),
+                    identifiers=_names(entry.get("identifiers", [])),
                     threshold=None if "threshold" not in entry else float(entry["threshold"]),
                     floor=None if "floor" not in entry else float(entry["floor"]),
                     margin=None if "margin" not in entry else float(entry["margin"]),
-                    semantic=None if "semantic" not in entry else bool(entry["semantic"]),
-                    read_only=None if "read_only" not in entry else bool(entry["read_only"]),
+                    semantic=None if "semantic" not in entry else _boolean(entry["semantic"]),
+                    read_only=None if "read_only" not in entry else _boolean(entry["read_only"]),
                 )
             except (TypeError, ValueError) as exc:
                 raise ConfigError(f"{where}: {exc}") from exc
-        base = cls()
+        base = cls()  # instance defaults: on a slots dataclass ``cls.floor`` is a descriptor, not 0.9
         try:
             return cls(
                 floor=float(defaults.get("floor", base.floor)),
                 margin=float(defaults.get("margin", base.margin)),
-                semantic=bool(defaults.get("semantic", base.semantic)),
+                semantic=_boolean(defaults.get("semantic", base.semantic)),
                 reflect_fraction=float(defaults.get("reflect_fraction", base.reflect_fraction)),
                 tools=tools,
             )
@@ -152,6 +154,20 @@ class MatchConfig:
     def token(self) -> str:
         """A short hash of the whole config."""
         return hashlib.sha256(json.dumps(self.as_dict(), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    """A TOML list of field names; a bare string must not become a tuple of its letters."""
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise TypeError(f"expected a list of field names, got {value!r}")
+    return tuple(value)
+
+
+def _boolean(value: Any) -> bool:
+    """A TOML boolean; ``"false"`` or ``0`` must not silently mean true."""
+    if not isinstance(value, bool):
+        raise TypeError(f"expected true or false, got {value!r}")
+    return value
 
 
 def calibrate_threshold(

@@ -37,7 +37,7 @@ class InterchangeError(ReplaySimError):
     """A JSONL interchange file is malformed."""
 
 
-class IndexError_(ReplaySimError):  # noqa: N801 - trailing underscore avoids shadowing the builtin
+class IndexError_(ReplaySimError):
     """The vector index is missing, stale or unreadable."""
 
 

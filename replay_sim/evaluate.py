@@ -9,9 +9,21 @@ and name holds exactly that answer (``_meta`` aside). Each step is scored as:
 - **correct miss** — nothing served, and no recording holds the truth;
 - **needless miss** — nothing served, although a recording holds the truth.
 
-precision = correct / (correct + wrong); recall = correct / answerable. Baselines run on the same
-probes: an exact-key cache (earliest recording, no history) and a naive nearest neighbour over
-whole-call embeddings (top-1 accepted at a fixed cosine).
+precision = correct / (correct + wrong); **truth recall** = correct / answerable. Answerable is
+a statement about the recorded *answers* only: a recording of a different call that happens to hold
+the same answer (an empty search result, an error message that does not name the value) makes a
+step answerable although no rule could know it without asking the server.
+
+A second, clearly separate figure, **design recall**, is computed over the *design-answerable*
+steps: those for which a recording holding the truth has the same server, method and name and equal
+non-free-text arguments after canonical normalisation (schema defaults filled, optional nulls
+dropped; free-text fields as the tool's schema and the matching config declare them; for methods
+other than ``tools/call`` and for unknown tools, all arguments). It is an upper bound of what
+DESIGN.md's tiers could answer (it ignores thresholds, state and echoed text), never the issue's
+recall.
+
+Baselines run on the same probes: an exact-key cache (earliest recording, no history) and a naive
+nearest neighbour over whole-call embeddings (top-1 accepted at a fixed cosine).
 """
 
 from __future__ import annotations
@@ -30,6 +42,7 @@ from replay_sim.canonical import call_identity, call_key, canonical_json
 from replay_sim.embedding import Embedder
 from replay_sim.errors import InterchangeError
 from replay_sim.resolver import Resolver
+from replay_sim.schema import ToolSchema
 from replay_sim.store import Recording, Store
 from replay_sim.toolstate import answer_of
 
@@ -37,6 +50,8 @@ __all__ = ["Outcome", "Probe", "Report", "compare", "evaluate", "load_probes", "
 
 # (server, method, params, history) -> (served recording or None, key to append to history)
 ResolveFn = Callable[[str, str, dict[str, Any], list[str]], tuple[Recording | None, str]]
+# (server, tool) -> the tool's schema, or None when unknown
+SchemaFn = Callable[[str, str], ToolSchema | None]
 
 
 class Outcome(StrEnum):
@@ -98,24 +113,36 @@ def _truth(step: dict[str, Any]) -> str:
 
 @dataclass
 class Report:
-    """Outcome counts per probe category, with precision and recall."""
+    """Outcome counts per probe category, with precision, truth recall and design recall."""
 
     counts: dict[str, dict[Outcome, int]] = field(
         default_factory=lambda: defaultdict(lambda: defaultdict(int))
     )
+    # category -> [design-answerable steps, correct hits among them]
+    design: dict[str, list[int]] = field(default_factory=lambda: defaultdict(lambda: [0, 0]))
 
-    def add(self, category: str, outcome: Outcome) -> None:
-        """Count one scored step."""
+    def add(self, category: str, outcome: Outcome, design_answerable: bool = False) -> None:
+        """Count one scored step (and whether it was design-answerable)."""
         self.counts[category][outcome] += 1
+        if design_answerable:
+            self.design[category][0] += 1
+            self.design[category][1] += outcome is Outcome.CORRECT_HIT
 
     def total(self, category: str | None = None) -> dict[Outcome, int]:
         """Counts of one category, or of all."""
         cats = [category] if category else list(self.counts)
         return {o: sum(self.counts[c][o] for c in cats) for o in Outcome}
 
+    def design_recall(self, category: str | None = None) -> tuple[int, int, float]:
+        """``(correct hits, design-answerable steps, design recall)`` of one category, or of all."""
+        cats = [category] if category else list(self.counts)
+        answerable = sum(self.design[c][0] for c in cats if c in self.design)
+        correct = sum(self.design[c][1] for c in cats if c in self.design)
+        return correct, answerable, (correct / answerable if answerable else 1.0)
+
     @staticmethod
     def rates(counts: dict[Outcome, int]) -> tuple[float, float]:
-        """``(precision, recall)``; 1.0 when undefined (nothing served / nothing answerable)."""
+        """``(precision, truth recall)``; 1.0 when undefined (nothing served / nothing answerable)."""
         correct, wrong = counts[Outcome.CORRECT_HIT], counts[Outcome.WRONG_HIT]
         answerable = correct + counts[Outcome.NEEDLESS_MISS]
         # A wrong hit is always counted against precision; it is answerable only if the truth was recorded.
@@ -124,34 +151,56 @@ class Report:
         )
 
 
-def evaluate(store: Store, probes: Sequence[Probe], resolve: ResolveFn) -> Report:
+def _identity(schema: SchemaFn | None, server: str, method: str, name: str, arguments: Any) -> str | None:
+    """What must be equal for the design's tiers to answer one call with another's recording."""
+    spec = schema(server, name) if schema is not None and method == "tools/call" else None
+    try:
+        if spec is None or not isinstance(arguments, dict):
+            return canonical_json(arguments)
+        normalised = spec.normalise(arguments)
+        return canonical_json({k: v for k, v in normalised.items() if k not in (spec.free_text or ())})
+    except (ValueError, TypeError, RecursionError):
+        return None  # equal to nothing
+
+
+def evaluate(
+    store: Store, probes: Sequence[Probe], resolve: ResolveFn, schema: SchemaFn | None = None
+) -> Report:
     """Score one resolver on probes.
 
     Args:
         store: The recordings the resolver answers from.
         probes: Probes with live truth.
         resolve: The system under test (see :data:`ResolveFn`).
+        schema: Tool schemas for the design-answerable test (None: every argument must be equal).
 
     Returns:
         The per-category report.
     """
     answers: dict[tuple[str, str, str], set[str]] = defaultdict(set)
+    designed: dict[tuple[str, str, str, str | None], set[str]] = defaultdict(set)
     for rec in store.recordings():
         answers[(rec.server, rec.method, rec.name)].add(answer_of(rec))
+        ident = _identity(schema, rec.server, rec.method, rec.name, rec.arguments)
+        designed[(rec.server, rec.method, rec.name, ident)].add(answer_of(rec))
     report = Report()
     for probe in probes:
         history: list[str] = []
         for step in probe.steps:
-            name, _ = call_identity(step["method"], step["params"])
+            name, arguments = call_identity(step["method"], step["params"])
             truth = _truth(step)
             answerable = truth in answers[(probe.server, step["method"], name)]
+            ident = _identity(schema, probe.server, step["method"], name, arguments)
+            design_answerable = ident is not None and truth in designed.get(
+                (probe.server, step["method"], name, ident), ()
+            )
             served, key = resolve(probe.server, step["method"], step["params"], history)
             history.append(key)
             if served is None:
                 outcome = Outcome.NEEDLESS_MISS if answerable else Outcome.CORRECT_MISS
             else:
                 outcome = Outcome.CORRECT_HIT if answer_of(served) == truth else Outcome.WRONG_HIT
-            report.add(probe.category, outcome)
+            report.add(probe.category, outcome, design_answerable)
     return report
 
 
@@ -217,31 +266,39 @@ def compare(
     Returns:
         Reports by system name, replay-sim last.
     """
-    reports = {"exact-only cache": evaluate(store, probes, _exact_only(store))}
+    schema = resolver.tool_schema
+    reports = {"exact-only cache": evaluate(store, probes, _exact_only(store), schema)}
     if embedder is not None:
         for threshold in (0.8, 0.9):
-            reports[f"naive NN @{threshold}"] = evaluate(store, probes, _naive(store, embedder, threshold))
-    reports["replay-sim"] = evaluate(store, probes, _replay_sim(resolver))
+            naive = _naive(store, embedder, threshold)
+            reports[f"naive NN @{threshold}"] = evaluate(store, probes, naive, schema)
+    reports["replay-sim"] = evaluate(store, probes, _replay_sim(resolver), schema)
     return reports
 
 
 def render(reports: dict[str, Report], by_category: str | None = "replay-sim") -> str:
-    """A Markdown table: one row per system, then one per category of ``by_category``."""
+    """A Markdown table: one row per system, then one per category of ``by_category``.
+
+    ``truth recall`` is the issue's figure (correct / answerable); ``design recall`` is over the
+    design-answerable steps only (see the module docstring) and is shown with its counts.
+    """
     head = (
-        "| system | correct hit | wrong hit | correct miss | needless miss | precision | recall |\n"
-        "|---|---|---|---|---|---|---|"
+        "| system | correct hit | wrong hit | correct miss | needless miss | precision | truth recall "
+        "| design recall (hits / design-answerable) |\n|---|---|---|---|---|---|---|---|"
     )
     rows = [head]
 
-    def row(label: str, counts: dict[Outcome, int]) -> str:
+    def row(label: str, report: Report, category: str | None) -> str:
+        counts = report.total(category)
         precision, recall = Report.rates(counts)
+        hits, answerable, design = report.design_recall(category)
         cells = " | ".join(str(counts[o]) for o in Outcome)
-        return f"| {label} | {cells} | {precision:.1%} | {recall:.1%} |"
+        return f"| {label} | {cells} | {precision:.1%} | {recall:.1%} | {design:.1%} ({hits}/{answerable}) |"
 
     for name, report in reports.items():
-        rows.append(row(name, report.total()))
+        rows.append(row(name, report, None))
     if by_category and by_category in reports:
         report = reports[by_category]
         for category in sorted(report.counts):
-            rows.append(row(f"{by_category}: {category}", report.total(category)))
+            rows.append(row(f"{by_category}: {category}", report, category))
     return "\n".join(rows)

@@ -2,26 +2,22 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
 import uvicorn
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
-from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
 from starlette.routing import Route
 
-from replay_sim.errors import ConfigError
+from replay_sim.listener import base_url, listen, transport_security
 from replay_sim.recorder import Recorder, recording
 from replay_sim.redaction import Redactor
 from replay_sim.store import Store
 from replay_sim.upstream import UpstreamSpec
 
 __all__ = ["http_app", "record_http"]
-
-_LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def http_app(
@@ -37,13 +33,7 @@ def http_app(
     Returns:
         A Starlette app whose lifespan runs the session managers.
     """
-    security = None
-    if host in _LOOPBACK:
-        security = TransportSecuritySettings(
-            enable_dns_rebinding_protection=True,
-            allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
-            allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
-        )
+    security = transport_security(host)
     managers: list[StreamableHTTPSessionManager] = []
     routes: list[Route] = []
     for name in recorder.proxies:
@@ -87,29 +77,9 @@ async def record_http(
         StoreError: The store cannot be opened or written.
     """
     async with recording(store, upstreams, redactor) as recorder:
-        # Bind first, so the URL (and a port picked by the OS) is known before serving starts;
-        # clients connecting early wait in the listen backlog.
-        sock = _listen(host, port)
-        bound_host, bound_port = sock.getsockname()[:2]
+        sock = listen(host, port)
         if on_ready is not None:
-            on_ready(f"http://{_url_host(bound_host)}:{bound_port}")
+            on_ready(base_url(sock))
         config = uvicorn.Config(http_app(recorder, host=host), log_level="warning")
         with sock:
             await uvicorn.Server(config).serve(sockets=[sock])
-
-
-def _listen(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
-    sock.listen(2048)
-    return sock
-
-
-def _url_host(host: str) -> str:
-    return f"[{host}]" if ":" in host else host

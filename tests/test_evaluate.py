@@ -65,6 +65,52 @@ def test_each_outcome_is_scored_from_the_truth(tmp_path: Path, embedder: Sentenc
     assert Report.rates(report.total()) == (0.5, 0.5)
 
 
+def test_design_recall_counts_only_steps_a_same_identifier_recording_answers(
+    tmp_path: Path, embedder: SentenceTransformerEmbedder
+) -> None:
+    store = demo_store(tmp_path / "r.db")
+    repo = "/srv/repo"
+    lines = [
+        # (probe, truth-answerable, design-answerable)
+        _probe(
+            "p1", "c", "search", {"query": "where is my order", "repo_path": repo}, "Track it under Orders."
+        ),
+        _probe(
+            "p2", "c", "search", {"query": "banana", "repo_path": repo, "limit": 5}, "Refunds within 30 days."
+        ),
+        _probe("p3", "c", "search", {"query": "banana", "repo_path": "/srv/third"}, "Other repo answer."),
+        _probe(
+            "p4", "c", "search", {"query": "banana", "repo_path": repo, "limit": 6}, "Track it under Orders."
+        ),
+        _probe("p5", "c", "echo", {"message": "brand new"}, "Echo: brand new"),
+    ]
+    path = tmp_path / "probes.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    resolver = Resolver(store, embedder=embedder, index_dir=None)
+    report = evaluate(
+        store,
+        load_probes(path),
+        lambda s, m, p, h: (resolver.resolve(s, m, p, h).recording, ""),
+        resolver.tool_schema,
+    )
+    assert report.total("c")[Outcome.CORRECT_HIT] == 1
+    assert Report.rates(report.total())[1] == 1 / 4  # truth: p1-p4 answerable
+    assert report.design_recall() == (1, 2, 0.5)  # design: only p1 and p2 (limit 5 is the default)
+    table = render({"replay-sim": report})
+    assert "| truth recall |" in table and "design recall" in table
+    assert "| 25.0% | 50.0% (1/2) |" in table
+
+
+def test_without_schemas_design_answerable_needs_equal_arguments(tmp_path: Path) -> None:
+    store = demo_store(tmp_path / "r.db")
+    lines = [_probe("p1", "c", "echo", {"message": "hi"}, "Echo: hello world")]
+    path = tmp_path / "probes.jsonl"
+    path.write_text(json.dumps(lines[0]) + "\n")
+    report = evaluate(store, load_probes(path), lambda s, m, p, h: (None, ""))
+    assert report.total()[Outcome.NEEDLESS_MISS] == 1
+    assert report.design_recall() == (0, 0, 1.0)
+
+
 def test_a_malformed_probe_file_names_the_line(tmp_path: Path) -> None:
     path = tmp_path / "bad.jsonl"
     path.write_text('{"id": "p1", "category": "x", "server": "s", "steps": []}\n{"id": 2}\n')

@@ -200,3 +200,99 @@ def test_the_threshold_sits_above_the_closest_recorded_pair_with_different_resul
     assert state.conflict is not None and state.conflict > 0.95
     assert state.threshold(resolver.index()) > state.conflict
     assert found.tier is Tier.MISS or found.score > state.conflict
+
+
+# -- refusals the dev probe analysis relies on (fixtures/probes/README.md, "needless misses") -------
+
+_RO = {"readOnlyHint": True}
+_REFUSAL_TOOLS = [
+    *TOOLS,
+    {
+        "name": "find",
+        "inputSchema": {"type": "object", "properties": {"query": {"type": "string"}}},
+        "annotations": _RO,
+    },
+    {
+        "name": "open",
+        "inputSchema": {
+            "type": "object",
+            "properties": {"names": {"type": "array", "items": {"type": "string"}}},
+        },
+        "annotations": _RO,
+    },
+    {
+        "name": "log",
+        "inputSchema": {"type": "object", "properties": {"max_count": {"type": "integer", "default": 10}}},
+        "annotations": _RO,
+    },
+    *[
+        {
+            "name": name,
+            "inputSchema": {"type": "object", "properties": {"branch_name": {"type": "string"}}},
+            "annotations": {"readOnlyHint": False},
+        }
+        for name in ("create_branch", "checkout")
+    ],
+]
+
+
+@pytest.fixture(scope="module")
+def refusals(tmp_path_factory: pytest.TempPathFactory, embedder: SentenceTransformerEmbedder) -> Resolver:
+    store = Store(tmp_path_factory.mktemp("refusals") / "r.db")
+    store.put_listing("demo", "tools/list", {"tools": _REFUSAL_TOOLS})
+    for query, answer in [
+        ("Alice", "Alice: person"),
+        ("chess", "Alice: likes chess"),
+        ("quantum", "nothing"),
+    ]:
+        call(store, "find", {"query": query}, answer)  # results echo the query: it is an identifier
+    call(store, "open", {"names": ["Alice", "Bob"]}, "Alice, Bob")
+    call(store, "log", {}, "3 commits")
+    call(store, "read_file", {"path": "/a.txt"}, "one")
+    call(store, "write_file", {"path": "/new.txt", "content": "fresh"}, "Wrote /new.txt", session="w")
+    call(store, "create_branch", {"branch_name": "topic"}, "Created topic", session="b")
+    call(store, "checkout", {"branch_name": "feature"}, "Switched to feature", session="b")
+    return Resolver(store, embedder=embedder, index_dir=None)
+
+
+def _step(name: str, **arguments: Any) -> dict[str, Any]:
+    return {"name": name, "arguments": arguments}
+
+
+@pytest.mark.parametrize(
+    ("steps", "problem"),
+    [
+        # No recorded pair shows that the echoed query ignores case or whitespace: no assumption.
+        ([_step("find", query="alice")], None),
+        ([_step("find", query="CHESS")], None),
+        ([_step("find", query="  Alice ")], None),
+        ([_step("find", query="quantum\n")], None),
+        # A list of names in another order is another call (order matters to other tools).
+        ([_step("open", names=["Bob", "Alice"])], None),
+        # max_count 20 may equal the default's answer on a short history, but nothing says so.
+        ([_step("log", max_count=20)], None),
+        # A server may coerce "3" to 3; the schema says integer, so no recording answers it.
+        ([_step("log", max_count="3")], Problem.INVALID_ARGUMENTS),
+        # A read recorded only from the initial state is not served after an unrelated write.
+        (
+            [_step("write_file", path="/new.txt", content="fresh"), _step("read_file", path="/a.txt")],
+            Problem.OTHER_STATE,
+        ),
+        # Nor is a write recorded only after another write served from the initial state.
+        ([_step("checkout", branch_name="feature")], Problem.OTHER_STATE),
+        # A write with other content is a different write: the next read's state is unknown.
+        (
+            [_step("write_file", path="/new.txt", content="fresh "), _step("read_file", path="/a.txt")],
+            Problem.DIVERGED,
+        ),
+    ],
+)
+def test_calls_no_sound_rule_can_answer_are_refused(
+    refusals: Resolver, steps: list[dict[str, Any]], problem: Problem | None
+) -> None:
+    history: list[str] = []
+    for params in steps[:-1]:
+        history.append(refusals.resolve("demo", "tools/call", params, history).key)
+    found = refusals.resolve("demo", "tools/call", steps[-1], history)
+    assert found.tier is Tier.MISS, found.reason
+    assert found.problem is problem

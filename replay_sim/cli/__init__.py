@@ -47,8 +47,8 @@ def main() -> None:
 
 
 # Command modules register themselves on `cli`; imported last so `cli` exists.
+from replay_sim.cli import index as _index  # noqa: E402, F401
+from replay_sim.cli import record as _record  # noqa: E402, F401
+from replay_sim.cli import serve as _serve  # noqa: E402, F401
 from replay_sim.cli import snapshot as _snapshot  # noqa: E402, F401
 from replay_sim.cli import store as _store  # noqa: E402, F401
-from replay_sim.cli import serve as _serve  # noqa: E402, F401
-from replay_sim.cli import record as _record  # noqa: E402, F401
-from replay_sim.cli import index as _index  # noqa: E402, F401

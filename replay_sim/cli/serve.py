@@ -81,10 +81,13 @@ def serve_command(
         replay.server(server_name)  # fail before taking over stdio
         anyio.run(replay.serve_stdio, server_name)
         return
-    for name in replay.names():
-        click.echo(f"replaying {name} at http://{host}:{port}/mcp/{name}", err=True)
-    click.echo(f"dashboard http://{host}:{port}/ · admin API http://{host}:{port}/docs", err=True)
-    serve(replay, host, port)
+
+    def announce(url: str) -> None:
+        for name in replay.names():
+            click.echo(f"replaying {name} at {url}/mcp/{name}", err=True)
+        click.echo(f"dashboard {url}/ · admin API {url}/docs", err=True)
+
+    serve(replay, host, port, on_ready=announce)
 
 
 @cli.command("demo")
