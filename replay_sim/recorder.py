@@ -221,6 +221,38 @@ class _ServerProxy:
             None if init.get("instructions") is None else self.redactor.text(init["instructions"]),
         )
         await self.recorder.write(partial(self.recorder.store.put_server, record), "server info")
+        await self._record_listings(upstream, record.capabilities)
+
+    async def _record_listings(self, upstream: Upstream, capabilities: dict[str, Any]) -> None:
+        """Record every listing the capabilities advertise, all pages, before any client asks.
+
+        A replay is only as complete as its listings: a client that never called ``prompts/list``
+        while recording would otherwise leave the replayed server without prompts.
+        """
+        wanted: dict[str, tuple[str, ...]] = {
+            "tools": ("tools/list",),
+            "prompts": ("prompts/list",),
+            "resources": ("resources/list", "resources/templates/list"),
+        }
+        for capability, methods in wanted.items():
+            if capability not in capabilities:
+                continue
+            for method in methods:
+                field = _LIST_FIELDS[method]
+                merged: dict[str, Any] = {field: []}
+                cursor: str | None = None
+                try:
+                    while True:
+                        page = await upstream.request(method, {"cursor": cursor} if cursor else {})
+                        items = [*merged[field], *page.get(field, [])]
+                        merged = {**{k: v for k, v in page.items() if k != "nextCursor"}, field: items}
+                        if not (cursor := page.get("nextCursor")):
+                            break
+                except MCPError:
+                    continue  # e.g. no resource templates: the replay answers an empty listing
+                redacted = self.redactor.redact(merged, keys=False)
+                store = self.recorder.store
+                await self.recorder.write(partial(store.put_listing, self.name, method, redacted), method)
 
     # -- the middleware that answers everything --------------------------------------------
 

@@ -6,6 +6,7 @@ import sqlite3
 from pathlib import Path
 
 import anyio
+import mcp_types as types
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
@@ -34,7 +35,7 @@ async def test_each_client_session_gets_its_own_store_session_and_listings_are_r
                     await client.list_prompts()
                     await client.call_tool("echo", {"text": text})
                     await client.complete(
-                        __import__("mcp_types").PromptReference(type="ref/prompt", name="paint"),
+                        types.PromptReference(type="ref/prompt", name="paint"),
                         {"name": "colour", "value": "b"},
                     )
     with Store(tmp_path / "r.db", readonly=True) as store:
@@ -51,6 +52,17 @@ async def test_each_client_session_gets_its_own_store_session_and_listings_are_r
         assert server.instructions == "A deterministic fixture server."
         completion = store.recordings("echo", method="completion/complete")[0]
         assert completion.result == {"completion": {"values": ["blue"], "total": 1, "hasMore": False}}
+
+
+async def test_every_advertised_listing_is_recorded_before_any_client_asks(tmp_path: Path) -> None:
+    with anyio.fail_after(60):
+        async with recording(tmp_path / "r.db", {"echo": ECHO}):
+            pass  # no client at all
+    with Store(tmp_path / "r.db", readonly=True) as store:
+        listings = store.listings("echo")
+    assert set(listings) == {"tools/list", "resources/list", "resources/templates/list", "prompts/list"}
+    assert "echo" in {tool["name"] for tool in listings["tools/list"]["tools"]}
+    assert all("nextCursor" not in listing for listing in listings.values())
 
 
 async def test_a_modern_era_client_is_served_and_its_envelope_is_not_forwarded(tmp_path: Path) -> None:
