@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import anyio.to_thread
 from fastapi import FastAPI, HTTPException, Query
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse
 from fastapi.staticfiles import StaticFiles
@@ -96,6 +97,7 @@ def create_app(replay: Replay, *, host: str = "127.0.0.1") -> FastAPI:
             await replay.enter(stack)
             for manager in managers.values():
                 await stack.enter_async_context(manager.run())
+            await anyio.to_thread.run_sync(replay.resolver.warm)  # index and model: before "ready"
             state["ready"] = True
             try:
                 yield

@@ -11,21 +11,21 @@ Progress and logging notifications recorded during a call are re-emitted, in ord
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import dataclasses
 import time
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import anyio.to_thread
 import mcp_types as types
 from mcp.server import Server
 from mcp.server.caching import CACHEABLE_METHODS, CacheHint
 from mcp.server.connection import allowed_log_levels
-from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.context import ServerRequestContext
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from replay_sim.canonical import call_identity, call_key
 from replay_sim.errors import ConfigError, ReplaySimError
@@ -36,17 +36,13 @@ from replay_sim.redaction import Redactor
 from replay_sim.resolver import Candidate, Problem, Resolution, Resolver, Tier
 from replay_sim.store import Origin, Store
 from replay_sim.surface import Outcome, Surface
+from replay_sim.wire import Initialize, PassThrough, hand_over
 
 __all__ = ["MATCH_META_KEY", "Answer", "Replay", "candidate_json", "miss_message"]
 
 MATCH_META_KEY = "replay-sim/match"
 RESOURCE_NOT_FOUND = -32002  # the spec's code for resources/read of an unknown URI
 _REPLAYED = ("tools/call", "resources/read", "prompts/get", "completion/complete")
-# The handler's unshaped answer, so the middleware can hand the client the recorded JSON itself
-# rather than the SDK's re-dump (which reorders keys and drops fields its models do not know).
-_raw_result: contextvars.ContextVar[list[dict[str, Any]] | None] = contextvars.ContextVar(
-    "replay_raw", default=None
-)
 
 
 def candidate_json(candidate: Candidate) -> dict[str, Any]:
@@ -78,50 +74,6 @@ def miss_message(server: str, method: str, name: str, resolution: Resolution) ->
             f"Nearest: recording #{c.recording_id} (score {c.score:.3f}){': ' + diffs if diffs else ''}"
         )
     return "\n".join(lines)
-
-
-def _overlay(raw: dict[str, Any], shaped: dict[str, Any]) -> dict[str, Any]:
-    """The recorded result, plus what the SDK's envelope added (``resultType``, ``_meta`` stamps)."""
-    out = dict(raw)
-    for key, value in shaped.items():
-        if key == "_meta" and isinstance(value, dict):
-            out["_meta"] = {**value, **(raw.get("_meta") or {})}
-        elif key not in out:
-            out[key] = value
-    return out
-
-
-class _PassThrough:
-    """Server middleware: serve the handler's raw result instead of the SDK's reshaped dump."""
-
-    async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
-        holder: list[dict[str, Any]] = []
-        token = _raw_result.set(holder)
-        try:
-            try:
-                shaped = await call_next(ctx)
-            except MCPError as exc:
-                # The SDK rejects a recorded result its models cannot hold; the client gets it as recorded.
-                if not holder or exc.code != types.INTERNAL_ERROR:
-                    raise
-                shaped = (
-                    {"resultType": "complete"} if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS else {}
-                )
-        finally:
-            _raw_result.reset(token)
-        if holder and isinstance(shaped, dict):
-            return _overlay(holder[0], shaped)
-        return shaped
-
-
-def _raw(ctx: ServerRequestContext[Any, Any], result: dict[str, Any]) -> dict[str, Any]:
-    """Hand the recorded result to :class:`_PassThrough`; give the SDK what its per-era models need."""
-    holder = _raw_result.get()
-    if holder is not None:
-        holder[:] = [result]
-    if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and "resultType" not in result:
-        return {"resultType": "complete", **result}
-    return result
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,13 +175,13 @@ class Replay:
 
         def listing(method: str) -> Any:
             async def handler(ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
-                return _raw(ctx, dict(listings.get(method) or {_LISTING_FIELD[method]: []}))
+                return hand_over(ctx, dict(listings.get(method) or {_LISTING_FIELD[method]: []}))
 
             return handler
 
         def replayed(method: str) -> Any:
             async def handler(ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
-                return _raw(ctx, await self.answer(name, method, ctx))
+                return hand_over(ctx, await self.answer(name, method, ctx))
 
             return handler
 
@@ -284,7 +236,7 @@ class Replay:
             server.add_request_handler("resources/subscribe", types.SubscribeRequestParams, empty)
             server.add_request_handler("resources/unsubscribe", types.UnsubscribeRequestParams, empty)
         # Tracing middleware costs more than a replayed answer; the recorded identity answers initialize.
-        server.middleware = [_Initialize(surface), _PassThrough()]
+        server.middleware = [Initialize(surface), PassThrough()]
         return server
 
     async def enter(self, stack: contextlib.AsyncExitStack) -> None:
@@ -302,6 +254,7 @@ class Replay:
         server = self.server(name)
         async with contextlib.AsyncExitStack() as stack:
             await self.enter(stack)
+            await anyio.to_thread.run_sync(self.resolver.warm)
             read_stream, write_stream = await stack.enter_async_context(stdio_server())
             await server.run(read_stream, write_stream, server.create_initialization_options())
 
@@ -483,25 +436,3 @@ async def _emit(ctx: ServerRequestContext[Any, Any], notifications: list[dict[st
                 params=types.LoggingMessageNotificationParams.model_validate(params)
             )
             await ctx.session.send_notification(notification, related_request_id=ctx.request_id)
-
-
-class _Initialize:
-    """Server middleware answering ``initialize`` with the recorded identity and capabilities."""
-
-    def __init__(self, surface: Surface) -> None:
-        self.surface = surface
-
-    async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
-        if ctx.method != "initialize":
-            return await call_next(ctx)
-        requested = (ctx.params or {}).get("protocolVersion")
-        version = requested if requested in HANDSHAKE_PROTOCOL_VERSIONS else LATEST_HANDSHAKE_VERSION
-        record = self.surface.record
-        result: dict[str, Any] = {
-            "protocolVersion": version,
-            "capabilities": record.capabilities,
-            "serverInfo": record.info,
-        }
-        if record.instructions:
-            result["instructions"] = record.instructions
-        return result

@@ -227,6 +227,22 @@ class Resolver:
             self._index = build_index(self.store, self.tool_schema, self.embedder, None)
         return self._index
 
+    def warm(self) -> None:
+        """Do the slow first-use work now: bring the index up to date, load the embedding model.
+
+        A replay server calls this before it reports ready, so the first semantic call of a
+        rollout (or its first near-miss diagnosis) costs milliseconds, not the seconds a model load
+        takes. The model is loaded only when there are recorded tool calls to compare against.
+        """
+        if not self.semantic:
+            return
+        try:
+            index = self.index()
+        except ReplaySimError:
+            return  # reported on each call that needs the index, in its miss reason
+        if any(len(part) for part in index.partitions.values()):
+            self.embedder.embedder.encode(["warm-up"])  # the model itself: nothing worth caching
+
     def _state(self, server: str, tool: str, schema: ToolSchema) -> ToolState:
         state = self._states.get((server, tool))
         if state is None:

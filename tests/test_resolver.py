@@ -296,3 +296,20 @@ def test_calls_no_sound_rule_can_answer_are_refused(
     found = refusals.resolve("demo", "tools/call", steps[-1], history)
     assert found.tier is Tier.MISS, found.reason
     assert found.problem is problem
+
+
+def test_warm_builds_the_index_and_loads_the_model_before_the_first_call(tmp_path: Path) -> None:
+    model = SentenceTransformerEmbedder()
+    resolver = Resolver(demo_store(tmp_path / "r.db"), embedder=model, index_dir=tmp_path / "index")
+    assert model._model is None and not (tmp_path / "index" / "manifest.json").exists()
+    resolver.warm()
+    assert model._model is not None and (tmp_path / "index" / "manifest.json").exists()
+
+
+def test_warm_loads_no_model_when_no_tool_call_was_recorded(tmp_path: Path) -> None:
+    store = Store(tmp_path / "r.db")
+    store.put_listing("demo", "tools/list", {"tools": TOOLS})
+    store.record_call("demo", "resources/read", {"uri": "file:///a"}, result={"contents": []})
+    model = SentenceTransformerEmbedder()
+    Resolver(store, embedder=model, index_dir=tmp_path / "index").warm()
+    assert model._model is None
