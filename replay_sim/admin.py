@@ -21,12 +21,14 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from replay_sim.calibration import MatchConfig
 from replay_sim.config import load_config
 from replay_sim.errors import ConfigError
 from replay_sim.listener import base_url, listen, transport_security
 from replay_sim.miss import MissPolicyName, MissSettings, Upstreams
 from replay_sim.replay import Replay
 from replay_sim.resolver import Resolver
+from replay_sim.snapshot import open_snapshot
 from replay_sim.store import Recording, Store
 
 __all__ = ["create_app", "open_replay", "recording_json", "serve"]
@@ -218,6 +220,7 @@ def open_replay(
     llm_model: str | None = None,
     llm_api_key: str | None = None,
     index_dir: str | Path | None = None,
+    match_config: MatchConfig | None = None,
 ) -> Replay:
     """Open a store (or a verified snapshot) and build the replay servers over it.
 
@@ -231,6 +234,7 @@ def open_replay(
         llm_model: Model name for ``llm_url``.
         llm_api_key: Bearer token for ``llm_url``, if it needs one.
         index_dir: Where the vector index lives (default: the resolver's; a snapshot's own).
+        match_config: Thresholds and per-tool overrides (a snapshot brings the one it was frozen with).
 
     Returns:
         The replay, ready for :func:`create_app` or :meth:`Replay.serve_stdio`.
@@ -246,18 +250,15 @@ def open_replay(
     if snapshot is not None:
         if policy in (MissPolicyName.LIVE, MissPolicyName.SYNTHESIZE):
             raise ConfigError(f"--miss {policy} records new answers, but snapshot {snapshot} is read-only")
-        try:
-            from replay_sim.snapshot import open_snapshot
-        except ImportError as exc:  # pragma: no cover - the snapshot module ships with the package
-            raise ConfigError("this replay-sim cannot open snapshots (no replay_sim.snapshot)") from exc
         opened = open_snapshot(snapshot)
-        if isinstance(opened, tuple):
-            store_path, snapshot_id = opened
-            index = Path(snapshot) / "index"
-        else:
-            store_path, snapshot_id, index = opened.store_path, opened.id, opened.index_dir
+        if match_config is not None and match_config != opened.match_config:
+            raise ConfigError(
+                f"snapshot {snapshot} is served with the matching config it was frozen with; "
+                "drop --match-config or freeze a new snapshot with it"
+            )
+        store_path, snapshot_id, match_config = opened.store_path, opened.id, opened.match_config
         store = Store(store_path, readonly=True)
-        resolver_options["index_dir"] = Path(index_dir) if index_dir else index
+        resolver_options["index_dir"] = Path(index_dir) if index_dir else opened.index_dir
     else:
         store = Store(db) if db is not None else Store()
         if index_dir is not None:
@@ -271,7 +272,7 @@ def open_replay(
     settings = MissSettings(
         store=store, forward=forward, llm_url=llm_url, llm_model=llm_model, llm_api_key=llm_api_key
     )
-    resolver = Resolver(store, **resolver_options)
+    resolver = Resolver(store, config=match_config, **resolver_options)
     redactor = None
     if recorder_config is not None:  # the rules and secrets the recordings were redacted with
         secrets = [secret for spec in recorder_config.servers.values() for secret in spec.secrets()]

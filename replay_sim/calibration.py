@@ -87,6 +87,15 @@ class MatchConfig:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"{path}: cannot read matching config: {exc}") from exc
+        return cls.from_dict(data, str(path))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], path: str = "matching config") -> MatchConfig:
+        """A config from TOML-shaped data (``defaults`` and ``tools`` tables), as :meth:`as_dict` writes it.
+
+        Raises:
+            ConfigError: An unknown or mistyped entry (the message names ``path`` and the entry).
+        """
         defaults, table = data.get("defaults", {}), data.get("tools", {})
         if not isinstance(defaults, dict) or not isinstance(table, dict):
             raise ConfigError(f"{path}: [defaults] and [tools] must be tables")
@@ -143,11 +152,12 @@ class MatchConfig:
         )
 
     def as_dict(self) -> dict[str, Any]:
-        """The config as plain JSON data (recorded in snapshot manifests)."""
+        """The config as plain JSON data in the TOML file's shape (recorded in snapshot manifests)."""
         data = dataclasses.asdict(self)
+        tools = data.pop("tools")
+        data = {"defaults": data}
         data["tools"] = {
-            name: {k: v for k, v in over.items() if v not in (None, ())}
-            for name, over in data["tools"].items()
+            name: {k: v for k, v in over.items() if v not in (None, ())} for name, over in tools.items()
         }
         return json.loads(json.dumps(data, sort_keys=True))
 

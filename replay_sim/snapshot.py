@@ -14,9 +14,11 @@ import shutil
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+from replay_sim.calibration import MatchConfig
 from replay_sim.errors import SnapshotError, StoreError
 from replay_sim.interchange import export_lines
 from replay_sim.store import Store, utc_now
@@ -49,6 +51,11 @@ class Snapshot:
     def index_dir(self) -> Path:
         """The bundle's vector index folder."""
         return self.path / INDEX_DIR
+
+    @property
+    def match_config(self) -> MatchConfig:
+        """The matching config the snapshot was frozen with (and must be served with)."""
+        return MatchConfig.from_dict(self.manifest["matching_config"], f"{self.path}/{MANIFEST}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,12 +92,19 @@ def _file_hashes(folder: Path) -> dict[str, str]:
     return hashes
 
 
-def freeze(db: str | Path, out: str | Path, build_index: IndexBuilder | None = None) -> Snapshot:
+def freeze(
+    db: str | Path,
+    out: str | Path,
+    *,
+    config: MatchConfig | None = None,
+    build_index: IndexBuilder | None = None,
+) -> Snapshot:
     """Write a read-only snapshot bundle of a store.
 
     Args:
         db: The store to freeze.
         out: The bundle folder to create; it must not exist yet.
+        config: The matching config the snapshot is served with (defaults when None).
         build_index: Builds the vector index into the bundle; the default is replay-sim's index.
 
     Returns:
@@ -106,7 +120,7 @@ def freeze(db: str | Path, out: str | Path, build_index: IndexBuilder | None = N
     if build_index is None:
         from replay_sim.index import build_snapshot_index
 
-        build_index = build_snapshot_index
+        build_index = partial(build_snapshot_index, config=config)
     out.mkdir(parents=True)
     try:
         with Store(db, readonly=True) as source:
@@ -114,14 +128,14 @@ def freeze(db: str | Path, out: str | Path, build_index: IndexBuilder | None = N
         with Store(out / STORE_FILE, readonly=True) as frozen:
             content = content_hash(frozen)
             (out / INDEX_DIR).mkdir()
-            model, config = build_index(frozen, out / INDEX_DIR)
+            model, matching = build_index(frozen, out / INDEX_DIR)
             counts = {"calls": len(frozen.recordings()), "servers": len(frozen.servers())}
         manifest = {
             "format": FORMAT,
-            "id": _snapshot_id(content, model, config),
+            "id": _snapshot_id(content, model, matching),
             "content_sha256": content,
             "embedding_model": model,
-            "matching_config": config,
+            "matching_config": matching,
             "created_at": utc_now(),
             "source": str(Path(db)),
             "counts": counts,

@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from replay_sim import snapshot
-from replay_sim.errors import SnapshotError
+from replay_sim.admin import open_replay
+from replay_sim.calibration import MatchConfig
+from replay_sim.errors import ConfigError, SnapshotError
 from replay_sim.store import Store
 
 REPLAY_SIM = [sys.executable, "-m", "replay_sim"]
@@ -116,3 +118,17 @@ def test_cli_freeze_verify_inspect_diff(tmp_path: Path) -> None:
         [*REPLAY_SIM, "snapshot", "verify", str(tmp_path)], capture_output=True, text=True
     )
     assert missing.returncode == 1 and "not a snapshot" in missing.stderr
+
+
+def test_a_snapshot_is_served_with_the_matching_config_it_was_frozen_with(tmp_path: Path) -> None:
+    config = MatchConfig.from_dict(
+        {"defaults": {"floor": 0.95}, "tools": {"notes/search": {"free_text": ["query"]}}}
+    )
+    frozen = snapshot.freeze(_store(tmp_path / "a.db", ["red apples"]), tmp_path / "snap", config=config)
+    assert frozen.match_config == config
+    assert (
+        frozen.id != snapshot.freeze(tmp_path / "a.db", tmp_path / "plain").id
+    )  # the config is part of the id
+    assert open_replay(snapshot=frozen.path).resolver.config == config
+    with pytest.raises(ConfigError, match="frozen with"):
+        open_replay(snapshot=frozen.path, match_config=MatchConfig())

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import click
 
+from replay_sim.calibration import MatchConfig
 from replay_sim.errors import ReplaySimError
 from replay_sim.store import DEFAULT_DB
 
-__all__ = ["cli", "db_option", "main"]
+__all__ = ["cli", "db_option", "main", "match_config_option"]
 
 db_option = click.option(
     "--db",
@@ -23,6 +24,15 @@ db_option = click.option(
     default=DEFAULT_DB,
     show_default=True,
     help="Recording store (SQLite).",
+)
+
+
+match_config_option = click.option(
+    "--match-config",
+    "match_config",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    callback=lambda _ctx, _param, path: None if path is None else MatchConfig.load(path),
+    help="Matching config (TOML: thresholds, per-tool free-text/identifier overrides).",
 )
 
 

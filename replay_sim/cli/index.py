@@ -8,7 +8,7 @@ import click
 from tqdm import tqdm
 
 from replay_sim.calibration import MatchConfig
-from replay_sim.cli import cli, db_option
+from replay_sim.cli import cli, db_option, match_config_option
 from replay_sim.embedding import CachedEmbedder, default_embedder
 from replay_sim.evaluate import compare, load_probes, render
 from replay_sim.index import DEFAULT_INDEX_DIR, build_index
@@ -22,16 +22,6 @@ index_dir_option = click.option(
     show_default=True,
     help="Vector index folder.",
 )
-config_option = click.option(
-    "--config",
-    "config_path",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Matching config (TOML: thresholds and per-tool overrides).",
-)
-
-
-def _config(path: Path | None) -> MatchConfig:
-    return MatchConfig.load(path) if path else MatchConfig()
 
 
 @cli.group("index")
@@ -42,11 +32,11 @@ def index_group() -> None:
 @index_group.command("build")
 @db_option
 @index_dir_option
-@config_option
-def build_command(db: Path, index_dir: Path, config_path: Path | None) -> None:
+@match_config_option
+def build_command(db: Path, index_dir: Path, match_config: MatchConfig | None) -> None:
     """Embed new recordings and bring the index up to date (incremental)."""
     with Store(db) as store:
-        resolver = Resolver(store, config=_config(config_path), index_dir=index_dir)
+        resolver = Resolver(store, config=match_config, index_dir=index_dir)
         embedder = CachedEmbedder(default_embedder(), store)
         with tqdm(total=0, unit="call", desc="indexing", disable=None) as bar:
 
@@ -67,12 +57,14 @@ def build_command(db: Path, index_dir: Path, config_path: Path | None) -> None:
 @click.argument("probes", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @db_option
 @index_dir_option
-@config_option
+@match_config_option
 @click.option("--baselines/--no-baselines", default=True, show_default=True, help="Also score the baselines.")
-def eval_command(probes: Path, db: Path, index_dir: Path, config_path: Path | None, baselines: bool) -> None:
+def eval_command(
+    probes: Path, db: Path, index_dir: Path, match_config: MatchConfig | None, baselines: bool
+) -> None:
     """Score the resolver on PROBES.jsonl (live truth) against exact-only and naive baselines."""
     with Store(db) as store:
-        resolver = Resolver(store, config=_config(config_path), index_dir=index_dir)
+        resolver = Resolver(store, config=match_config, index_dir=index_dir)
         embedder = CachedEmbedder(default_embedder(), store) if baselines else None
         reports = compare(store, load_probes(probes), resolver, embedder)
     click.echo(render(reports))

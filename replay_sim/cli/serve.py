@@ -8,7 +8,8 @@ import anyio
 import click
 
 from replay_sim.admin import open_replay, serve
-from replay_sim.cli import cli, db_option
+from replay_sim.calibration import MatchConfig
+from replay_sim.cli import cli, db_option, match_config_option
 from replay_sim.miss import MissPolicyName
 
 
@@ -44,6 +45,7 @@ from replay_sim.miss import MissPolicyName
 @click.option("--llm-model", envvar="REPLAY_SIM_LLM_MODEL", help="Model for --llm-url.")
 @click.option("--llm-api-key", envvar="REPLAY_SIM_LLM_API_KEY", help="Bearer token for --llm-url (or env).")
 @click.option("--index-dir", type=click.Path(file_okay=False, path_type=Path), help="Vector index folder.")
+@match_config_option
 def serve_command(
     db: Path,
     snapshot: Path | None,
@@ -58,6 +60,7 @@ def serve_command(
     llm_model: str | None,
     llm_api_key: str | None,
     index_dir: Path | None,
+    match_config: MatchConfig | None,
 ) -> None:
     """Replay the recorded servers: /mcp/<server> over HTTP (plus admin API and dashboard), or stdio."""
     if stdio and not server_name:
@@ -73,6 +76,7 @@ def serve_command(
         llm_model=llm_model,
         llm_api_key=llm_api_key,
         index_dir=index_dir,
+        match_config=match_config,
     )
     for problem in replay.check(strict):
         click.echo(f"replay-sim: warning: {problem}", err=True)

@@ -8,7 +8,8 @@ from pathlib import Path
 import click
 
 from replay_sim import snapshot
-from replay_sim.cli import cli, db_option
+from replay_sim.calibration import MatchConfig
+from replay_sim.cli import cli, db_option, match_config_option
 
 _bundle = click.Path(exists=True, file_okay=False, path_type=Path)
 
@@ -21,9 +22,10 @@ def snapshot_group() -> None:
 @snapshot_group.command("freeze")
 @db_option
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="New bundle folder.")
-def freeze_command(db: Path, out: Path) -> None:
-    """Write a read-only snapshot (store, index, manifest) and print its id."""
-    frozen = snapshot.freeze(db, out)
+@match_config_option
+def freeze_command(db: Path, out: Path, match_config: MatchConfig | None) -> None:
+    """Write a read-only snapshot (store, index, manifest, matching config) and print its id."""
+    frozen = snapshot.freeze(db, out, config=match_config)
     click.echo(frozen.id)
 
 
