@@ -92,6 +92,9 @@ class SentenceTransformerEmbedder:
                 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
                 import torch
                 from sentence_transformers import SentenceTransformer
+                from transformers.utils import logging as transformers_logging
+
+                transformers_logging.disable_progress_bar()  # "Loading weights" bars on every start
 
                 if self.threads is not None:
                     torch.set_num_threads(self.threads)

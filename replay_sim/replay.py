@@ -23,7 +23,6 @@ from mcp.server import Server
 from mcp.server.caching import CACHEABLE_METHODS, CacheHint
 from mcp.server.connection import allowed_log_levels
 from mcp.server.context import ServerRequestContext
-from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
@@ -34,6 +33,7 @@ from replay_sim.metrics import Metrics, MissRecord
 from replay_sim.miss import Miss, MissPolicy, MissPolicyName, MissSettings, make_policy
 from replay_sim.redaction import Redactor
 from replay_sim.resolver import Candidate, Problem, Resolution, Resolver, Tier
+from replay_sim.stdio_transport import native_stdio
 from replay_sim.store import Origin, Store
 from replay_sim.surface import Outcome, Surface
 from replay_sim.wire import Initialize, PassThrough, hand_over
@@ -255,7 +255,7 @@ class Replay:
         async with contextlib.AsyncExitStack() as stack:
             await self.enter(stack)
             await anyio.to_thread.run_sync(self.resolver.warm)
-            read_stream, write_stream = await stack.enter_async_context(stdio_server())
+            read_stream, write_stream = await stack.enter_async_context(native_stdio())
             await server.run(read_stream, write_stream, server.create_initialization_options())
 
     # -- answering ------------------------------------------------------------------------------
