@@ -78,7 +78,8 @@ async def run_script(url: str, store: Store, echo: Callable[[str], Any] = print)
                 echo(f"\n== {title}")
             shown = json.dumps(arguments, ensure_ascii=False)[:70]
             status, score, recording = match.get("status"), match.get("score"), match.get("recording")
-            echo(f"{tool} {shown} -> {status} (score {score}, recording #{recording})")
+            source = f", recording #{recording}" if recording is not None else ""
+            echo(f"{tool} {shown} -> {status} (score {score}{source})")
             if match.get("status") == "miss":
                 text = "".join(getattr(c, "text", "") for c in result.content)
                 echo("   " + text.replace("\n", "\n   "))

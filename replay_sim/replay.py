@@ -61,7 +61,7 @@ def miss_message(server: str, method: str, name: str, resolution: Resolution) ->
     what = {"tools/call": "tool", "prompts/get": "prompt", "resources/read": "resource"}.get(
         method, "reference"
     )
-    lines = [f"replay-sim: no recording of {method} on {server!r} matches this call ({what} {name!r})."]
+    lines = [f"replay-sim: no recording answers this {method} of {what} {name!r} on {server!r}."]
     if resolution.reason:
         lines.append(f"Reason: {resolution.reason}.")
     if not resolution.candidates:

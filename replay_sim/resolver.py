@@ -347,7 +347,21 @@ class Resolver:
         if same_state_miss:
             reason = f"{what} was recorded, but only after state changes this episode did not make"
             return Resolution(Tier.MISS, 0.0, None, candidates, reason, key, Problem.OTHER_STATE)
-        return Resolution(Tier.MISS, 0.0, None, candidates, f"no recording of {what} matches", key)
+        return Resolution(Tier.MISS, 0.0, None, candidates, self._miss_reason(state, normalised, what), key)
+
+    def _miss_reason(self, state: ToolState, normalised: dict[str, Any], what: str) -> str:
+        """Why no recording of a known tool answers: other identifiers, or free text too far."""
+        if not state.group(normalised):
+            return f"no recording of {what} has these identifiers and values"
+        same = sorted(k for k in normalised if k not in state.free_text)
+        recorded = f"recordings of {what}" + (f" with the same {', '.join(same)}" if same else "")
+        try:
+            threshold = state.threshold(self.index())
+        except ReplaySimError as exc:
+            return f"{recorded} differ in free text; {exc}"
+        if threshold > 1.0:
+            return f"{recorded} differ in free text, which must match exactly for this tool"
+        return f"{recorded} differ in free text by more than the tool's calibrated threshold ({threshold:.3f})"
 
     def _structural_miss(
         self, server: str, method: str, name: str, key: str, exact: Sequence[Recording], what: str
