@@ -361,7 +361,7 @@ class Resolver:
             return f"{recorded} differ in free text; {exc}"
         if threshold > 1.0:
             return f"{recorded} differ in free text, which must match exactly for this tool"
-        return f"{recorded} differ in free text by more than the tool's calibrated threshold ({threshold:.3f})"
+        return f"{recorded} differ in free text by more than the tool's threshold ({threshold:.3f})"
 
     def _structural_miss(
         self, server: str, method: str, name: str, key: str, exact: Sequence[Recording], what: str
