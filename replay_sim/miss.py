@@ -13,7 +13,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
 
@@ -88,8 +88,9 @@ class MissSettings:
     llm_model: str | None = None
     llm_api_key: str | None = None
     top_k: int = 5
+    """Recordings of the tool shown to the LLM as examples."""
     timeout: float = 60.0
-    extra: dict[str, Any] = field(default_factory=dict)
+    """Seconds an LLM or upstream answer may take."""
 
 
 class MissPolicy(Protocol):

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import jsonschema
-from jsonschema.exceptions import SchemaError, best_match
 from mcp.shared.exceptions import MCPError
 
+from replay_sim.schema import tool_schemas
 from replay_sim.store import Recording, ServerRecord, Store
 
 __all__ = ["Outcome", "Surface"]
@@ -48,7 +47,7 @@ class Surface:
         self.prompts: dict[str, dict[str, Any]] = {
             p["name"]: p for p in prompts if isinstance(p, dict) and "name" in p
         }
-        self._validators: dict[str, Any] = {}
+        self.schemas = tool_schemas(self.listings.get("tools/list"))
         self._refusals: dict[str, Recording] | None = None
 
     def problems(self) -> list[str]:
@@ -61,31 +60,10 @@ class Surface:
             if method not in self.listings
         ]
 
-    def validator(self, tool: str) -> Any | None:
-        """A jsonschema validator for the tool's recorded inputSchema, or None when there is none."""
-        if tool not in self._validators:
-            schema = (self.tools.get(tool) or {}).get("inputSchema")
-            validator = None
-            if isinstance(schema, dict):
-                cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-                try:
-                    cls.check_schema(schema)
-                    validator = cls(schema)
-                except SchemaError:
-                    validator = None  # a schema the real server published but no validator accepts
-            self._validators[tool] = validator
-        return self._validators[tool]
-
     def violation(self, tool: str, arguments: dict[str, Any]) -> str | None:
-        """Why ``arguments`` violate the tool's inputSchema, or None when they do not."""
-        validator = self.validator(tool)
-        if validator is None:
-            return None
-        error = best_match(validator.iter_errors(arguments))
-        if error is None:
-            return None
-        where = "/".join(str(p) for p in error.absolute_path)
-        return f"{where}: {error.message}" if where else error.message
+        """Why ``arguments`` violate the tool's recorded inputSchema, or None when they do not."""
+        schema = self.schemas.get(tool)
+        return None if schema is None else schema.validate(arguments)
 
     def problem(self, tool: str, arguments: dict[str, Any]) -> str | None:
         """Why a real server would refuse this tool call (unknown tool, invalid arguments), or None."""
