@@ -9,6 +9,11 @@ ties (the longest common tail of the whole history wins, then the earliest recor
 Once an episode makes a state-changing call that no recording answers, the real server's state is
 unknown, and every later call of that episode is a miss: a stale answer would be something the
 real server would not have said.
+
+An episode's history is a :class:`Trail` of *steps*, one per call: the key of the recording that
+answered it, or — for a miss — the requested key, marked with :data:`DIVERGED` when the call
+changed state. Steps describe themselves, so one episode's calls never affect another's, and the
+trail keeps its derived state up to date as it grows: a call costs the same at step 5 and 5,000.
 """
 
 from __future__ import annotations
@@ -19,9 +24,10 @@ from typing import Any
 
 from replay_sim.store import Recording, Store
 
-__all__ = ["Episodes", "history_affinity", "is_failure"]
+__all__ = ["DIVERGED", "Episodes", "Trail", "history_affinity", "is_failure"]
 
-_INERT, _DIVERGENT = "", "!"
+DIVERGED = "!"
+"""Prefix of the step of a state-changing call no recording answered."""
 
 
 def history_affinity(recording: Recording, history: Sequence[str], prefix: Sequence[str]) -> int:
@@ -51,6 +57,26 @@ class _LRU(OrderedDict[str, Any]):
             self.popitem(last=False)
 
 
+class Trail:
+    """One episode's steps on one server, with what they imply kept current.
+
+    Attributes:
+        steps: One per call, oldest first (see the module docstring).
+        state: The state-changing recorded calls among them, in order.
+        diverged: The first step that changed state without a recording, if any.
+    """
+
+    __slots__ = ("diverged", "state", "steps")
+
+    def __init__(self) -> None:
+        self.steps: list[str] = []
+        self.state: tuple[str, ...] = ()
+        self.diverged: str | None = None
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+
 class Episodes:
     """Recording lookups by key and state-aware choice, with the caches that make them fast.
 
@@ -64,16 +90,17 @@ class Episodes:
         self.store = store
         self.schema = schema
         self._keys = _LRU(cache_size)  # key -> recordings
-        self._seen = _LRU(cache_size)  # requested key -> recorded key, _INERT or _DIVERGENT
         self._mutating: dict[str, bool] = {}
         self._sessions: dict[str, list[tuple[int, str]]] = {}
+        self._prefixes: dict[int, list[str]] = {}
         self._prefix_mut: dict[int, tuple[str, ...]] = {}
 
     def clear(self) -> None:
-        """Forget everything read from the store (it changed); what calls were seen is kept."""
+        """Forget everything read from the store (it changed)."""
         self._keys.clear()
         self._mutating.clear()
         self._sessions.clear()
+        self._prefixes.clear()
         self._prefix_mut.clear()
 
     def by_key(self, key: str) -> list[Recording]:
@@ -84,27 +111,22 @@ class Episodes:
             self._keys.put(key, found)
         return found
 
-    def note(self, requested: str, recorded: str | None, mutating: bool = False) -> None:
-        """Remember how a requested call was answered: by ``recorded``'s key, or by a miss."""
-        self._seen.put(requested, recorded if recorded is not None else (_DIVERGENT if mutating else _INERT))
+    def advance(self, trail: Trail, step: str) -> None:
+        """Add one call's step to a trail and update what the trail implies."""
+        trail.steps.append(step)
+        if step.startswith(DIVERGED):
+            trail.diverged = trail.diverged or step[len(DIVERGED) :]
+        elif self.is_mutating(step):
+            trail.state = (*trail.state, step)
 
-    def _translate(self, history: Sequence[str]) -> list[str]:
-        """History keys as recorded keys (a canonical/semantic hit stands for the recording it served)."""
-        out = []
-        for key in history:
-            seen = self._seen.get(key)
-            out.append(seen if seen and seen != _DIVERGENT else key)
-        return out
-
-    def diverged(self, history: Sequence[str]) -> str | None:
-        """Describe the first state-changing call of ``history`` that no recording answers, if any."""
-        for key in history:
-            seen = self._seen.get(key)
-            if seen is None and not self.by_key(key):
-                return f"unknown call {key[:12]}"  # never resolved here: assume the worst
-            if seen == _DIVERGENT and not self.by_key(key):
-                return f"call {key[:12]}"
-        return None
+    def trail(self, history: Sequence[str] | Trail) -> Trail:
+        """``history`` as a :class:`Trail` (a plain sequence of steps is replayed onto a new one)."""
+        if isinstance(history, Trail):
+            return history
+        trail = Trail()
+        for step in history:
+            self.advance(trail, step)
+        return trail
 
     def is_mutating(self, key: str) -> bool:
         """Whether the recorded call with this key changed the server's state."""
@@ -120,13 +142,18 @@ class Episodes:
         return cached
 
     def _prefix(self, recording: Recording) -> list[str]:
-        if recording.session is None:
-            return []
-        calls = self._sessions.get(recording.session)
-        if calls is None:
-            calls = [(r.seq or 0, r.key) for r in self.store.recordings(session=recording.session)]
-            self._sessions[recording.session] = calls
-        return [key for seq, key in calls if seq < (recording.seq or 0)]
+        """Keys of the calls made before ``recording`` in its recorded session (cached)."""
+        cached = self._prefixes.get(recording.id)
+        if cached is None:
+            cached = []
+            if recording.session is not None:
+                calls = self._sessions.get(recording.session)
+                if calls is None:
+                    calls = [(r.seq or 0, r.key) for r in self.store.recordings(session=recording.session)]
+                    self._sessions[recording.session] = calls
+                cached = [key for seq, key in calls if seq < (recording.seq or 0)]
+            self._prefixes[recording.id] = cached
+        return cached
 
     def state_of(self, recording: Recording) -> tuple[str, ...]:
         """The state-changing calls made before ``recording`` in its session."""
@@ -136,14 +163,12 @@ class Episodes:
             self._prefix_mut[recording.id] = cached
         return cached
 
-    def choose(
-        self, recordings: Sequence[Recording], history: Sequence[str], strict: bool = True
-    ) -> Recording | None:
-        """The recording made from this episode's state that best matches its history.
+    def choose(self, recordings: Sequence[Recording], trail: Trail, strict: bool = True) -> Recording | None:
+        """The recording made from this episode's state that best matches its steps.
 
         Args:
             recordings: Candidates, all answering the same call.
-            history: The episode's call keys so far.
+            trail: The episode's steps so far.
             strict: Return None when no candidate was made from this state (else: best history match).
 
         Returns:
@@ -151,13 +176,11 @@ class Episodes:
         """
         if not recordings:
             return None
-        made = self._translate(history)
-        state = tuple(k for k in made if self.is_mutating(k))
-        eligible = [r for r in recordings if self.state_of(r) == state]
+        eligible = [r for r in recordings if self.state_of(r) == trail.state]
         if not eligible:
             if strict:
                 return None
             eligible = list(recordings)
         if len(eligible) == 1:
             return eligible[0]
-        return max(eligible, key=lambda r: (history_affinity(r, made, self._prefix(r)), -r.id))
+        return max(eligible, key=lambda r: (history_affinity(r, trail.steps, self._prefix(r)), -r.id))

@@ -209,7 +209,7 @@ def _replay_sim(resolver: Resolver) -> ResolveFn:
         server: str, method: str, params: dict[str, Any], history: list[str]
     ) -> tuple[Recording | None, str]:
         found = resolver.resolve(server, method, params, history)
-        return found.recording, found.key
+        return found.recording, found.step
 
     return resolve
 

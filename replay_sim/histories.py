@@ -1,4 +1,4 @@
-"""Episode history: which recorded calls each episode has been served so far.
+"""Episode histories: the :class:`~replay_sim.episode.Trail` of each episode, per recorded server.
 
 The resolver picks among several recordings of one call by comparing a recorded session's prefix
 with the history of the episode asking. An *episode* is named by the client (``X-Replay-Episode``
@@ -17,6 +17,8 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Any
+
+from replay_sim.episode import Trail
 
 __all__ = ["EPISODE_HEADER", "EPISODE_META_KEY", "Histories", "episode_id"]
 
@@ -44,15 +46,6 @@ def episode_id(meta: Any, headers: Any) -> str | None:
     return None
 
 
-class _History:
-    """The keys served to one (episode, server), oldest first."""
-
-    __slots__ = ("keys",)
-
-    def __init__(self) -> None:
-        self.keys: list[str] = []
-
-
 class Histories:
     """Histories of named episodes and of MCP connections, per recorded server.
 
@@ -66,11 +59,11 @@ class Histories:
 
     def __init__(self, max_episodes: int = DEFAULT_MAX_EPISODES) -> None:
         self.max_episodes = max_episodes
-        self._named: OrderedDict[tuple[str, str], _History] = OrderedDict()
-        self._connections: weakref.WeakKeyDictionary[Any, dict[str, _History]] = weakref.WeakKeyDictionary()
+        self._named: OrderedDict[tuple[str, str], Trail] = OrderedDict()
+        self._connections: weakref.WeakKeyDictionary[Any, dict[str, Trail]] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
 
-    def _history(self, server: str, scope: str | Hashable | None, create: bool) -> _History | None:
+    def _history(self, server: str, scope: str | Hashable | None, create: bool) -> Trail | None:
         if scope is None:
             return None
         if isinstance(scope, str):
@@ -79,7 +72,7 @@ class Histories:
             if found is not None:
                 self._named.move_to_end(key)
             elif create:
-                found = self._named[key] = _History()
+                found = self._named[key] = Trail()
                 while len(self._named) > self.max_episodes:
                     self._named.popitem(last=False)
             return found
@@ -90,29 +83,21 @@ class Histories:
             per_server = self._connections[scope] = {}
         found = per_server.get(server)
         if found is None and create:
-            found = per_server[server] = _History()
+            found = per_server[server] = Trail()
         return found
 
-    def history(self, server: str, scope: str | Hashable | None) -> tuple[str, ...]:
-        """The keys served so far to this episode on ``server``, oldest first.
+    def trail(self, server: str, scope: str | Hashable | None) -> Trail | None:
+        """The trail of this episode on ``server`` (created empty), or None for a None scope.
 
         Args:
             server: Recorded server name.
             scope: An episode id (str), a connection object (held weakly), or None (no history).
 
         Returns:
-            The call keys, oldest first; empty for a new episode or a None scope.
+            The live trail: the resolver reads it and advances it with each resolved call.
         """
         with self._lock:
-            found = self._history(server, scope, create=False)
-            return tuple(found.keys) if found is not None else ()
-
-    def append(self, server: str, scope: str | Hashable | None, key: str) -> None:
-        """Record that ``key`` was served to this episode on ``server`` (no-op for a None scope)."""
-        with self._lock:
-            found = self._history(server, scope, create=True)
-            if found is not None:
-                found.keys.append(key)
+            return self._history(server, scope, create=True)
 
     def reset(self, episode: str) -> bool:
         """Forget a named episode on every server; True when it existed."""
@@ -125,4 +110,4 @@ class Histories:
     def named(self) -> list[dict[str, Any]]:
         """Every named episode history: ``{"episode", "server", "calls"}``, least recently used first."""
         with self._lock:
-            return [{"episode": e, "server": s, "calls": len(h.keys)} for (e, s), h in self._named.items()]
+            return [{"episode": e, "server": s, "calls": len(h)} for (e, s), h in self._named.items()]

@@ -129,6 +129,7 @@ class NearestPolicy:
                     recording,
                     miss.resolution.candidates,
                     key=miss.resolution.key,
+                    step=miss.resolution.step,
                 )
         return miss.resolution
 
@@ -174,6 +175,7 @@ class LivePolicy:
             miss.resolution.candidates,
             reason="forwarded to the real server",
             key=miss.resolution.key,
+            step=miss.resolution.step,
         )
 
 
@@ -284,6 +286,7 @@ class SynthesizePolicy:
             miss.resolution.candidates,
             reason="synthesized by LLM",
             key=miss.resolution.key,
+            step=miss.resolution.step,
         )
 
 

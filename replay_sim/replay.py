@@ -32,7 +32,7 @@ from replay_sim.histories import Histories, episode_id
 from replay_sim.metrics import Metrics, MissRecord
 from replay_sim.miss import Miss, MissPolicy, MissPolicyName, MissSettings, make_policy
 from replay_sim.redaction import Redactor
-from replay_sim.resolver import Candidate, Problem, Resolution, Resolver, Tier
+from replay_sim.resolver import Candidate, Problem, Resolution, Resolver, Tier, Trail
 from replay_sim.stdio_transport import native_stdio
 from replay_sim.store import Origin, Store
 from replay_sim.surface import Outcome, Surface
@@ -284,10 +284,11 @@ class Replay:
         started = time.perf_counter()
         params = {k: v for k, v in (ctx.params or {}).items() if k != "_meta"}
         scope = self.scope(ctx)
-        answer = await self.resolve(server, method, params, self.histories.history(server, scope))
+        trail = self.histories.trail(server, scope)
+        answer = await self.resolve(server, method, params, trail if trail is not None else ())
         name, _ = call_identity(method, params)
-        if not answer.refused and answer.resolution.key:  # a refusal changed nothing on the real server
-            self.histories.append(server, scope, answer.resolution.key)
+        if trail is not None and not answer.refused:  # a refusal changed nothing on the real server
+            self.resolver.advance(trail, answer.resolution)
         if answer.resolution.recording is not None:
             await _emit(ctx, answer.resolution.recording.notifications)
         self.metrics.observe(server, method, name, answer.status, time.perf_counter() - started)
@@ -296,7 +297,7 @@ class Replay:
         return answer.outcome
 
     async def resolve(
-        self, server: str, method: str, params: dict[str, Any], history: Sequence[str] = ()
+        self, server: str, method: str, params: dict[str, Any], history: Sequence[str] | Trail = ()
     ) -> Answer:
         """Resolve a call and render its answer (usable without an MCP connection).
 
@@ -304,7 +305,7 @@ class Replay:
             server: Recorded server name.
             method: One of ``tools/call``, ``resources/read``, ``prompts/get``, ``completion/complete``.
             params: Request params, wire JSON without ``_meta``.
-            history: Keys of the calls this episode made so far, oldest first.
+            history: The episode's trail (or its steps so far, oldest first); not advanced here.
 
         Returns:
             The resolution and what to answer with.
@@ -314,10 +315,12 @@ class Replay:
         # a miss policy the real params (a live upstream needs the real credentials).
         redacted = self.redactor.redact(params)
         name, arguments = call_identity(method, redacted)
-        refusal = self._refusal(surface, method, name, arguments) if method == "tools/call" else None
-        if refusal is not None:
-            return refusal
         resolution = self.resolver.resolve(server, method, redacted, history)
+        if not resolution.hit and method == "tools/call":
+            # Checked only when nothing answers: a recorded answer is the real server's own verdict.
+            refusal = self._refusal(surface, method, name, arguments)
+            if refusal is not None:
+                return refusal
         miss = resolution
         if not resolution.hit:
             tool = surface.tools.get(name) if method == "tools/call" else surface.prompts.get(name)

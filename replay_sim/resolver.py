@@ -28,14 +28,14 @@ from typing import Any
 from replay_sim.calibration import MatchConfig
 from replay_sim.canonical import call_identity, call_key
 from replay_sim.embedding import MAX_TEXT_CHARS, CachedEmbedder, Embedder, default_embedder
-from replay_sim.episode import Episodes, history_affinity
+from replay_sim.episode import DIVERGED, Episodes, Trail, history_affinity
 from replay_sim.errors import ReplaySimError
 from replay_sim.index import DEFAULT_INDEX_DIR, IndexSet, build_index, call_text
 from replay_sim.schema import ToolSchema
 from replay_sim.store import Recording, Store
 from replay_sim.toolstate import ToolState, field_diffs
 
-__all__ = ["Candidate", "FieldDiff", "Problem", "Resolution", "Resolver", "Tier", "history_affinity"]
+__all__ = ["Candidate", "FieldDiff", "Problem", "Resolution", "Resolver", "Tier", "Trail", "history_affinity"]
 
 
 class Tier(StrEnum):
@@ -92,8 +92,10 @@ class Candidate:
 class Resolution:
     """The resolver's answer for one call.
 
-    ``key`` is the requested call's exact key (push it onto the episode history); ``problem`` says
-    why a miss is structural (unknown tool, invalid arguments …), None otherwise.
+    ``key`` is the requested call's exact key; ``step`` is what the call adds to the episode's
+    history (:meth:`Resolver.advance`): the answering recording's key, or for a miss the requested
+    key, marked as diverging when the call changed state. ``problem`` says why a miss is structural
+    (unknown tool, invalid arguments …), None otherwise.
     """
 
     tier: Tier
@@ -103,6 +105,7 @@ class Resolution:
     reason: str = ""
     key: str = ""
     problem: Problem | None = None
+    step: str = ""
 
     @property
     def hit(self) -> bool:
@@ -156,15 +159,12 @@ class Resolver:
     def _check_version(self) -> None:
         """Drop store-derived caches when calls were added (by this process or another one).
 
-        The highest call id catches this connection's writes; ``data_version`` catches other
-        connections'. Embedding-cache writes do not count: they change no answer.
+        The store's generation counts this connection's content commits; ``data_version`` catches
+        other connections' (a recorder writing to the same file, where embedding-cache writes count
+        too: a needless refresh is cheap, a stale cache would be a wrong answer).
         """
         try:
-            conn = self.store.conn
-            version = (
-                conn.execute("SELECT MAX(id) FROM calls").fetchone()[0],
-                conn.execute("PRAGMA data_version").fetchone()[0],
-            )
+            version = (self.store.generation, self.store.conn.execute("PRAGMA data_version").fetchone()[0])
         except Exception:  # a closed store: keep serving from what is cached
             return
         if version != self._version:
@@ -252,23 +252,30 @@ class Resolver:
 
     # -- choosing among recordings -------------------------------------------------------------
 
-    def choose(self, recordings: Sequence[Recording], history: Sequence[str]) -> Recording:
+    def choose(self, recordings: Sequence[Recording], history: Sequence[str] | Trail) -> Recording:
         """Pick the recording made from this episode's state that best matches ``history``.
 
         Falls back to the best history match when no recording was made from the same state.
         """
-        return self.episodes.choose(recordings, history, strict=False) or recordings[0]
+        return self.episodes.choose(recordings, self.episodes.trail(history), strict=False) or recordings[0]
+
+    def advance(self, trail: Trail, resolution: Resolution) -> None:
+        """Add a resolved call to an episode's trail (what the next call is resolved against)."""
+        if resolution.step:
+            self.episodes.advance(trail, resolution.step)
 
     # -- resolution ------------------------------------------------------------------------------
 
-    def resolve(self, server: str, method: str, params: Any, history: Sequence[str] = ()) -> Resolution:
+    def resolve(
+        self, server: str, method: str, params: Any, history: Sequence[str] | Trail = ()
+    ) -> Resolution:
         """Find the recording that answers a call.
 
         Args:
             server: Recorded server name.
             method: MCP method (``tools/call``, ``resources/read``, ``prompts/get``, ``completion/complete``).
             params: Request params, wire JSON (anything else is a miss, never an exception).
-            history: Keys of the calls this episode made so far, oldest first (``Resolution.key``).
+            history: The episode's trail, or its steps so far (``Resolution.step``), oldest first.
 
         Returns:
             A :class:`Resolution`; ``tier`` is ``miss`` when nothing answers the call.
@@ -295,36 +302,32 @@ class Resolver:
                 problem=Problem.INVALID_ARGUMENTS,
             )
         try:
-            return self._resolve(server, method, name, arguments, key, history)
+            return self._resolve(server, method, name, arguments, key, self.episodes.trail(history))
         except ReplaySimError as exc:
             return Resolution(Tier.MISS, 0.0, reason=str(exc), key=key)
 
     def _resolve(
-        self, server: str, method: str, name: str, arguments: dict[str, Any], key: str, history: Sequence[str]
+        self, server: str, method: str, name: str, arguments: dict[str, Any], key: str, trail: Trail
     ) -> Resolution:
         self._check_version()
         what = f"{method} {name!r} on {server!r}"
-        diverged = self.episodes.diverged(history)
-        if diverged:
-            self.episodes.note(key, None, mutating=True)
+        if trail.diverged:
             return Resolution(
-                Tier.MISS, 0.0, key=key, problem=Problem.DIVERGED,
-                reason=f"no recording of {what} for this state: an earlier state-changing call ({diverged}) "
-                "was never recorded, so the server's state is unknown",
+                Tier.MISS, 0.0, key=key, problem=Problem.DIVERGED, step=DIVERGED + key,
+                reason=f"no recording of {what} for this state: an earlier state-changing call "
+                f"({trail.diverged[:12]}) was never recorded, so the server's state is unknown",
             )  # fmt: skip
         exact = self.episodes.by_key(key)
         if exact:
-            chosen = self.episodes.choose(exact, history)
+            chosen = self.episodes.choose(exact, trail)
             if chosen is not None:
-                self.episodes.note(key, chosen.key)
-                return Resolution(Tier.EXACT, 1.0, chosen, key=key)
+                return Resolution(Tier.EXACT, 1.0, chosen, key=key, step=chosen.key)
         schema = self.tool_schema(server, name) if method == "tools/call" else None
         if method != "tools/call" or schema is None:
             return self._structural_miss(server, method, name, key, exact, what)
         if invalid := schema.validate(arguments):
-            self.episodes.note(key, None, mutating=False)
             return Resolution(
-                Tier.MISS, 0.0, key=key, problem=Problem.INVALID_ARGUMENTS,
+                Tier.MISS, 0.0, key=key, problem=Problem.INVALID_ARGUMENTS, step=key,
                 reason=f"arguments of {what} violate its inputSchema: {invalid}",
             )  # fmt: skip
         state = self._state(server, name, schema)
@@ -332,22 +335,22 @@ class Resolver:
         same_state_miss = bool(exact)
         if self.canonical:
             found = state.canonical.get(call_key(server, method, name, normalised), [])
-            chosen = self.episodes.choose(found, history)
+            chosen = self.episodes.choose(found, trail)
             if chosen is not None:
-                self.episodes.note(key, chosen.key)
-                return Resolution(Tier.CANONICAL if chosen.key != key else Tier.EXACT, 1.0, chosen, key=key)
+                tier = Tier.CANONICAL if chosen.key != key else Tier.EXACT
+                return Resolution(tier, 1.0, chosen, key=key, step=chosen.key)
             same_state_miss = same_state_miss or bool(found)
         if self.semantic and state.semantic_ready(normalised, MAX_TEXT_CHARS):
-            hit = self._semantic(state, normalised, history)
+            hit = self._semantic(state, normalised, trail)
             if hit is not None:
-                self.episodes.note(key, hit[0].key)
-                return Resolution(Tier.SEMANTIC, hit[1], hit[0], key=key)
-        self.episodes.note(key, None, mutating=schema.changes_state(arguments))
+                return Resolution(Tier.SEMANTIC, hit[1], hit[0], key=key, step=hit[0].key)
+        step = DIVERGED + key if schema.changes_state(arguments) else key
         candidates = self._near_misses(state, normalised)
         if same_state_miss:
             reason = f"{what} was recorded, but only after state changes this episode did not make"
-            return Resolution(Tier.MISS, 0.0, None, candidates, reason, key, Problem.OTHER_STATE)
-        return Resolution(Tier.MISS, 0.0, None, candidates, self._miss_reason(state, normalised, what), key)
+            return Resolution(Tier.MISS, 0.0, None, candidates, reason, key, Problem.OTHER_STATE, step)
+        reason = self._miss_reason(state, normalised, what)
+        return Resolution(Tier.MISS, 0.0, None, candidates, reason, key, step=step)
 
     def _miss_reason(self, state: ToolState, normalised: dict[str, Any], what: str) -> str:
         """Why no recording of a known tool answers: other identifiers, or free text too far."""
@@ -367,10 +370,9 @@ class Resolver:
         self, server: str, method: str, name: str, key: str, exact: Sequence[Recording], what: str
     ) -> Resolution:
         """A miss outside the tools/call tiers: resources, prompts, completions, unknown tools."""
-        self.episodes.note(key, None, mutating=False)
         if exact:
             return Resolution(
-                Tier.MISS, 0.0, key=key, problem=Problem.OTHER_STATE,
+                Tier.MISS, 0.0, key=key, problem=Problem.OTHER_STATE, step=key,
                 reason=f"{what} was recorded, but only after state changes this episode did not make",
             )  # fmt: skip
         if method == "tools/call":
@@ -380,13 +382,12 @@ class Resolver:
             else:
                 known = ", ".join(sorted(tools)) or "none"
                 reason = f"unknown tool {name!r} on {server!r} (recorded tools: {known})"
-            return Resolution(Tier.MISS, 0.0, key=key, reason=reason, problem=Problem.UNKNOWN_TOOL)
-        return Resolution(
-            Tier.MISS, 0.0, key=key, reason=f"no recording of {what} (exact match only for {method})"
-        )
+            return Resolution(Tier.MISS, 0.0, key=key, reason=reason, problem=Problem.UNKNOWN_TOOL, step=key)
+        reason = f"no recording of {what} (exact match only for {method})"
+        return Resolution(Tier.MISS, 0.0, key=key, reason=reason, step=key)
 
     def _semantic(
-        self, state: ToolState, normalised: dict[str, Any], history: Sequence[str]
+        self, state: ToolState, normalised: dict[str, Any], trail: Trail
     ) -> tuple[Recording, float] | None:
         """The best same-identifier recording above the tool's threshold, from this episode's state."""
         group = state.group(normalised)
@@ -400,7 +401,7 @@ class Resolver:
         for recording_id, score in index.search(state.server, state.schema.name, vector, len(group), group):
             if score < threshold:
                 break
-            chosen = self.episodes.choose(state.same_call(recording_id), history)
+            chosen = self.episodes.choose(state.same_call(recording_id), trail)
             if chosen is not None:
                 return chosen, round(score, 6)
         return None

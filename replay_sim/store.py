@@ -135,6 +135,8 @@ class Store:
         self.readonly = readonly
         self._lock = threading.RLock()
         self._depth = 0  # transaction nesting of the thread holding the lock
+        self.generation = 0
+        """Counts this object's commits of recorded content: caches compare it instead of querying."""
         with self._translate("open"):
             if readonly:
                 if not self.path.is_file():
@@ -184,10 +186,15 @@ class Store:
             )
 
     @contextmanager
-    def transaction(self, action: str = "write") -> Iterator[sqlite3.Connection]:
+    def transaction(self, action: str = "write", *, content: bool = True) -> Iterator[sqlite3.Connection]:
         """Run a block as one immediate transaction: all of it is committed or none of it.
 
         Nested calls join the outer transaction (an import commits once, atomically).
+
+        Args:
+            action: What is being written, for error messages.
+            content: Whether the block changes recorded content (bumps :attr:`generation`); the
+                embedding cache does not.
         """
         with self._lock, self._translate(action):
             if self._depth:
@@ -203,6 +210,8 @@ class Store:
                 try:
                     yield self.conn
                     self.conn.execute("COMMIT")
+                    if content:
+                        self.generation += 1
                 except BaseException:
                     if self.conn.in_transaction:  # SQLite already rolled back on e.g. SQLITE_FULL
                         self.conn.execute("ROLLBACK")
@@ -476,7 +485,7 @@ class Store:
         """Store embedding vectors (raw float32 bytes) by text hash for one model."""
         if self.readonly or not vectors:
             return
-        with self.transaction("cache embeddings") as conn:
+        with self.transaction("cache embeddings", content=False) as conn:
             conn.executemany(
                 "INSERT OR IGNORE INTO embeddings VALUES (?, ?, ?)",
                 [(model, s, v) for s, v in vectors.items()],

@@ -13,6 +13,7 @@ from mcp import Client
 from replay_helpers import make_replay, serve_app
 
 from replay_sim.admin import create_app
+from replay_sim.resolver import Resolution, Tier
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +90,7 @@ def test_openapi_documents_the_admin_api(admin: tuple[str, Any]) -> None:
 
 def test_an_episode_can_be_listed_and_reset(tmp_path: Path) -> None:
     replay = make_replay(tmp_path / "ep.db")
-    replay.histories.append("demo", "ep-1", "k")
+    replay.resolver.advance(replay.histories.trail("demo", "ep-1"), Resolution(Tier.MISS, 0.0, step="k"))
     with serve_app(create_app(replay)) as url:
         assert _get(f"{url}/api/episodes").json() == [{"episode": "ep-1", "server": "demo", "calls": 1}]
         assert httpx2.delete(f"{url}/api/episodes/ep-1").json() == {"episode": "ep-1", "reset": True}

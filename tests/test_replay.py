@@ -205,9 +205,9 @@ async def test_the_same_call_sequence_yields_byte_identical_results(tmp_path: Pa
             ("tools/call", {"name": "counter", "arguments": {}}),
             ("tools/call", {"name": "echo", "arguments": {"message": "hello world"}}),
         ]:
-            history = replay.histories.history("demo", "ep")
-            answer = await replay.resolve("demo", method, params, history)
-            replay.histories.append("demo", "ep", answer.resolution.key)
+            trail = replay.histories.trail("demo", "ep")
+            answer = await replay.resolve("demo", method, params, trail)
+            replay.resolver.advance(trail, answer.resolution)
             out.append(json.dumps(answer.outcome, sort_keys=False))
         return out
 

@@ -16,7 +16,7 @@ from resolver_helpers import (
 
 from replay_sim.calibration import MatchConfig
 from replay_sim.embedding import SentenceTransformerEmbedder
-from replay_sim.resolver import Problem, Resolver, Tier
+from replay_sim.resolver import Problem, Resolver, Tier, Trail
 from replay_sim.store import Store
 
 REPO = "/srv/repo"
@@ -139,10 +139,10 @@ def test_reads_are_answered_from_the_state_the_episode_is_in(resolver: Resolver)
     history: list[str] = []
     first = resolver.resolve("demo", "tools/call", read, history)
     assert first.recording is not None and first.recording.result["content"][0]["text"] == "one"
-    history.append(first.key)
+    history.append(first.step)
     wrote = resolver.resolve("demo", "tools/call", write, history)
     assert wrote.tier is Tier.EXACT
-    history.append(wrote.key)
+    history.append(wrote.step)
     after = resolver.resolve("demo", "tools/call", read, history)
     assert after.recording is not None and after.recording.result["content"][0]["text"] == "two"
 
@@ -153,9 +153,32 @@ def test_after_an_unrecorded_write_every_later_call_misses(resolver: Resolver) -
     )
     assert novel.tier is Tier.MISS
     later = resolver.resolve(
-        "demo", "tools/call", {"name": "read_file", "arguments": {"path": "/a.txt"}}, [novel.key]
+        "demo", "tools/call", {"name": "read_file", "arguments": {"path": "/a.txt"}}, [novel.step]
     )
     assert later.tier is Tier.MISS and later.problem is Problem.DIVERGED
+
+
+def test_interleaved_episodes_do_not_change_each_others_answers(resolver: Resolver) -> None:
+    read = {"name": "read_file", "arguments": {"path": "/a.txt"}}
+    write = {"name": "write_file", "arguments": {"path": "/a.txt", "content": "two"}}
+    novel = {"name": "write_file", "arguments": {"path": "/a.txt", "content": "three"}}
+    plan = {"a": [write, read], "b": [novel, read]}
+
+    def run(order: list[str]) -> dict[str, list[str]]:
+        trails = {name: Trail() for name in plan}
+        out: dict[str, list[str]] = {name: [] for name in plan}
+        for name in order:
+            params = plan[name][len(out[name])]
+            found = resolver.resolve("demo", "tools/call", params, trails[name])
+            resolver.advance(trails[name], found)
+            out[name].append(
+                found.tier if found.recording is None else found.recording.result["content"][0]["text"]
+            )
+        return out
+
+    alone = run(["a", "a", "b", "b"])
+    assert alone == {"a": ["Successfully wrote /a.txt", "two"], "b": [Tier.MISS, Tier.MISS]}
+    assert run(["b", "a", "b", "a"]) == alone
 
 
 def test_a_read_recorded_only_after_a_write_is_not_served_from_the_initial_state(tmp_path: Path) -> None:
@@ -292,7 +315,7 @@ def test_calls_no_sound_rule_can_answer_are_refused(
 ) -> None:
     history: list[str] = []
     for params in steps[:-1]:
-        history.append(refusals.resolve("demo", "tools/call", params, history).key)
+        history.append(refusals.resolve("demo", "tools/call", params, history).step)
     found = refusals.resolve("demo", "tools/call", steps[-1], history)
     assert found.tier is Tier.MISS, found.reason
     assert found.problem is problem
