@@ -18,7 +18,6 @@ from fastapi import FastAPI, HTTPException, Query
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse
 from fastapi.staticfiles import StaticFiles
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from replay_sim.calibration import MatchConfig
@@ -31,7 +30,7 @@ from replay_sim.resolver import Resolver
 from replay_sim.snapshot import open_snapshot
 from replay_sim.store import Recording, Store
 
-__all__ = ["create_app", "open_replay", "recording_json", "serve"]
+__all__ = ["ReplayApp", "create_app", "open_replay", "recording_json", "serve"]
 
 STATIC = Path(__file__).parent / "static"
 
@@ -57,14 +56,24 @@ def recording_json(rec: Recording, full: bool = False) -> dict[str, Any]:
     return out
 
 
-class _McpEndpoints:
-    """ASGI endpoint routing ``/mcp/<server>`` to that server's session manager."""
+class ReplayApp:
+    """The ASGI entry point: ``/mcp/<server>`` goes straight to that server's session manager.
 
-    def __init__(self, managers: dict[str, StreamableHTTPSessionManager]) -> None:
+    The MCP endpoints are the hot path, so they skip the admin app's routing table and middleware;
+    everything else (admin API, dashboard, docs, metrics, and the lifespan that starts the session
+    managers) is the FastAPI app's, reachable as :attr:`admin`.
+    """
+
+    def __init__(self, admin: FastAPI, managers: dict[str, StreamableHTTPSessionManager]) -> None:
+        self.admin = admin
         self.managers = managers
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        name = scope.get("path_params", {}).get("server", "")
+        path: str = scope.get("path", "")
+        if scope["type"] != "http" or not path.startswith("/mcp/"):
+            await self.admin(scope, receive, send)
+            return
+        name = path[len("/mcp/") :].rstrip("/")
         manager = self.managers.get(name)
         if manager is None:
             known = ", ".join(sorted(self.managers)) or "none"
@@ -76,7 +85,7 @@ class _McpEndpoints:
         await manager.handle_request(scope, receive, send)
 
 
-def create_app(replay: Replay, *, host: str = "127.0.0.1") -> FastAPI:
+def create_app(replay: Replay, *, host: str = "127.0.0.1") -> ReplayApp:
     """Assemble the replay app: an MCP endpoint per recorded server, the admin API, the dashboard.
 
     Args:
@@ -84,7 +93,7 @@ def create_app(replay: Replay, *, host: str = "127.0.0.1") -> FastAPI:
         host: The interface the app will be bound to (decides DNS-rebinding protection).
 
     Returns:
-        The FastAPI app; its lifespan runs every server's MCP session manager.
+        The ASGI app; its admin (FastAPI) lifespan runs every server's MCP session manager.
     """
     security = transport_security(host)
     managers = {
@@ -112,9 +121,6 @@ def create_app(replay: Replay, *, host: str = "127.0.0.1") -> FastAPI:
         version="0.1.0",
         lifespan=lifespan,
     )
-    endpoints = _McpEndpoints(managers)
-    app.router.routes.append(Route("/mcp/{server}", endpoint=endpoints, include_in_schema=False))
-    app.router.routes.append(Route("/mcp/{server}/", endpoint=endpoints, include_in_schema=False))
 
     @app.get("/api/health", tags=["admin"])
     def health() -> dict[str, str]:
@@ -207,7 +213,7 @@ def create_app(replay: Replay, *, host: str = "127.0.0.1") -> FastAPI:
         return FileResponse(STATIC / "index.html")
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
-    return app
+    return ReplayApp(app, managers)
 
 
 def open_replay(
