@@ -12,9 +12,7 @@ from __future__ import annotations
 import contextvars
 from typing import Any
 
-import mcp_types as types
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
-from mcp.shared.exceptions import MCPError
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
 
 from replay_sim.surface import Surface
@@ -39,22 +37,29 @@ def _overlay(raw: dict[str, Any], shaped: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# What the SDK is given to shape instead of the recorded result: the smallest valid result of each
+# method. Shaping the recorded result itself would cost a model validation per call, and could
+# fail on a result the real server sent but the SDK's models reject.
+_STAND_INS: dict[str, dict[str, Any]] = {
+    "tools/call": {"content": []},
+    "resources/read": {"contents": []},
+    "prompts/get": {"messages": []},
+    "completion/complete": {"completion": {"values": []}},
+    "tools/list": {"tools": []},
+    "resources/list": {"resources": []},
+    "resources/templates/list": {"resourceTemplates": []},
+    "prompts/list": {"prompts": []},
+}
+
+
 class PassThrough:
-    """Server middleware: serve the handler's raw result instead of the SDK's reshaped dump."""
+    """Server middleware: serve the handler's raw result, with what the SDK's envelope adds."""
 
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         holder: list[dict[str, Any]] = []
         token = _raw_result.set(holder)
         try:
-            try:
-                shaped = await call_next(ctx)
-            except MCPError as exc:
-                # The SDK rejects a recorded result its models cannot hold; the client gets it as recorded.
-                if not holder or exc.code != types.INTERNAL_ERROR:
-                    raise
-                shaped = (
-                    {"resultType": "complete"} if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS else {}
-                )
+            shaped = await call_next(ctx)
         finally:
             _raw_result.reset(token)
         if holder and isinstance(shaped, dict):
@@ -63,13 +68,20 @@ class PassThrough:
 
 
 def hand_over(ctx: ServerRequestContext[Any, Any], result: dict[str, Any]) -> dict[str, Any]:
-    """Hand the recorded result to :class:`PassThrough`; give the SDK what its per-era models need."""
+    """Hand the recorded result to :class:`PassThrough`; give the SDK a stand-in to shape.
+
+    Returns:
+        What the handler returns to the SDK (the recorded result itself outside a
+        :class:`PassThrough` chain, e.g. in an in-process test of a bare handler).
+    """
     holder = _raw_result.get()
-    if holder is not None:
-        holder[:] = [result]
-    if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and "resultType" not in result:
-        return {"resultType": "complete", **result}
-    return result
+    if holder is None:
+        return result
+    holder[:] = [result]
+    stand_in = dict(_STAND_INS.get(ctx.method, {}))
+    if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+        stand_in["resultType"] = "complete"
+    return stand_in
 
 
 class Initialize:
