@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 import threading
 from collections.abc import Iterator
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import uvicorn
 
 from replay_sim.store import ServerRecord, Store
@@ -251,3 +253,33 @@ def match_of(result: Any) -> dict[str, Any]:
     """The replay-sim provenance of a result model or wire dict."""
     meta = result.get("_meta") if isinstance(result, dict) else result.meta
     return (meta or {})["replay-sim/match"]
+
+
+ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
+def payload(response: httpx2.Response) -> dict[str, Any]:
+    """The JSON-RPC response in a streamable HTTP answer (plain JSON or the last SSE data event)."""
+    if response.headers.get("content-type", "").startswith("application/json"):
+        return response.json()
+    events = [line[5:].strip() for line in response.text.splitlines() if line.startswith("data:")]
+    return json.loads([e for e in events if e][-1])
+
+
+async def raw_session(http: httpx2.AsyncClient, url: str, episode: str | None = None) -> dict[str, str]:
+    """Initialize a handshake-era MCP session over raw HTTP; returns the headers later requests need."""
+    headers = dict(ACCEPT) | ({"X-Replay-Episode": episode} if episode else {})
+    init = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "0"},
+        },
+    }
+    response = await http.post(url, json=init, headers=headers)
+    headers |= {"Mcp-Session-Id": response.headers["mcp-session-id"], "MCP-Protocol-Version": "2025-11-25"}
+    await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
+    return headers

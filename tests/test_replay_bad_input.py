@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
 import anyio
 import httpx2
 import pytest
-from replay_helpers import make_replay, serve_app
+from replay_helpers import make_replay, payload, raw_session, serve_app
 
 from replay_sim.admin import create_app
-
-ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 
 @pytest.fixture(scope="module")
@@ -23,33 +20,6 @@ def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield f"{url}/mcp/demo"
 
 
-def _payload(response: httpx2.Response) -> dict[str, Any]:
-    if response.headers.get("content-type", "").startswith("application/json"):
-        return response.json()
-    events = [line[5:].strip() for line in response.text.splitlines() if line.startswith("data:")]
-    return json.loads([e for e in events if e][-1])
-
-
-async def _session(http: httpx2.AsyncClient, url: str) -> dict[str, str]:
-    init = {
-        "jsonrpc": "2.0",
-        "id": 0,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "t", "version": "0"},
-        },
-    }
-    response = await http.post(url, json=init, headers=ACCEPT)
-    headers = ACCEPT | {
-        "Mcp-Session-Id": response.headers["mcp-session-id"],
-        "MCP-Protocol-Version": "2025-11-25",
-    }
-    await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
-    return headers
-
-
 async def _still_serves(http: httpx2.AsyncClient, url: str, headers: dict[str, str]) -> None:
     body = {
         "jsonrpc": "2.0",
@@ -57,7 +27,7 @@ async def _still_serves(http: httpx2.AsyncClient, url: str, headers: dict[str, s
         "method": "tools/call",
         "params": {"name": "echo", "arguments": {"message": "hello"}},
     }
-    answer = _payload(await http.post(url, json=body, headers=headers))
+    answer = payload(await http.post(url, json=body, headers=headers))
     assert answer["result"]["_meta"]["replay-sim/match"]["status"] == "exact"
 
 
@@ -79,9 +49,9 @@ def test_malformed_json_rpc_gets_its_error_code_and_the_session_keeps_working(
 ) -> None:
     async def main() -> dict[str, Any]:
         async with httpx2.AsyncClient(timeout=30) as http:
-            headers = await _session(http, endpoint)
+            headers = await raw_session(http, endpoint)
             response = await http.post(endpoint, content=body, headers=headers)
-            error = _payload(response)["error"]
+            error = payload(response)["error"]
             await _still_serves(http, endpoint, headers)
             return error
 
@@ -99,7 +69,7 @@ def test_an_oversize_payload_is_refused_and_the_server_keeps_serving(endpoint: s
 
     async def main() -> int:
         async with httpx2.AsyncClient(timeout=60) as http:
-            headers = await _session(http, endpoint)
+            headers = await raw_session(http, endpoint)
             response = await http.post(endpoint, json=huge, headers=headers)
             await _still_serves(http, endpoint, headers)
             return response.status_code
@@ -110,13 +80,13 @@ def test_an_oversize_payload_is_refused_and_the_server_keeps_serving(endpoint: s
 def test_arguments_that_are_not_an_object_get_an_invalid_params_error(endpoint: str) -> None:
     async def main() -> dict[str, Any]:
         async with httpx2.AsyncClient(timeout=30) as http:
-            headers = await _session(http, endpoint)
+            headers = await raw_session(http, endpoint)
             body = {
                 "jsonrpc": "2.0",
                 "id": 1,
                 "method": "tools/call",
                 "params": {"name": "echo", "arguments": [1, 2]},
             }
-            return _payload(await http.post(endpoint, json=body, headers=headers))
+            return payload(await http.post(endpoint, json=body, headers=headers))
 
     assert anyio.run(main)["error"]["code"] == -32602

@@ -15,14 +15,22 @@ import anyio
 import httpx2
 import pytest
 from mcp import Client, StdioServerParameters
-from replay_helpers import build_store, free_port, make_replay, match_of, serve_app
+from replay_helpers import (
+    ACCEPT,
+    build_store,
+    free_port,
+    make_replay,
+    match_of,
+    payload,
+    raw_session,
+    serve_app,
+)
 
 from replay_sim.admin import create_app
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 CLIENT_INFO = {"name": "raw", "version": "0"}
-ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 
 @pytest.fixture(scope="module")
@@ -32,35 +40,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Any]
         yield url, replay
 
 
-def _payload(response: httpx2.Response) -> dict[str, Any]:
-    """The JSON-RPC response in a streamable HTTP answer (plain JSON or the last SSE data event)."""
-    if response.headers.get("content-type", "").startswith("application/json"):
-        return response.json()
-    events = [line[5:].strip() for line in response.text.splitlines() if line.startswith("data:")]
-    return json.loads([e for e in events if e][-1])
-
-
-async def _raw_session(http: httpx2.AsyncClient, url: str, episode: str | None = None) -> dict[str, str]:
-    headers = dict(ACCEPT) | ({"X-Replay-Episode": episode} if episode else {})
-    init = {
-        "jsonrpc": "2.0",
-        "id": 0,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "t", "version": "0"},
-        },
-    }
-    response = await http.post(url, json=init, headers=headers)
-    headers |= {"Mcp-Session-Id": response.headers["mcp-session-id"], "MCP-Protocol-Version": "2025-11-25"}
-    await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
-    return headers
-
-
 async def _raw_call(http: httpx2.AsyncClient, url: str, headers: dict[str, str], name: str, args: Any) -> Any:
     body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": name, "arguments": args}}
-    return _payload(await http.post(url, json=body, headers=headers))
+    return payload(await http.post(url, json=body, headers=headers))
 
 
 def test_replayed_results_are_the_recorded_wire_json_plus_provenance(served: tuple[str, Any]) -> None:
@@ -68,7 +50,7 @@ def test_replayed_results_are_the_recorded_wire_json_plus_provenance(served: tup
 
     async def main() -> Any:
         async with httpx2.AsyncClient(timeout=30) as http:
-            headers = await _raw_session(http, url)
+            headers = await raw_session(http, url)
             return await _raw_call(http, url, headers, "echo", {"message": "hello"})
 
     result = anyio.run(main)["result"]
@@ -89,12 +71,12 @@ def test_the_x_replay_episode_header_shares_history_between_http_sessions(served
 
     async def main() -> tuple[str, str]:
         async with httpx2.AsyncClient(timeout=30) as http:
-            first = await _raw_session(http, url, episode="ep-http")
+            first = await raw_session(http, url, episode="ep-http")
             await _raw_call(http, url, first, "counter", {})
             await _raw_call(http, url, first, "increment", {})
-            second = await _raw_session(http, url, episode="ep-http")
+            second = await raw_session(http, url, episode="ep-http")
             shared = await _raw_call(http, url, second, "counter", {})
-            alone = await _raw_call(http, url, await _raw_session(http, url), "counter", {})
+            alone = await _raw_call(http, url, await raw_session(http, url), "counter", {})
             return shared["result"]["content"][0]["text"], alone["result"]["content"][0]["text"]
 
     assert anyio.run(main) == ("1", "0")
