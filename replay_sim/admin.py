@@ -25,6 +25,7 @@ from replay_sim.config import load_config
 from replay_sim.errors import ConfigError
 from replay_sim.listener import base_url, listen, transport_security
 from replay_sim.miss import MissPolicyName, MissSettings, Upstreams
+from replay_sim.redaction import RULES_META_KEY, Redactor
 from replay_sim.replay import Replay
 from replay_sim.resolver import Resolver
 from replay_sim.snapshot import open_snapshot
@@ -279,10 +280,10 @@ def open_replay(
         store=store, forward=forward, llm_url=llm_url, llm_model=llm_model, llm_api_key=llm_api_key
     )
     resolver = Resolver(store, config=match_config, **resolver_options)
-    redactor = None
-    if recorder_config is not None:  # the rules and secrets the recordings were redacted with
+    redactor = Redactor.from_rules(store.meta(RULES_META_KEY))  # the rules the recordings were made with
+    if recorder_config is not None:  # and the secret values, which only the config knows
         secrets = [secret for spec in recorder_config.servers.values() for secret in spec.secrets()]
-        redactor = recorder_config.redactor.with_secrets(secrets)
+        redactor = redactor.merged(recorder_config.redactor.with_secrets(secrets))
     return Replay(
         store, resolver=resolver, miss=policy, settings=settings, snapshot=snapshot_id, redactor=redactor
     )

@@ -39,7 +39,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERS
 
 from replay_sim.errors import StoreError, UpstreamError
 from replay_sim.histories import EPISODE_META_KEY, episode_id
-from replay_sim.redaction import Redactor
+from replay_sim.redaction import RULES_META_KEY, Redactor
 from replay_sim.stdio_transport import native_stdio
 from replay_sim.store import LISTING_METHODS, ServerRecord, Store
 from replay_sim.upstream import Upstream, UpstreamSpec
@@ -370,6 +370,11 @@ class Recorder:
     async def __aenter__(self) -> Recorder:
         await self._stack.__aenter__()
         try:
+            # The store keeps the rules (not the secrets) so a replay redacts calls the same way.
+            previous = self.store.meta(RULES_META_KEY)
+            if previous is not None:
+                self.redactor = self.redactor.merged(Redactor.from_rules(previous))
+            self.store.set_meta(RULES_META_KEY, self.redactor.rules())
             self._tg = await self._stack.enter_async_context(anyio.create_task_group())
             self._stack.callback(self._tg.cancel_scope.cancel)
             self._stack.push_async_callback(self._close_sessions)

@@ -22,9 +22,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["DEFAULT_KEY_GLOBS", "REDACTED", "Redactor"]
+__all__ = ["DEFAULT_KEY_GLOBS", "REDACTED", "RULES_META_KEY", "Redactor"]
 
 REDACTED = "[REDACTED]"
+RULES_META_KEY = "redaction"
+"""Where a store keeps the rules its recordings were redacted with (secret values excluded)."""
 
 # Specific on purpose: a broad "*token*" would also blank `max_tokens` or a pagination `pageToken`,
 # and two different calls would then share one key (a wrong answer on replay).
@@ -83,6 +85,34 @@ class Redactor:
             self._key_re = re.compile(
                 "|".join(f"(?:{fnmatch.translate(g.lower())})" for g in self.key_globs), re.IGNORECASE
             )
+
+    def rules(self) -> dict[str, Any]:
+        """The rules without the secret values, as JSON data (stored with the recordings)."""
+        return {
+            "key_globs": list(self.key_globs),
+            "patterns": list(self.patterns),
+            "replacement": self.replacement,
+        }
+
+    @classmethod
+    def from_rules(cls, rules: dict[str, Any] | None) -> Redactor:
+        """A redactor from :meth:`rules` data (the default rules when None)."""
+        if not rules:
+            return cls()
+        return cls(
+            key_globs=rules.get("key_globs", DEFAULT_KEY_GLOBS),
+            patterns=rules.get("patterns", ()),
+            replacement=rules.get("replacement", REDACTED),
+        )
+
+    def merged(self, other: Redactor) -> Redactor:
+        """A redactor applying both rule sets (and both sets of secrets); this one's replacement."""
+        return Redactor(
+            [*self.secrets, *other.secrets],
+            dict.fromkeys([*self.key_globs, *other.key_globs]),
+            dict.fromkeys([*self.patterns, *other.patterns]),
+            self.replacement,
+        )
 
     def with_secrets(self, secrets: Iterable[str]) -> Redactor:
         """A redactor with the same rules and these extra secret values."""

@@ -31,7 +31,7 @@ from replay_sim.errors import ConfigError, ReplaySimError
 from replay_sim.histories import Histories, episode_id
 from replay_sim.metrics import Metrics, MissRecord
 from replay_sim.miss import Miss, MissPolicy, MissPolicyName, MissSettings, make_policy
-from replay_sim.redaction import Redactor
+from replay_sim.redaction import RULES_META_KEY, Redactor
 from replay_sim.resolver import Candidate, Problem, Resolution, Resolver, Tier, Trail
 from replay_sim.stdio_transport import native_stdio
 from replay_sim.store import Origin, Store
@@ -103,7 +103,8 @@ class Replay:
         histories: Episode histories (the calls each episode made, per server).
         metrics: Where counts, latencies and misses go.
         redactor: Applied to incoming params before resolving, so calls carrying secrets find
-            the recordings the recorder redacted the same way (default rules when None).
+            the recordings the recorder redacted the same way (when None: the rules the store
+            records were made with).
     """
 
     def __init__(
@@ -119,7 +120,7 @@ class Replay:
         redactor: Redactor | None = None,
     ) -> None:
         self.store = store
-        self.redactor = redactor or Redactor()
+        self.redactor = redactor or Redactor.from_rules(store.meta(RULES_META_KEY))
         self.resolver = resolver or Resolver(store)
         self.settings = settings or MissSettings(store=store)
         self.miss_policy_name = str(miss) if isinstance(miss, str) else type(miss).__name__

@@ -2,8 +2,9 @@
 
 A bundle is a folder holding ``store.db`` (written with ``VACUUM INTO``), the vector index built
 from it (``index/``) and ``manifest.json``. The snapshot id is a hash over the recorded content
-(the store's JSONL export), the embedding model id and the matching config, so the same recordings
-frozen twice get the same id, and any change to them — or a tampered file — is detected.
+(the store's JSONL export), the embedding model id, the matching config and the redaction rules, so
+the same recordings frozen twice get the same id, and any change to them — or a tampered file — is
+detected.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 from replay_sim.calibration import MatchConfig
 from replay_sim.errors import SnapshotError, StoreError
 from replay_sim.interchange import export_lines
+from replay_sim.redaction import RULES_META_KEY
 from replay_sim.store import Store, utc_now
 
 __all__ = ["Snapshot", "SnapshotDiff", "diff", "freeze", "open_snapshot", "verify"]
@@ -80,8 +82,10 @@ def content_hash(store: Store) -> str:
     return digest.hexdigest()
 
 
-def _snapshot_id(content: str, model: str, config: dict[str, Any]) -> str:
-    material = json.dumps({"content": content, "model": model, "config": config}, sort_keys=True)
+def _snapshot_id(content: str, model: str, config: dict[str, Any], redaction: Any) -> str:
+    material = json.dumps(
+        {"content": content, "model": model, "config": config, "redaction": redaction}, sort_keys=True
+    )
     return "snap-" + hashlib.sha256(material.encode("utf-8")).hexdigest()[:16]
 
 
@@ -130,12 +134,14 @@ def freeze(
             (out / INDEX_DIR).mkdir()
             model, matching = build_index(frozen, out / INDEX_DIR)
             counts = {"calls": len(frozen.recordings()), "servers": len(frozen.servers())}
+            redaction = frozen.meta(RULES_META_KEY)
         manifest = {
             "format": FORMAT,
-            "id": _snapshot_id(content, model, matching),
+            "id": _snapshot_id(content, model, matching, redaction),
             "content_sha256": content,
             "embedding_model": model,
             "matching_config": matching,
+            "redaction": redaction,
             "created_at": utc_now(),
             "source": str(Path(db)),
             "counts": counts,
@@ -188,9 +194,10 @@ def verify(path: str | Path) -> Snapshot:
     try:
         with Store(path / STORE_FILE, readonly=True) as store:
             content = content_hash(store)
+            redaction = store.meta(RULES_META_KEY)
     except StoreError as exc:
         raise SnapshotError(f"{path}: store unreadable: {exc}") from exc
-    expected = _snapshot_id(content, manifest["embedding_model"], manifest["matching_config"])
+    expected = _snapshot_id(content, manifest["embedding_model"], manifest["matching_config"], redaction)
     if content != manifest["content_sha256"] or expected != manifest["id"]:
         raise SnapshotError(
             f"{path}: content hash does not match manifest id {manifest['id']}; the bundle was tampered with"

@@ -246,6 +246,18 @@ class Store:
         with self._lock, self._translate("read"):
             return self.conn.execute(sql, params).fetchall()
 
+    # -- store-wide settings -------------------------------------------------------------------
+
+    def meta(self, key: str) -> Any:
+        """A JSON value stored with the recordings (e.g. the redaction rules), or None."""
+        rows = self._query("SELECT value FROM meta WHERE key=?", (key,))
+        return json.loads(rows[0][0]) if rows else None
+
+    def set_meta(self, key: str, value: Any) -> None:
+        """Store a JSON value with the recordings (replacing an older one)."""
+        with self.transaction(f"record {key}", content=False) as conn:
+            conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, _dumps(value)))
+
     # -- servers and listings -----------------------------------------------------------------
 
     def put_server(self, server: ServerRecord) -> None:

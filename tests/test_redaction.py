@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import anyio
@@ -17,6 +18,7 @@ from replay_sim.store import Store
 from replay_sim.upstream import UpstreamSpec
 
 SECRET = "s3cr3t-value-0123456789"
+ECHO = UpstreamSpec(command=PYTHON, args=(str(ECHO_SERVER),), env={"ECHO_API_SECRET": SECRET})
 
 
 @pytest.mark.parametrize(
@@ -121,3 +123,23 @@ async def test_a_call_carrying_a_secret_replays_from_the_redacted_recording(tmp_
     # Without the recorder's secret values, the secret-bearing text cannot match (nor leak).
     missed = await open_replay(db).resolve("echo", "tools/call", params)
     assert missed.resolution.tier == "miss"
+
+
+@pytest.mark.anyio
+async def test_the_store_keeps_the_redaction_rules_and_the_replay_applies_them(tmp_path: Path) -> None:
+    db = tmp_path / "r.db"
+    redactor = Redactor(key_globs=["session_ref"], patterns=[r"sk-[a-z0-9]{8,}"])
+    arguments = {"text": "key sk-abcdef1234567890", "session_ref": "abc"}
+    with anyio.fail_after(60):
+        async with (
+            recording(db, {"echo": ECHO}, redactor) as recorder,
+            raw_client(recorder.server("echo")) as client,
+        ):
+            await client.call_tool("echo", arguments)
+    with Store(db, readonly=True) as store:
+        assert store.meta("redaction")["key_globs"] == ["session_ref"]
+        assert SECRET not in json.dumps(store.meta("redaction"))
+    # Another secret key and another key value: both are redacted the recording's way, so they match.
+    other = {"text": "key sk-zzzzzzzz99999999", "session_ref": "xyz"}
+    answer = await open_replay(db).resolve("echo", "tools/call", {"name": "echo", "arguments": other})
+    assert answer.resolution.tier == "exact"
