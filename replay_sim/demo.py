@@ -23,7 +23,8 @@ from replay_sim.admin import create_app
 from replay_sim.calibration import MatchConfig
 from replay_sim.errors import ConfigError
 from replay_sim.interchange import import_jsonl
-from replay_sim.replay import MATCH_META_KEY, Replay
+from replay_sim.protocol import MATCH_META_KEY
+from replay_sim.replay import Replay
 from replay_sim.resolver import Resolver
 from replay_sim.store import Store
 

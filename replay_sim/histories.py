@@ -20,30 +20,9 @@ from typing import Any
 
 from replay_sim.episode import Trail
 
-__all__ = ["EPISODE_HEADER", "EPISODE_META_KEY", "Histories", "episode_id"]
+__all__ = ["Histories"]
 
-EPISODE_HEADER = "x-replay-episode"
-EPISODE_META_KEY = "replay-sim/episode"
 DEFAULT_MAX_EPISODES = 100_000
-
-
-def episode_id(meta: Any, headers: Any) -> str | None:
-    """The client-chosen episode id of a request, if it sent one.
-
-    Args:
-        meta: The request's ``_meta`` object (a mapping), or None.
-        headers: The HTTP request headers (case-insensitive mapping), or None on stdio.
-
-    Returns:
-        ``_meta["replay-sim/episode"]`` when present, else the ``X-Replay-Episode`` header, else None.
-    """
-    if isinstance(meta, dict) and meta.get(EPISODE_META_KEY) not in (None, ""):
-        return str(meta[EPISODE_META_KEY])
-    if headers is not None:
-        value = headers.get(EPISODE_HEADER)
-        if value:
-            return str(value)
-    return None
 
 
 class Histories:

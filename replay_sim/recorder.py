@@ -38,7 +38,7 @@ from mcp_types import LOG_LEVEL_META_KEY, SERVER_INFO_META_KEY
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
 
 from replay_sim.errors import StoreError, UpstreamError
-from replay_sim.histories import EPISODE_META_KEY, episode_id
+from replay_sim.protocol import EPISODE_META_KEY, episode_id
 from replay_sim.redaction import RULES_META_KEY, Redactor
 from replay_sim.stdio_transport import native_stdio
 from replay_sim.store import LISTING_METHODS, ServerRecord, Store

@@ -28,9 +28,10 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from replay_sim.canonical import call_identity, call_key
 from replay_sim.errors import ConfigError, ReplaySimError
-from replay_sim.histories import Histories, episode_id
+from replay_sim.histories import Histories
 from replay_sim.metrics import Metrics, MissRecord
 from replay_sim.miss import Miss, MissPolicy, MissPolicyName, MissSettings, make_policy
+from replay_sim.protocol import MATCH_META_KEY, episode_id
 from replay_sim.redaction import RULES_META_KEY, Redactor
 from replay_sim.resolver import Candidate, Problem, Resolution, Resolver, Tier, Trail
 from replay_sim.stdio_transport import native_stdio
@@ -38,9 +39,8 @@ from replay_sim.store import Origin, Store
 from replay_sim.surface import Outcome, Surface
 from replay_sim.wire import Initialize, PassThrough, hand_over
 
-__all__ = ["MATCH_META_KEY", "Answer", "Replay", "candidate_json", "miss_message"]
+__all__ = ["Answer", "Replay", "candidate_json", "miss_message"]
 
-MATCH_META_KEY = "replay-sim/match"
 RESOURCE_NOT_FOUND = -32002  # the spec's code for resources/read of an unknown URI
 _REPLAYED = ("tools/call", "resources/read", "prompts/get", "completion/complete")
 
