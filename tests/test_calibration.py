@@ -85,3 +85,9 @@ def test_a_field_the_results_echo_is_found() -> None:
     samples = [({"q": "Alice"}, "found alice"), ({"q": "zzz"}, "nothing"), ({"q": "Bob"}, "bob is here")]
     assert reflected_fields(samples, ["q"], 0.25) == {"q"}
     assert reflected_fields(samples, ["q"], 0.9) == set()
+
+
+def test_the_shipped_example_matching_config_loads() -> None:
+    config = MatchConfig.load(Path(__file__).parent.parent / "server" / "match.example.toml")
+    assert config.override("memory", "search_nodes").free_text == ("query",)
+    assert MatchConfig.from_dict(config.as_dict()) == config
