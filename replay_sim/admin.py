@@ -134,7 +134,7 @@ def create_app(replay: Replay, *, host: str = "127.0.0.1") -> ReplayApp:
 
     @app.get("/api/ready", tags=["admin"])
     def ready() -> JSONResponse:
-        """Readiness: every MCP endpoint is running (503 until then)."""
+        """Readiness: every MCP endpoint runs and the index and model are loaded (503 until then)."""
         body = {
             "ready": state["ready"],
             "servers": replay.names(),

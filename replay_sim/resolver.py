@@ -29,7 +29,7 @@ from replay_sim.calibration import MatchConfig
 from replay_sim.canonical import call_identity, call_key
 from replay_sim.embedding import MAX_TEXT_CHARS, CachedEmbedder, Embedder, default_embedder
 from replay_sim.episode import DIVERGED, Episodes, Trail, history_affinity
-from replay_sim.errors import ReplaySimError
+from replay_sim.errors import ReplaySimError, StoreError
 from replay_sim.index import DEFAULT_INDEX_DIR, IndexSet, build_index, call_text
 from replay_sim.schema import ToolSchema
 from replay_sim.store import Recording, Store
@@ -164,8 +164,8 @@ class Resolver:
         too: a needless refresh is cheap, a stale cache would be a wrong answer).
         """
         try:
-            version = (self.store.generation, self.store.conn.execute("PRAGMA data_version").fetchone()[0])
-        except Exception:  # a closed store: keep serving from what is cached
+            version = (self.store.generation, self.store.data_version())
+        except StoreError:  # a closed store: keep serving from what is cached
             return
         if version != self._version:
             self._version = version

@@ -473,6 +473,10 @@ class Store:
             for r in rows
         ]
 
+    def data_version(self) -> int:
+        """A number that changes when *another* connection commits to the file (``PRAGMA data_version``)."""
+        return int(self._query("PRAGMA data_version")[0][0])
+
     def fingerprint(self) -> str:
         """A cheap token that changes whenever calls are added (ties an index to this store)."""
         ((count, max_id),) = self._query("SELECT COUNT(*), COALESCE(MAX(id), 0) FROM calls")
