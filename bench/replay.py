@@ -59,7 +59,8 @@ def replay_app(db: str) -> Any:
     from replay_sim.store import Store
 
     store = Store(db)
-    return create_app(Replay(store, resolver=Resolver(store, index_dir=None)))
+    replay = Replay(store, resolver=Resolver(store, index_dir=None))
+    return create_app(replay, freeze_gc=True)  # as `replay-sim serve` does
 
 
 def make_store(db: Path) -> None:

@@ -87,12 +87,14 @@ class ReplayApp:
         await manager.handle_request(scope, receive, send)
 
 
-def create_app(replay: Replay, *, host: str = "127.0.0.1") -> ReplayApp:
+def create_app(replay: Replay, *, host: str = "127.0.0.1", freeze_gc: bool = False) -> ReplayApp:
     """Assemble the replay app: an MCP endpoint per recorded server, the admin API, the dashboard.
 
     Args:
         replay: The replay servers and their metrics.
         host: The interface the app will be bound to (decides DNS-rebinding protection).
+        freeze_gc: Once warm, move every object alive to the collector's permanent generation
+            (``gc.freeze``): a process-wide effect, for a process that exists to serve the replay.
 
     Returns:
         The ASGI app; its admin (FastAPI) lifespan runs every server's MCP session manager.
@@ -111,9 +113,10 @@ def create_app(replay: Replay, *, host: str = "127.0.0.1") -> ReplayApp:
             for manager in managers.values():
                 await stack.enter_async_context(manager.run())
             await anyio.to_thread.run_sync(replay.resolver.warm)  # index and model: before "ready"
-            # The model, index and caches live as long as the server: keep the garbage collector
-            # from rescanning them on every full collection (a measurable cost under load).
-            gc.freeze()
+            if freeze_gc:
+                # The model, index and caches live as long as the server: keep the garbage
+                # collector from rescanning them on every full collection (costly under load).
+                gc.freeze()
             state["ready"] = True
             try:
                 yield
@@ -319,4 +322,5 @@ def serve(
     if on_ready is not None:
         on_ready(base_url(sock))
     with sock:
-        uvicorn.Server(uvicorn.Config(create_app(replay, host=host), log_level=log_level)).run(sockets=[sock])
+        app = create_app(replay, host=host, freeze_gc=True)
+        uvicorn.Server(uvicorn.Config(app, log_level=log_level)).run(sockets=[sock])

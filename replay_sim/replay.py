@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import gc
 import time
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
@@ -257,7 +256,6 @@ class Replay:
         async with contextlib.AsyncExitStack() as stack:
             await self.enter(stack)
             await anyio.to_thread.run_sync(self.resolver.warm)
-            gc.freeze()  # long-lived model, index and caches: out of the collector's way
             read_stream, write_stream = await stack.enter_async_context(native_stdio())
             await server.run(read_stream, write_stream, server.create_initialization_options())
 
