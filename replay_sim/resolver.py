@@ -28,14 +28,14 @@ from typing import Any
 from replay_sim.calibration import MatchConfig
 from replay_sim.canonical import call_identity, call_key
 from replay_sim.embedding import MAX_TEXT_CHARS, CachedEmbedder, Embedder, default_embedder
-from replay_sim.episode import DIVERGED, Episodes, Trail, history_affinity
+from replay_sim.episode import DIVERGED, Episodes, Trail
 from replay_sim.errors import ReplaySimError, StoreError
 from replay_sim.index import DEFAULT_INDEX_DIR, IndexSet, build_index, call_text
 from replay_sim.schema import ToolSchema
 from replay_sim.store import Recording, Store
 from replay_sim.toolstate import ToolState, field_diffs
 
-__all__ = ["Candidate", "FieldDiff", "Problem", "Resolution", "Resolver", "Tier", "Trail", "history_affinity"]
+__all__ = ["Candidate", "FieldDiff", "Problem", "Resolution", "Resolver", "Tier", "Trail"]
 
 
 class Tier(StrEnum):
@@ -250,14 +250,7 @@ class Resolver:
             state = self._states[(server, tool)] = ToolState(server, schema, recordings, self.config)
         return state
 
-    # -- choosing among recordings -------------------------------------------------------------
-
-    def choose(self, recordings: Sequence[Recording], history: Sequence[str] | Trail) -> Recording:
-        """Pick the recording made from this episode's state that best matches ``history``.
-
-        Falls back to the best history match when no recording was made from the same state.
-        """
-        return self.episodes.choose(recordings, self.episodes.trail(history), strict=False) or recordings[0]
+    # -- episodes ------------------------------------------------------------------------------
 
     def advance(self, trail: Trail, resolution: Resolution) -> None:
         """Add a resolved call to an episode's trail (what the next call is resolved against)."""

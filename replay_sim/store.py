@@ -445,33 +445,31 @@ class Store:
         tail = f" LIMIT {int(limit)}" if limit is not None else ""
         return self._recordings(f"WHERE {' AND '.join(clauses)} ORDER BY id{tail}", tuple(params))
 
+    def _rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+        """Query rows as dicts keyed by column name (sqlite-utils), under the store's lock."""
+        with self._lock, self._translate("read"):
+            return list(self.db.query(sql, params))
+
     def sessions(self) -> list[dict[str, Any]]:
         """Every session with its server, start time and number of calls."""
-        rows = self._query(
-            "SELECT s.id, s.server, s.started_at, COUNT(c.id) FROM sessions s "
+        return self._rows(
+            "SELECT s.id, s.server, s.started_at, COUNT(c.id) AS calls FROM sessions s "
             "LEFT JOIN calls c ON c.session = s.id GROUP BY s.id ORDER BY s.started_at, s.id"
         )
-        return [{"id": r[0], "server": r[1], "started_at": r[2], "calls": r[3]} for r in rows]
 
     def stats(self) -> list[dict[str, Any]]:
-        """Call counts per server, method, name and origin, with error counts and median latency."""
-        rows = self._query(
-            "SELECT server, method, name, origin, COUNT(*), "
-            "SUM(error IS NOT NULL OR json_extract(result, '$.isError') = 1), AVG(latency_ms) "
+        """Call counts per server, method, name and origin, with error counts and mean latency."""
+        rows = self._rows(
+            "SELECT server, method, name, origin, COUNT(*) AS calls, "
+            "SUM(error IS NOT NULL OR json_extract(result, '$.isError') = 1) AS errors, "
+            "AVG(latency_ms) AS mean_latency_ms "
             "FROM calls GROUP BY server, method, name, origin ORDER BY server, method, name, origin"
         )
-        return [
-            {
-                "server": r[0],
-                "method": r[1],
-                "name": r[2],
-                "origin": r[3],
-                "calls": r[4],
-                "errors": int(r[5] or 0),
-                "mean_latency_ms": None if r[6] is None else round(r[6], 3),
-            }
-            for r in rows
-        ]
+        for row in rows:
+            row["errors"] = int(row["errors"] or 0)
+            if row["mean_latency_ms"] is not None:
+                row["mean_latency_ms"] = round(row["mean_latency_ms"], 3)
+        return rows
 
     def data_version(self) -> int:
         """A number that changes when *another* connection commits to the file (``PRAGMA data_version``)."""
