@@ -247,7 +247,9 @@ class Resolver:
         state = self._states.get((server, tool))
         if state is None:
             recordings = self.store.recordings(server, method="tools/call", name=tool)
-            state = self._states[(server, tool)] = ToolState(server, schema, recordings, self.config)
+            state = self._states[(server, tool)] = ToolState(
+                server, schema, recordings, self.config, self.episodes.state_of
+            )
         return state
 
     # -- episodes ------------------------------------------------------------------------------

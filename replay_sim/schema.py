@@ -12,7 +12,6 @@ verdict only costs a miss.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -173,27 +172,17 @@ class ToolSchema:
         where = "/".join(str(p) for p in error.absolute_path) or "arguments"
         return f"{where}: {error.message[:200]}"
 
-    def normalise(self, arguments: dict[str, Any], trim: Iterable[str] = ()) -> dict[str, Any]:
-        """Canonical-tier form of valid arguments.
+    def normalise(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Arguments in the form the schema makes canonical (a new object).
 
-        Absent optional properties take their schema default, nulls for optional properties are
-        dropped (a null default means "absent"), and surrounding whitespace is trimmed from the
-        ``trim`` fields (free text the tool does not echo; identifiers keep their whitespace,
-        because real servers treat ``" a.txt"`` and ``"a.txt"`` differently).
+        Absent optional properties take their schema default, and nulls for optional properties
+        are dropped (a null default means "absent"). Which other differences a server ignores
+        (whitespace, case, order) is learned from recordings: :mod:`replay_sim.invariance`.
 
         Args:
             arguments: Arguments already valid against the schema.
-            trim: Top-level fields whose surrounding whitespace is insignificant.
-
-        Returns:
-            A new, normalised arguments object.
         """
-        out = _with_defaults(normalize(arguments), self.input_schema)
-        for name in trim:
-            value = out.get(name)
-            if isinstance(value, str):
-                out[name] = value.strip()
-        return out
+        return _with_defaults(normalize(arguments), self.input_schema)
 
 
 def _with_defaults(value: Any, schema: Any) -> Any:

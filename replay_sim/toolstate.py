@@ -7,7 +7,7 @@ when the store changes.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import numpy as np
@@ -16,6 +16,7 @@ from replay_sim.calibration import MatchConfig, calibrate_threshold, reflected_f
 from replay_sim.canonical import call_key, canonical_json, normalize
 from replay_sim.episode import is_failure
 from replay_sim.index import IndexSet, call_text
+from replay_sim.invariance import Observation, apply, learn
 from replay_sim.schema import ToolSchema
 from replay_sim.store import Recording
 
@@ -54,10 +55,17 @@ class ToolState:
         schema: The tool's schema (config overrides applied).
         recordings: All its ``tools/call`` recordings, in recorded order.
         config: Matching config (floor, margin, reflection share, overrides).
+        state_of: The state a recording was made from (equal states compare equal); learning
+            which argument differences the server ignores compares calls made from one state.
     """
 
     def __init__(
-        self, server: str, schema: ToolSchema, recordings: Sequence[Recording], config: MatchConfig
+        self,
+        server: str,
+        schema: ToolSchema,
+        recordings: Sequence[Recording],
+        config: MatchConfig,
+        state_of: Callable[[Recording], Hashable],
     ) -> None:
         self.server = server
         self.schema = schema
@@ -73,8 +81,19 @@ class ToolState:
             if self.override.free_text is not None
             else reflected_fields(samples, self.free_text, config.reflect_fraction)
         )
-        # Whitespace is insignificant only in prose that is neither echoed nor stored by a mutation.
-        self.trim = self.free_text if schema.read_only and not self.echoed else []
+        # Which differences the server ignores: shown by the recordings of a read-only tool. By
+        # default, surrounding whitespace of prose it neither echoes nor stores, unless refuted.
+        self.invariances = (
+            learn(
+                [
+                    Observation(state_of(r), schema.normalise(r.arguments), answer_of(r), is_failure(r))
+                    for r in valid
+                ],
+                assumed_space=[] if self.echoed else self.free_text,
+            )
+            if schema.read_only
+            else {}
+        )
         self.semantic = bool(
             self.free_text and not self.echoed and schema.read_only and self.override.semantic is not False
         )
@@ -93,8 +112,8 @@ class ToolState:
         self.conflict: float | None = None
 
     def normalise(self, arguments: dict[str, Any]) -> dict[str, Any]:
-        """Canonical-tier form of valid arguments (free text trimmed unless the tool echoes it)."""
-        return self.schema.normalise(arguments, trim=self.trim)
+        """Canonical-tier form of valid arguments: schema defaults, then the ignored differences."""
+        return apply(self.schema.normalise(arguments), self.invariances)
 
     def _identity(self, normalised: dict[str, Any]) -> str:
         return canonical_json({k: v for k, v in normalised.items() if k not in self.free_text})

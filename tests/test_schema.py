@@ -75,7 +75,7 @@ SCHEMA = {
         ({"path": "/a", "limit": 10}, {"path": "/a", "limit": 10}),
         ({"path": "/a", "limit": 10.0}, {"path": "/a", "limit": 10}),
         ({"path": "/a", "since": None}, {"path": "/a", "limit": 10}),
-        ({"path": "/a", "query": "  hi  "}, {"path": "/a", "limit": 10, "query": "hi"}),
+        ({"path": "/a", "query": "  hi  "}, {"path": "/a", "limit": 10, "query": "  hi  "}),
         ({"path": " /a "}, {"path": " /a ", "limit": 10}),
         (
             {"path": "/a", "items": [{"x": 1}]},
@@ -83,12 +83,12 @@ SCHEMA = {
         ),
     ],
 )
-def test_normalise_fills_defaults_drops_optional_nulls_and_trims_only_free_text(
+def test_normalise_fills_defaults_drops_optional_nulls_and_keeps_text_as_is(
     arguments: dict[str, Any], normalised: dict[str, Any]
 ) -> None:
     schema = ToolSchema("t", SCHEMA)
     assert schema.validate(arguments) is None
-    assert schema.normalise(arguments, trim=schema.free_text or ()) == normalised
+    assert schema.normalise(arguments) == normalised
 
 
 @pytest.mark.parametrize(

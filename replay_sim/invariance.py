@@ -1,0 +1,149 @@
+"""Argument invariances: which changes of an argument the real server ignores, as the recordings show.
+
+The canonical tier may equate two calls that differ in an argument only when that difference
+cannot change the answer. Three differences are considered, each a *transform* of one top-level
+argument:
+
+- ``space`` — surrounding whitespace of a string (``"  chess "`` vs ``"chess"``);
+- ``case`` — letter case of a string (``"Chess"`` vs ``"chess"``);
+- ``order`` — the order of an array's items (``["Bob", "Alice"]`` vs ``["Alice", "Bob"]``).
+
+A transform applies to an argument when the recordings *show* the server ignores it: recorded
+calls of the tool, made from the same state and equal in every other argument, whose values of
+the argument differ yet are equal once transformed, got the same successful answer — for at
+least :data:`MIN_EVIDENCE` different answers — and no such pair ever got different answers.
+Answers shared by calls whose values are *not* equal once transformed (a search's "nothing
+found") prove nothing and are not counted: ``"quantum"`` and ``"QUANTUM"`` both finding nothing
+says nothing about case.
+
+The design's default (surrounding whitespace of read-only free text that the tool does not echo
+is insignificant) holds unless the recordings refute it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Hashable, Iterable, Sequence
+from enum import StrEnum
+from typing import Any, NamedTuple
+
+from replay_sim.canonical import canonical_json
+
+__all__ = ["MIN_EVIDENCE", "Invariances", "Observation", "Transform", "Verdict", "apply", "judge", "learn"]
+
+MIN_EVIDENCE = 2
+"""Distinct answers that must support a learned invariance."""
+
+
+class Transform(StrEnum):
+    """A difference of one argument that a server may ignore (applied in this order)."""
+
+    SPACE = "space"
+    CASE = "case"
+    ORDER = "order"
+
+    def apply(self, value: Any) -> Any:
+        """The value with this difference taken out (values it does not apply to are unchanged)."""
+        if self is Transform.ORDER:
+            return sorted(value, key=canonical_json) if isinstance(value, list) else value
+        if not isinstance(value, str):
+            return value
+        return value.strip() if self is Transform.SPACE else value.casefold()
+
+
+class Verdict(StrEnum):
+    """What the recordings say about one transform of one argument."""
+
+    SHOWN = "shown"
+    """Pairs of calls differing only by it got the same answers (enough of them)."""
+    REFUTED = "refuted"
+    """A pair of calls differing only by it got different answers."""
+    UNKNOWN = "unknown"
+    """Too little evidence either way."""
+
+
+Invariances = dict[str, tuple[Transform, ...]]
+"""Argument name -> the transforms that apply to it, in :class:`Transform` order."""
+
+
+class Observation(NamedTuple):
+    """One recorded call, as the judge sees it."""
+
+    state: Hashable
+    """The state it was made from (equal states compare equal)."""
+    arguments: dict[str, Any]
+    """Its arguments, normalised against the schema."""
+    answer: str
+    """What the server said, canonical."""
+    failed: bool
+    """The answer is an error: it can refute an invariance, never support one."""
+
+
+def judge(calls: Sequence[Observation], name: str, transform: Transform) -> Verdict:
+    """What the recorded calls of one tool say about ignoring ``transform`` on argument ``name``."""
+    # (state, the other arguments) -> transformed value -> raw value -> answers
+    groups: dict[tuple[Hashable, str], dict[str, dict[str, set[str]]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(set))
+    )
+    failures = set()
+    for call in calls:
+        if name not in call.arguments:
+            continue
+        value = call.arguments[name]
+        others = canonical_json({k: v for k, v in call.arguments.items() if k != name})
+        same = groups[(call.state, others)][canonical_json(transform.apply(value))]
+        same[canonical_json(value)].add(call.answer)
+        if call.failed:
+            failures.add(call.answer)
+    support: set[str] = set()
+    for classes in groups.values():
+        answered_by: dict[str, int] = defaultdict(int)  # answer -> transformed values giving it
+        for values in classes.values():
+            for answer in set().union(*values.values()):
+                answered_by[answer] += 1
+        for values in classes.values():
+            if len(values) < 2:
+                continue  # no pair differing only by the transform
+            answers = set().union(*values.values())
+            if len(answers) > 1:
+                return Verdict.REFUTED
+            (answer,) = answers
+            if answer not in failures and answered_by[answer] == 1:
+                support.add(answer)
+    return Verdict.SHOWN if len(support) >= MIN_EVIDENCE else Verdict.UNKNOWN
+
+
+def learn(calls: Sequence[Observation], assumed_space: Iterable[str] = ()) -> Invariances:
+    """The invariances the recorded calls of one read-only tool show.
+
+    Args:
+        calls: Every valid recorded call of the tool.
+        assumed_space: Arguments whose surrounding whitespace is insignificant unless refuted.
+
+    Returns:
+        Argument name -> transforms to apply, for every argument with at least one.
+    """
+    names = sorted({name for call in calls for name in call.arguments} | set(assumed_space))
+    assumed = set(assumed_space)
+    found: Invariances = {}
+    for name in names:
+        applies = []
+        for transform in Transform:
+            verdict = judge(calls, name, transform)
+            if verdict is Verdict.SHOWN or (
+                verdict is Verdict.UNKNOWN and transform is Transform.SPACE and name in assumed
+            ):
+                applies.append(transform)
+        if applies:
+            found[name] = tuple(applies)
+    return found
+
+
+def apply(arguments: dict[str, Any], invariances: Invariances) -> dict[str, Any]:
+    """The arguments with every ignored difference taken out (a new object)."""
+    out = dict(arguments)
+    for name, transforms in invariances.items():
+        if name in out:
+            for transform in transforms:
+                out[name] = transform.apply(out[name])
+    return out
