@@ -14,7 +14,7 @@ import math
 import unicodedata
 from typing import Any
 
-__all__ = ["call_identity", "call_key", "canonical_json", "normalize"]
+__all__ = ["answer_text", "call_identity", "call_key", "canonical_json", "normalize"]
 
 # Floats beyond 2**53 are not exactly representable as integers in JSON peers (JavaScript).
 _MAX_EXACT_FLOAT = 2.0**53
@@ -103,3 +103,13 @@ def call_key(server: str, method: str, name: str, arguments: dict[str, Any]) -> 
     """
     payload = canonical_json([server, method, name, arguments])
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+def answer_text(result: dict[str, Any] | None, error: dict[str, Any] | None) -> str:
+    """The canonical form of what a server said: its result without ``_meta``, or its error.
+
+    Two answers are the same answer when these are equal (``_meta`` carries provenance and
+    server stamps, not the answer).
+    """
+    bare = None if result is None else {k: v for k, v in result.items() if k != "_meta"}
+    return canonical_json({"result": bare, "error": error})

@@ -11,6 +11,7 @@ Example (``server/record.example.toml`` is the annotated version)::
     command = "mcp-server-git"
     args = ["--repository", "."]
     env = { GIT_TOKEN = "${GIT_TOKEN}" }
+    explore = true         # learn which argument differences its read-only tools ignore
 
     [servers.remote]
     url = "http://127.0.0.1:9000/mcp"
@@ -38,7 +39,7 @@ __all__ = ["RecorderConfig", "load_config", "parse_config"]
 
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-_SERVER_KEYS = {"command", "args", "env", "cwd", "url", "headers", "timeout", "startup_timeout"}
+_SERVER_KEYS = {"command", "args", "env", "cwd", "url", "headers", "timeout", "startup_timeout", "explore"}
 _REDACTION_KEYS = {"keys", "patterns", "replacement"}
 
 
@@ -108,6 +109,9 @@ def _server(name: str, entry: Any, where: str) -> UpstreamSpec:
         raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)}; allowed: {sorted(_SERVER_KEYS)}")
     if ("command" in entry) == ("url" in entry):
         raise ConfigError(f"{where}: needs exactly one of 'command' (stdio) or 'url' (streamable HTTP)")
+    explore = entry.get("explore", False)
+    if not isinstance(explore, bool):
+        raise ConfigError(f"{where}: 'explore' must be true or false")
     if "url" in entry:
         url = _string(entry, "url", where)
         if not url.startswith(("http://", "https://")):
@@ -120,6 +124,7 @@ def _server(name: str, entry: Any, where: str) -> UpstreamSpec:
             headers=_strings(entry, "headers", where),
             timeout=_seconds(entry, "timeout", where),
             startup_timeout=_seconds(entry, "startup_timeout", where) or 30.0,
+            explore=explore,
         )
     args = entry.get("args", [])
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
@@ -134,6 +139,7 @@ def _server(name: str, entry: Any, where: str) -> UpstreamSpec:
         cwd=cwd,
         timeout=_seconds(entry, "timeout", where),
         startup_timeout=_seconds(entry, "startup_timeout", where) or 30.0,
+        explore=explore,
     )
 
 

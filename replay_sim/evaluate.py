@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from replay_sim.canonical import call_identity, call_key, canonical_json
+from replay_sim.canonical import answer_text, call_identity, call_key, canonical_json
 from replay_sim.embedding import Embedder
 from replay_sim.errors import InterchangeError
 from replay_sim.resolver import Resolver
@@ -105,10 +105,7 @@ def load_probes(path: str | Path) -> list[Probe]:
 
 
 def _truth(step: dict[str, Any]) -> str:
-    truth = step["truth"]
-    result = truth.get("result")
-    result = None if result is None else {k: v for k, v in result.items() if k != "_meta"}
-    return canonical_json({"result": result, "error": truth.get("error")})
+    return answer_text(step["truth"].get("result"), step["truth"].get("error"))
 
 
 @dataclass

@@ -10,11 +10,11 @@ argument:
 
 A transform applies to an argument when the recordings *show* the server ignores it: recorded
 calls of the tool, made from the same state and equal in every other argument, whose values of
-the argument differ yet are equal once transformed, got the same successful answer — for at
-least :data:`MIN_EVIDENCE` different answers — and no such pair ever got different answers.
-Answers shared by calls whose values are *not* equal once transformed (a search's "nothing
-found") prove nothing and are not counted: ``"quantum"`` and ``"QUANTUM"`` both finding nothing
-says nothing about case.
+the argument differ yet are equal once transformed, got the same successful answer — and no such
+pair ever got different answers. The agreeing pairs must have given at least
+:data:`MIN_EVIDENCE` *different* answers: ``"quantum"`` and ``"QUANTUM"`` both finding nothing
+is what a case-sensitive search says too, but a case-sensitive search cannot also find the same
+things for ``"Acme"`` and ``"ACME"``. Errors never count as agreement.
 
 The design's default (surrounding whitespace of read-only free text that the tool does not echo
 is insignificant) holds unless the recordings refute it.
@@ -97,19 +97,13 @@ def judge(calls: Sequence[Observation], name: str, transform: Transform) -> Verd
             failures.add(call.answer)
     support: set[str] = set()
     for classes in groups.values():
-        answered_by: dict[str, int] = defaultdict(int)  # answer -> transformed values giving it
-        for values in classes.values():
-            for answer in set().union(*values.values()):
-                answered_by[answer] += 1
         for values in classes.values():
             if len(values) < 2:
                 continue  # no pair differing only by the transform
             answers = set().union(*values.values())
             if len(answers) > 1:
                 return Verdict.REFUTED
-            (answer,) = answers
-            if answer not in failures and answered_by[answer] == 1:
-                support.add(answer)
+            support |= answers - failures
     return Verdict.SHOWN if len(support) >= MIN_EVIDENCE else Verdict.UNKNOWN
 
 

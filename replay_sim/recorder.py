@@ -37,11 +37,14 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import LOG_LEVEL_META_KEY, SERVER_INFO_META_KEY
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
 
+from replay_sim.canonical import answer_text
 from replay_sim.errors import StoreError, UpstreamError
+from replay_sim.explore import Explorer
 from replay_sim.protocol import EPISODE_META_KEY, episode_id
 from replay_sim.redaction import RULES_META_KEY, Redactor
+from replay_sim.schema import tool_schemas
 from replay_sim.stdio_transport import native_stdio
-from replay_sim.store import LISTING_METHODS, ServerRecord, Store
+from replay_sim.store import LISTING_METHODS, Origin, ServerRecord, Store
 from replay_sim.upstream import Upstream, UpstreamSpec
 
 __all__ = ["RECORDED_METHODS", "Recorder", "record_stdio", "recording"]
@@ -63,10 +66,17 @@ _CACHEABLE = frozenset({*_LIST_FIELDS, "resources/read", "server/discover"})
 
 @dataclass
 class _Call:
-    """A forwarded request waiting for its answer; collects the notifications that belong to it."""
+    """A forwarded request waiting for its answer; collects the notifications that belong to it.
 
-    ctx: ServerRequestContext[Any, Any]
+    ``ctx`` is the client's request, or None for a call the recorder makes itself (exploring):
+    its notifications are recorded, never forwarded.
+    """
+
+    ctx: ServerRequestContext[Any, Any] | None
     notifications: list[dict[str, Any]] = field(default_factory=list)
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    latency_ms: float = 0.0
 
 
 class _Session:
@@ -95,40 +105,12 @@ class _Session:
             for k, v in meta.items()
             if not k.startswith(_RESERVED_META_PREFIX) and k not in (EPISODE_META_KEY, "progressToken")
         }
-        request_id = self.upstream.next_request_id()
-        recorded = method in RECORDED_METHODS
-        if recorded:
-            meta["progressToken"] = request_id  # always ask, so the recording holds the progress
-        out = {**params, "_meta": meta} if meta else params
-        call = _Call(ctx)
-        self.inflight[request_id] = call
-        result: dict[str, Any] | None = None
-        error: dict[str, Any] | None = None
-        started = time.perf_counter()
-        try:
-            result = await self.upstream.request(method, out, request_id=request_id)
-        except MCPError as exc:
-            error = {"code": exc.error.code, "message": exc.error.message, "data": exc.error.data}
-        latency_ms = (time.perf_counter() - started) * 1000
-        # Notifications are handled in tasks spawned before the response was read; let them land.
-        await anyio.lowlevel.checkpoint()
-        del self.inflight[request_id]
-
-        if recorded:
-            await self.proxy.recorder.write(
-                partial(
-                    self.proxy.recorder.store.record_call,
-                    self.proxy.name,
-                    method,
-                    self.proxy.redactor.redact(params),
-                    result=self.proxy.redactor.redact(result),
-                    error=self.proxy.redactor.redact(error),
-                    session=self.store_session,
-                    latency_ms=round(latency_ms, 3),
-                    notifications=self.proxy.redactor.redact(call.notifications),
-                ),
-                f"{method} {params.get('name') or params.get('uri') or ''}".strip(),
-            )
+        call = await self._exchange(method, params, meta, ctx)
+        result, error = call.result, call.error
+        if method in RECORDED_METHODS:
+            await self._record(method, params, call, Origin.LIVE)
+            if method == "tools/call" and result is not None and not result.get("isError"):
+                await self._explore(params, result)
         elif method in LISTING_METHODS and result is not None:
             await self._record_listing(method, params, result)
         if error is not None:
@@ -137,6 +119,78 @@ class _Session:
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
             return self.proxy.modern_result(method, result)
         return result
+
+    async def _exchange(
+        self,
+        method: str,
+        params: dict[str, Any],
+        meta: dict[str, Any],
+        ctx: ServerRequestContext[Any, Any] | None,
+    ) -> _Call:
+        """Send one request upstream and wait for its answer (and the notifications before it)."""
+        request_id = self.upstream.next_request_id()
+        if method in RECORDED_METHODS:
+            meta = {**meta, "progressToken": request_id}  # always ask, so the recording holds the progress
+        call = _Call(ctx)
+        self.inflight[request_id] = call
+        started = time.perf_counter()
+        try:
+            call.result = await self.upstream.request(
+                method, {**params, "_meta": meta} if meta else params, request_id=request_id
+            )
+        except MCPError as exc:
+            call.error = {"code": exc.error.code, "message": exc.error.message, "data": exc.error.data}
+        finally:
+            call.latency_ms = (time.perf_counter() - started) * 1000
+            # Notifications are handled in tasks spawned before the response was read; let them land.
+            await anyio.lowlevel.checkpoint()
+            del self.inflight[request_id]
+        return call
+
+    async def _record(self, method: str, params: dict[str, Any], call: _Call, origin: Origin) -> None:
+        """Commit one answered call (redacted) to this session."""
+        redact = self.proxy.redactor.redact
+        await self.proxy.recorder.write(
+            partial(
+                self.proxy.recorder.store.record_call,
+                self.proxy.name,
+                method,
+                redact(params),
+                result=redact(call.result),
+                error=redact(call.error),
+                session=self.store_session,
+                latency_ms=round(call.latency_ms, 3),
+                origin=origin,
+                notifications=redact(call.notifications),
+            ),
+            f"{method} {params.get('name') or params.get('uri') or ''}".strip(),
+        )
+
+    async def _explore(self, params: dict[str, Any], result: dict[str, Any]) -> None:
+        """Ask the variants of a successful read-only call the explorer still wants answered.
+
+        Runs before the client gets its answer, and only when no other call of this session is
+        in flight, so every variant sees the state the original call saw. A failure here costs
+        the exploration, never the client's answer.
+        """
+        explorer, name = self.proxy.explorer, params.get("name")
+        arguments = params.get("arguments")
+        if (
+            explorer is None
+            or name not in self.proxy.read_only
+            or self.inflight
+            or not isinstance(arguments, dict)
+        ):
+            return
+        original = answer_text(result, None)
+        try:
+            for variant in explorer.variants(name, arguments):
+                varied = {**params, "arguments": variant.arguments}
+                call = await self._exchange("tools/call", varied, {}, None)
+                await self._record("tools/call", varied, call, Origin.EXPLORE)
+                explorer.observe(variant, original, answer_text(call.result, call.error))
+        except (MCPError, UpstreamError):
+            return
 
     async def _record_listing(self, method: str, params: dict[str, Any], result: dict[str, Any]) -> None:
         """Record a listing; cursor pages are merged and recorded once the last page arrives."""
@@ -163,10 +217,10 @@ class _Session:
             if call is None:
                 return
             call.notifications.append({"method": method, "params": _without(params, "progressToken")})
-            # A no-op unless the client asked for progress on this request.
-            await call.ctx.session.report_progress(
-                params.get("progress", 0), params.get("total"), params.get("message")
-            )
+            if call.ctx is not None:  # a no-op unless the client asked for progress on this request
+                await call.ctx.session.report_progress(
+                    params.get("progress", 0), params.get("total"), params.get("message")
+                )
             return
         calls = list(self.inflight.values())
         if method == "notifications/message":
@@ -174,7 +228,9 @@ class _Session:
             for call in calls:
                 call.notifications.append({"method": method, "params": params})
             if calls:
-                await self._log_to(calls[0].ctx, params)
+                clients = [c.ctx for c in calls if c.ctx is not None]
+                if clients:
+                    await self._log_to(clients[0], params)
                 return
         if self.outbound is not None:
             await self.outbound.notify(method, params)
@@ -204,6 +260,8 @@ class _ServerProxy:
         self.server: Server[Any] = Server(name)
         self.server.middleware = [self._middleware]
         self._spare: Upstream | None = None  # the probe connection, handed to the first session
+        self.explorer = Explorer() if spec.explore else None
+        self.read_only: frozenset[str] = frozenset()  # tools whose readOnlyHint is true
         self._episodes: dict[str, _Session] = {}
         self._episode_lock = anyio.Lock()
 
@@ -250,6 +308,8 @@ class _ServerProxy:
                             break
                 except MCPError:
                     continue  # e.g. no resource templates: the replay answers an empty listing
+                if method == "tools/list":
+                    self.read_only = frozenset(n for n, t in tool_schemas(merged).items() if t.read_only)
                 redacted = self.redactor.redact(merged, keys=False)
                 store = self.recorder.store
                 await self.recorder.write(partial(store.put_listing, self.name, method, redacted), method)

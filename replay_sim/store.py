@@ -41,6 +41,8 @@ class Origin(StrEnum):
     """Read from a JSONL interchange file that did not say otherwise."""
     SYNTHETIC = "synthetic"
     """Made up by an LLM under the `synthesize` miss policy; never a real server's answer."""
+    EXPLORE = "explore"
+    """Asked by the recorder itself (``explore``): a variant of a client's read-only call."""
 
 
 def utc_now() -> str:

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from replay_sim.calibration import MatchConfig, calibrate_threshold, reflected_fields
-from replay_sim.canonical import call_key, canonical_json, normalize
+from replay_sim.canonical import answer_text, call_key, canonical_json, normalize
 from replay_sim.episode import is_failure
 from replay_sim.index import IndexSet, call_text
 from replay_sim.invariance import Observation, apply, learn
@@ -26,9 +26,8 @@ _DIFF_CHARS = 200
 
 
 def answer_of(recording: Recording) -> str:
-    """The canonical form of what the server said (result without ``_meta``, or the error)."""
-    result = None if recording.result is None else {k: v for k, v in recording.result.items() if k != "_meta"}
-    return canonical_json({"result": result, "error": recording.error})
+    """The canonical form of what the server said (:func:`~replay_sim.canonical.answer_text`)."""
+    return answer_text(recording.result, recording.error)
 
 
 def _short(value: Any) -> Any:

@@ -59,6 +59,8 @@ class UpstreamSpec:
         headers: HTTP headers sent to ``url``; the values are redacted from recordings.
         timeout: Seconds to wait for one answer (None: no limit).
         startup_timeout: Seconds to wait for the server to answer ``initialize``.
+        explore: While recording, ask the server which argument differences its read-only tools
+            ignore (:mod:`replay_sim.explore`).
     """
 
     command: str | None = None
@@ -69,6 +71,7 @@ class UpstreamSpec:
     headers: Mapping[str, str] = field(default_factory=dict)
     timeout: float | None = None
     startup_timeout: float = 30.0
+    explore: bool = False
 
     def __post_init__(self) -> None:
         if (self.command is None) == (self.url is None):

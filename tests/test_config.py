@@ -19,6 +19,7 @@ command = "mcp-server-git"
 args = ["--repository", "."]
 env = { GIT_TOKEN = "${RS_TEST_TOKEN}" }
 timeout = 30
+explore = true
 
 [servers.remote]
 url = "http://127.0.0.1:9000/mcp"
@@ -35,6 +36,7 @@ def test_a_good_config_parses_with_env_interpolation(tmp_path: Path, monkeypatch
     assert config.servers["git"].args == ("--repository", ".")
     assert config.servers["git"].env == {"GIT_TOKEN": "tok-123456"}
     assert config.servers["git"].timeout == 30
+    assert config.servers["git"].explore and not config.servers["remote"].explore
     assert config.servers["remote"].headers == {"Authorization": "Bearer tok-123456"}
     assert config.redactor.is_secret_key("X-Auth-Token") and not config.redactor.is_secret_key("password")
     assert config.redactor.redact("ghp_" + "a" * 36) == "[REDACTED]"
@@ -61,6 +63,7 @@ def test_the_shipped_example_config_parses() -> None:
         ("[servers.a]\nurl = 'ftp://h/mcp'", r"\[servers\.a\]: 'url' must start with http"),
         ("[servers.a]\nurl = 'http://h/mcp'\nargs = []", r"\[servers\.a\]: 'args' applies to a command"),
         ("[servers.a]\ncommand = 'x'\ntimeout = -1", r"\[servers\.a\]: 'timeout' must be a positive number"),
+        ("[servers.a]\ncommand = 'x'\nexplore = 'yes'", r"\[servers\.a\]: 'explore' must be true or false"),
         (
             "[servers.a]\ncommand = 'x'\nenv = { K = '${RS_NOT_SET_ANYWHERE}' }",
             r"env\.K: environment variable",

@@ -28,9 +28,11 @@ def seen(answer: str, state: str = "s0", failed: bool = False, **arguments: Any)
         # The same pair again is not a second piece of evidence.
         ([seen("A", q="Acme"), seen("A", q="ACME"), seen("A", state="s1", q="acme"), seen("A", state="s1", q="Acme")],
          Verdict.UNKNOWN),
-        # "Nothing found" for other queries too proves nothing about case.
-        ([seen("A", q="Acme"), seen("A", q="ACME"), seen("none", q="quantum"), seen("none", q="QUANTUM"),
-          seen("none", q="weather")], Verdict.UNKNOWN),
+        # Two pairs that both found nothing are one answer, not two: a case-sensitive search says that too.
+        ([seen("none", q="quantum"), seen("none", q="QUANTUM"), seen("none", q="weather"), seen("none", q="WEATHER")],
+         Verdict.UNKNOWN),
+        ([seen("A", q="Acme"), seen("A", q="ACME"), seen("none", q="quantum"), seen("none", q="QUANTUM")],
+         Verdict.SHOWN),
         # Errors refute when they differ, but never support.
         ([seen("A", q="Acme"), seen("A", q="ACME"), seen("E", failed=True, q="x"), seen("E", failed=True, q="X")],
          Verdict.UNKNOWN),

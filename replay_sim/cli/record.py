@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -74,6 +75,12 @@ def _address(value: str) -> tuple[str, int]:
 )
 @click.option("--redact-pattern", multiple=True, metavar="REGEX", help="Regex whose matches are redacted.")
 @click.option("--timeout", type=float, help="Seconds to wait for one upstream answer.")
+@click.option(
+    "--explore",
+    is_flag=True,
+    help="Also ask the server which argument differences (case, whitespace, order) its read-only "
+    "tools ignore, a few calls per tool, so replay can answer such variants.",
+)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def record_command(
     db: Path,
@@ -87,6 +94,7 @@ def record_command(
     redact_key: tuple[str, ...],
     redact_pattern: tuple[str, ...],
     timeout: float | None,
+    explore: bool,
     command: tuple[str, ...],
 ) -> None:
     """Record real MCP servers while proxying a client to them.
@@ -100,6 +108,9 @@ def record_command(
     launch it in place of the real server.
     """
     config = _config(config_file, name, url, env, header, cwd, timeout, command)
+    if explore:
+        servers = {n: dataclasses.replace(spec, explore=True) for n, spec in config.servers.items()}
+        config = RecorderConfig(servers, config.redactor)
     extra_keys = tuple(redact_key)
     if extra_keys or redact_pattern:
         base = config.redactor

@@ -1,0 +1,90 @@
+"""Asking a real server which argument differences it ignores (the recorder's ``explore`` option).
+
+The resolver answers a call that differs from a recording only in letter case, surrounding
+whitespace or array order when recorded pairs *show* the server ignores that difference
+(:mod:`replay_sim.invariance`). Clients seldom make such pairs, so a recorder that explores makes
+them: after a successful call of a read-only tool, and before it answers the client (so nothing
+has changed the server's state in between), it sends the same call again with one argument
+varied, and records that answer too (origin ``explore``).
+
+Exploring costs a few calls per tool, not one per call: a (tool, argument, difference) is asked
+about only until the answers settle it — refuted by one disagreeing pair, or shown by agreeing
+pairs with more different answers than the resolver needs — and at most :attr:`Explorer.budget`
+times.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from replay_sim.invariance import MIN_EVIDENCE, Transform
+
+__all__ = ["Explorer", "Variant", "vary"]
+
+_MAX_CHARS = 1000  # longer strings are prose nobody retypes in another case
+
+
+def vary(transform: Transform, value: Any) -> Any | None:
+    """A value that differs from ``value`` only by ``transform`` (None when there is none)."""
+    if transform is Transform.ORDER:
+        if isinstance(value, list) and list(reversed(value)) != value:
+            return list(reversed(value))
+        return None
+    if not isinstance(value, str) or not value.strip() or len(value) > _MAX_CHARS:
+        return None
+    if transform is Transform.SPACE:
+        return value.strip() if value != value.strip() else f" {value} "
+    if value.upper() == value.lower():
+        return None  # nothing with a case
+    return value.upper() if value != value.upper() else value.lower()
+
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """One exploring call: the original call's arguments with one argument varied."""
+
+    tool: str
+    argument: str
+    transform: Transform
+    arguments: dict[str, Any]
+
+
+@dataclass
+class Explorer:
+    """Decides which variant calls are still worth making, from the answers they got.
+
+    Args:
+        budget: Most variant calls per (tool, argument, difference).
+    """
+
+    budget: int = 4
+    _asked: dict[tuple[str, str, Transform], int] = field(default_factory=lambda: defaultdict(int))
+    _agreed: dict[tuple[str, str, Transform], set[str]] = field(default_factory=lambda: defaultdict(set))
+    _settled: set[tuple[str, str, Transform]] = field(default_factory=set)
+
+    def variants(self, tool: str, arguments: dict[str, Any]) -> list[Variant]:
+        """The variant calls to make after a successful call of read-only ``tool``."""
+        found = []
+        for name, value in arguments.items():
+            for transform in Transform:
+                key = (tool, name, transform)
+                if key in self._settled or self._asked[key] >= self.budget:
+                    continue
+                varied = vary(transform, value)
+                if varied is not None:
+                    found.append(Variant(tool, name, transform, {**arguments, name: varied}))
+        return found
+
+    def observe(self, variant: Variant, original: str, answer: str) -> None:
+        """Take in a variant's answer; ``original`` is the (successful) original call's. Both canonical."""
+        key = (variant.tool, variant.argument, variant.transform)
+        self._asked[key] += 1
+        if answer != original:
+            self._settled.add(key)  # refuted
+        else:
+            self._agreed[key].add(answer)
+            # One more than the resolver needs: an agreeing "nothing found" is a weak witness.
+            if len(self._agreed[key]) > MIN_EVIDENCE:
+                self._settled.add(key)
