@@ -80,6 +80,8 @@ def miss_message(server: str, method: str, name: str, resolution: Resolution) ->
 class Answer:
     """How one call is answered: the resolution behind it and the result JSON or JSON-RPC error."""
 
+    name: str
+    """The tool, prompt or resource the call asked for."""
     resolution: Resolution
     outcome: Outcome
     refused: bool = False
@@ -287,12 +289,11 @@ class Replay:
         scope = self.scope(ctx)
         trail = self.histories.trail(server, scope)
         answer = await self.resolve(server, method, params, trail if trail is not None else ())
-        name, _ = call_identity(method, params)
         if trail is not None and not answer.refused:  # a refusal changed nothing on the real server
             self.resolver.advance(trail, answer.resolution)
         if answer.resolution.recording is not None:
             await _emit(ctx, answer.resolution.recording.notifications)
-        self.metrics.observe(server, method, name, answer.status, time.perf_counter() - started)
+        self.metrics.observe(server, method, answer.name, answer.status, time.perf_counter() - started)
         if isinstance(answer.outcome, MCPError):
             raise answer.outcome
         return answer.outcome
@@ -330,7 +331,7 @@ class Replay:
             except ReplaySimError as exc:  # an upstream or LLM failure is the client's miss, not a crash
                 failed = f"{miss.reason}; miss policy {self.miss_policy_name!r} failed: {exc}".lstrip("; ")
                 resolution = dataclasses.replace(miss, reason=failed)
-        answer = Answer(resolution, self.render(server, method, name, resolution))
+        answer = Answer(name, resolution, self.render(server, method, name, resolution))
         if not miss.hit:
             self._record_miss(server, method, name, arguments, answer, miss)
         return answer
@@ -348,7 +349,7 @@ class Replay:
         outcome = surface.refuse_tool_call(name, arguments, {MATCH_META_KEY: self.provenance(resolution)})
         if outcome is None:
             return None
-        answer = Answer(resolution, outcome, refused=True)
+        answer = Answer(name, resolution, outcome, refused=True)
         self._record_miss(surface.record.name, method, name, arguments, answer, resolution)
         return answer
 

@@ -13,6 +13,7 @@ from typing import Any
 import anyio
 import httpx2
 import uvicorn
+from mcp import Client
 
 from replay_sim.store import ServerRecord, Store
 
@@ -247,6 +248,17 @@ def make_replay(path: Path, **options: Any) -> Any:
 
     store = build_store(path)
     return Replay(store, resolver=Resolver(store, index_dir=None), **options)
+
+
+def call_tools(url: str, calls: list[tuple[str, dict[str, Any]]]) -> None:
+    """Make tool calls on a served replay endpoint through one real MCP client session."""
+
+    async def run() -> None:
+        async with Client(url, mode="legacy") as client:
+            for name, arguments in calls:
+                await client.call_tool(name, arguments)
+
+    anyio.run(run)
 
 
 def match_of(result: Any) -> dict[str, Any]:

@@ -6,11 +6,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx2
 import pytest
-from mcp import Client
-from replay_helpers import make_replay, serve_app
+from replay_helpers import call_tools, make_replay, serve_app
 
 from replay_sim.admin import create_app
 from replay_sim.resolver import Resolution, Tier
@@ -20,14 +18,10 @@ from replay_sim.resolver import Resolution, Tier
 def admin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Any]]:
     replay = make_replay(tmp_path_factory.mktemp("admin") / "admin.db")
     with serve_app(create_app(replay)) as url:
-
-        async def traffic() -> None:
-            async with Client(f"{url}/mcp/demo", mode="legacy") as client:
-                await client.call_tool("echo", {"message": "hello"})
-                await client.call_tool("echo", {"message": "hello world"})
-                await client.call_tool("nosuch", {})
-
-        anyio.run(traffic)
+        call_tools(
+            f"{url}/mcp/demo",
+            [("echo", {"message": "hello"}), ("echo", {"message": "hello world"}), ("nosuch", {})],
+        )
         yield url, replay
 
 

@@ -6,10 +6,8 @@ import shutil
 import subprocess
 import tempfile
 
-import anyio
 import pytest
-from mcp import Client
-from replay_helpers import make_replay, serve_app
+from replay_helpers import call_tools, make_replay, serve_app
 
 from replay_sim.admin import create_app
 
@@ -20,13 +18,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shuti
 def test_the_dashboard_shows_tiers_per_tool_and_recent_misses_with_diagnostics(tmp_path_factory) -> None:
     replay = make_replay(tmp_path_factory.mktemp("dash") / "dash.db")
     with serve_app(create_app(replay)) as url:
-
-        async def traffic() -> None:
-            async with Client(f"{url}/mcp/demo", mode="legacy") as client:
-                await client.call_tool("echo", {"message": "hello"})
-                await client.call_tool("echo", {"message": "hello world"})
-
-        anyio.run(traffic)
+        call_tools(f"{url}/mcp/demo", [("echo", {"message": "hello"}), ("echo", {"message": "hello world"})])
         with tempfile.TemporaryDirectory() as profile:
             done = subprocess.run(
                 [
