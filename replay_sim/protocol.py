@@ -1,15 +1,30 @@
-"""replay-sim's additions to MCP on the wire: how a client names an episode, and provenance.
+"""What both sides of the product say on the wire besides plain MCP.
 
-Both sides of the product speak them — the recorder groups a modern-era client's requests by
-episode, the replay server keeps history per episode and stamps every answer's provenance — so
-they live here, not in either.
+replay-sim's additions — how a client names an episode, and provenance — and asking the client
+something in the middle of its call (a server→client request: sampling, elicitation, roots). The
+recorder groups a modern-era client's requests by episode and forwards a real server's
+server→client requests; the replay server keeps history per episode, stamps every answer's
+provenance and asks the client the recorded server→client requests again. So they live here.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["EPISODE_HEADER", "EPISODE_META_KEY", "MATCH_META_KEY", "episode_id"]
+import mcp_types as types
+from mcp.server.context import ServerRequestContext
+from mcp.shared.exceptions import MCPError
+from mcp.shared.message import ServerMessageMetadata
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+
+__all__ = [
+    "EPISODE_HEADER",
+    "EPISODE_META_KEY",
+    "MATCH_META_KEY",
+    "ask_client",
+    "episode_id",
+    "is_client_request",
+]
 
 MATCH_META_KEY = "replay-sim/match"
 """``_meta`` key of the provenance on every replayed result (DESIGN.md "Provenance")."""
@@ -36,3 +51,47 @@ def episode_id(meta: Any, headers: Any) -> str | None:
         if value:
             return str(value)
     return None
+
+
+class _AsSent(BaseModel):
+    """Any JSON object, kept exactly as the client sent it."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+_SERVER_REQUEST: TypeAdapter[Any] = TypeAdapter(types.ServerRequest)
+
+
+def is_client_request(message: dict[str, Any]) -> bool:
+    """Whether a recorded message of a call is a server→client request (it holds the client's answer).
+
+    A call's recorded messages are what the server sent while it ran, in order: notifications
+    (``method``, ``params``) and server→client requests, which also hold ``result`` or ``error``.
+    """
+    return "result" in message or "error" in message
+
+
+async def ask_client(
+    ctx: ServerRequestContext[Any, Any], method: str, params: dict[str, Any]
+) -> dict[str, Any]:
+    """Send a server→client request on the stream of the client's request ``ctx``.
+
+    Returns:
+        The client's result, wire JSON as it sent it.
+
+    Raises:
+        MCPError: The client answered with an error, cannot be asked (no back channel), or the
+            request or its answer is not valid MCP.
+    """
+    try:
+        request = _SERVER_REQUEST.validate_python(
+            {"method": method, **({"params": params} if params else {})}
+        )
+        answer = await ctx.session.send_request(
+            request, _AsSent, metadata=ServerMessageMetadata(related_request_id=ctx.request_id)
+        )
+    except ValidationError as exc:
+        raise MCPError(
+            code=types.INVALID_PARAMS, message=f"{method}: not valid MCP: {exc.errors()[:1]}"
+        ) from exc
+    return answer.model_dump(by_alias=True, mode="json")

@@ -13,7 +13,9 @@ client leaves the others working. The proxy is a low-level SDK ``Server`` whose 
 answers every request itself, *raw*: params are rebuilt (the 2026 ``_meta`` envelope is never
 forwarded to a handshake-era upstream) and results are handed back exactly as the upstream sent
 them — and only after their row is committed. Progress and log notifications are forwarded to the
-client and recorded with the call they belong to.
+client and recorded with the call they belong to; so are the server's requests to the client
+(sampling, elicitation, roots), with the client's answer: each upstream connection declares the
+capabilities its client declared, so the server asks exactly what it would ask that client.
 """
 
 from __future__ import annotations
@@ -40,12 +42,12 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERS
 from replay_sim.canonical import answer_text
 from replay_sim.errors import StoreError, UpstreamError
 from replay_sim.explore import Explorer
-from replay_sim.protocol import EPISODE_META_KEY, episode_id
+from replay_sim.protocol import EPISODE_META_KEY, ask_client, episode_id
 from replay_sim.redaction import RULES_META_KEY, Redactor
 from replay_sim.schema import tool_schemas
 from replay_sim.stdio_transport import native_stdio
 from replay_sim.store import LISTING_METHODS, Origin, ServerRecord, Store
-from replay_sim.upstream import Upstream, UpstreamSpec
+from replay_sim.upstream import FORWARDED_CAPABILITIES, Upstream, UpstreamSpec
 
 __all__ = ["RECORDED_METHODS", "Recorder", "record_stdio", "recording"]
 
@@ -90,6 +92,7 @@ class _Session:
         self.inflight: dict[str, _Call] = {}
         self.pages: dict[str, dict[str, Any]] = {}
         upstream.on_notification = self.on_notification
+        upstream.on_request = self.on_request
 
     async def close(self) -> None:
         await self.upstream.close()
@@ -235,6 +238,30 @@ class _Session:
         if self.outbound is not None:
             await self.outbound.notify(method, params)
 
+    async def on_request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """Forward a server→client request to the client whose call is in flight; record the exchange.
+
+        It is recorded among the call's notifications, in order, with the client's ``result`` (or
+        ``error``): replay asks the client again and serves the call only if it answers the same.
+        """
+        calls = [c for c in self.inflight.values() if c.ctx is not None]
+        if len(calls) != 1:
+            which = "no client call is" if not calls else f"{len(calls)} client calls are"
+            raise MCPError(
+                code=types.INVALID_REQUEST,
+                message=f"replay-sim cannot forward {method}: {which} in flight on this session",
+            )
+        call = calls[0]
+        assert call.ctx is not None
+        exchange: dict[str, Any] = {"method": method, "params": params}
+        call.notifications.append(exchange)
+        try:
+            exchange["result"] = await ask_client(call.ctx, method, params)
+        except MCPError as exc:
+            exchange["error"] = {"code": exc.error.code, "message": exc.error.message, "data": exc.error.data}
+            raise
+        return exchange["result"]
+
     async def _log_to(self, ctx: ServerRequestContext[Any, Any], params: dict[str, Any]) -> None:
         level = params.get("level")
         request_meta = (ctx.params or {}).get("_meta") or {}
@@ -373,7 +400,15 @@ class _ServerProxy:
         async with lock:
             session = state.get("replay-sim/session")
             if session is None:
-                session = await self._new_session(getattr(connection, "outbound", None))
+                # The upstream is told what this client can be asked (sampling, elicitation, roots):
+                # a server asks a client only what it declared, and answers differently otherwise.
+                declared = ctx.session.client_capabilities
+                capabilities = (
+                    {}
+                    if declared is None
+                    else declared.model_dump(by_alias=True, mode="json", exclude_none=True)
+                )
+                session = await self._new_session(getattr(connection, "outbound", None), capabilities)
                 state["replay-sim/session"] = session
                 connection.exit_stack.push_async_callback(self._end_session, session)
             return session
@@ -386,10 +421,13 @@ class _ServerProxy:
                 self._episodes[key] = await self._new_session(None)
             return self._episodes[key]
 
-    async def _new_session(self, outbound: Any) -> _Session:
-        upstream, self._spare = self._spare, None
+    async def _new_session(self, outbound: Any, capabilities: dict[str, Any] | None = None) -> _Session:
+        wanted = {k: v for k, v in (capabilities or {}).items() if k in FORWARDED_CAPABILITIES}
+        upstream = None
+        if not wanted:  # the spare connection declared no capabilities
+            upstream, self._spare = self._spare, None
         if upstream is None or not upstream.alive:
-            upstream = await self.recorder.open_upstream(self.spec)
+            upstream = await self.recorder.open_upstream(self.spec, wanted)
         store = self.recorder.store
         store_session = await self.recorder.write(partial(store.start_session, self.name), "session start")
         session = _Session(self, upstream, store_session, outbound)
@@ -467,15 +505,19 @@ class Recorder:
                 if proxy._spare is not None:
                     await proxy._spare.close()
 
-    async def open_upstream(self, spec: UpstreamSpec) -> Upstream:
+    async def open_upstream(self, spec: UpstreamSpec, capabilities: dict[str, Any] | None = None) -> Upstream:
         """Start a new connection to ``spec`` in the recorder's task group.
+
+        Args:
+            spec: The real server.
+            capabilities: Client capabilities to declare to it (see :class:`Upstream`).
 
         Raises:
             UpstreamError: The server did not start (names the command/URL and its stderr tail).
         """
         if self._tg is None:
             raise RuntimeError("enter the Recorder (async with) before opening upstreams")
-        upstream = Upstream(spec)
+        upstream = Upstream(spec, capabilities=capabilities)
         await self._tg.start(upstream.run)
         return upstream
 

@@ -21,12 +21,13 @@ import anyio.to_thread
 import mcp_types as types
 from mcp.server import Server
 from mcp.server.caching import CACHEABLE_METHODS, CacheHint
-from mcp.server.connection import allowed_log_levels
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from replay_sim.canonical import call_identity, call_key
+from replay_sim.conversation import declared, reenact, suited
+from replay_sim.episode import DIVERGED
 from replay_sim.errors import ConfigError, ReplaySimError
 from replay_sim.histories import Histories
 from replay_sim.metrics import Metrics, MissRecord
@@ -289,10 +290,10 @@ class Replay:
         scope = self.scope(ctx)
         trail = self.histories.trail(server, scope)
         answer = await self.resolve(server, method, params, trail if trail is not None else ())
+        if answer.resolution.recording is not None:
+            answer = await self._converse(ctx, server, method, params, answer, trail or ())
         if trail is not None and not answer.refused:  # a refusal changed nothing on the real server
             self.resolver.advance(trail, answer.resolution)
-        if answer.resolution.recording is not None:
-            await _emit(ctx, answer.resolution.recording.notifications)
         self.metrics.observe(server, method, answer.name, answer.status, time.perf_counter() - started)
         if isinstance(answer.outcome, MCPError):
             raise answer.outcome
@@ -352,6 +353,59 @@ class Replay:
         answer = Answer(name, resolution, outcome, refused=True)
         self._record_miss(surface.record.name, method, name, arguments, answer, resolution)
         return answer
+
+    async def _converse(
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        server: str,
+        method: str,
+        params: dict[str, Any],
+        answer: Answer,
+        trail: Trail | Sequence[str],
+    ) -> Answer:
+        """Serve the recording made for a client like this one, re-enacting what its server sent.
+
+        See :mod:`replay_sim.conversation`. Recordings whose server asked the client nothing
+        and sent no notification (nearly all) pass straight through.
+        """
+        hit = answer.resolution
+        assert hit.recording is not None
+        same = self.resolver.alternatives(hit.recording, trail)
+        if not any(r.notifications for r in same):
+            return answer
+        chosen = suited(same, declared(ctx))
+        if chosen is None:
+            why = f"no recording of it was made for a client declaring {sorted(declared(ctx)) or 'nothing'}"
+            return self._answered_otherwise(server, method, params, answer, why)
+        if chosen is not hit.recording:
+            hit = dataclasses.replace(hit, recording=chosen, step=chosen.key)
+            answer = Answer(answer.name, hit, self.render(server, method, answer.name, hit))
+        otherwise = await reenact(ctx, chosen.notifications)
+        if otherwise is not None:
+            return self._answered_otherwise(server, method, params, answer, otherwise)
+        return answer
+
+    def _answered_otherwise(
+        self, server: str, method: str, params: dict[str, Any], answer: Answer, why: str
+    ) -> Answer:
+        """The miss for a recorded call whose client answered the server's questions otherwise.
+
+        The real server's result depended on those answers, so the recording no longer says what
+        it would have answered; and if the call changes state, what state it left is unknown.
+        """
+        hit = answer.resolution
+        assert hit.recording is not None
+        _, arguments = call_identity(method, self.redactor.redact(params))
+        schema = self.resolver.tool_schema(server, answer.name)
+        changes = method == "tools/call" and (schema is None or schema.changes_state(arguments))
+        step = DIVERGED + hit.key if changes else hit.key
+        miss = Resolution(
+            Tier.MISS, 0.0, candidates=[Candidate(hit.recording.id, hit.score)], key=hit.key, step=step,
+            reason=f"recording {hit.recording.id} answers this call, but {why}",
+        )  # fmt: skip
+        missed = Answer(answer.name, miss, self.render(server, method, answer.name, miss))
+        self._record_miss(server, method, answer.name, arguments, missed, miss)
+        return missed
 
     def _record_miss(
         self, server: str, method: str, name: str, arguments: dict[str, Any], answer: Answer, miss: Resolution
@@ -421,23 +475,3 @@ def _tier_of(resolution: Resolution) -> str:
     if resolution.recording is not None and resolution.recording.origin == Origin.SYNTHETIC:
         return Tier.SYNTHETIC.value
     return resolution.tier.value
-
-
-async def _emit(ctx: ServerRequestContext[Any, Any], notifications: list[dict[str, Any]]) -> None:
-    """Re-emit recorded progress and logging notifications on this request's stream, in order."""
-    if not notifications:
-        return
-    raw_meta = (ctx.params or {}).get("_meta")
-    levels = allowed_log_levels(ctx.protocol_version, raw_meta if isinstance(raw_meta, dict) else None)
-    for note in notifications:
-        method, params = note.get("method"), note.get("params") or {}
-        if method == "notifications/progress":
-            # report_progress addresses the current request's progress token (a no-op without one).
-            await ctx.session.report_progress(
-                params.get("progress", 0), params.get("total"), params.get("message")
-            )
-        elif method == "notifications/message" and params.get("level") in levels:
-            notification = types.LoggingMessageNotification(
-                params=types.LoggingMessageNotificationParams.model_validate(params)
-            )
-            await ctx.session.send_notification(notification, related_request_id=ctx.request_id)

@@ -259,6 +259,19 @@ class Resolver:
         if resolution.step:
             self.episodes.advance(trail, resolution.step)
 
+    def alternatives(self, recording: Recording, history: Sequence[str] | Trail = ()) -> list[Recording]:
+        """``recording`` and the other recordings of that very call made from the episode's state.
+
+        The same call may have been recorded for clients that answered the server's questions
+        (sampling, elicitation) differently; :mod:`replay_sim.conversation` picks among them.
+        """
+        trail = self.episodes.trail(history)
+        same = self.episodes.by_key(recording.key)
+        if len(same) == 1:
+            return [recording]
+        others = [r for r in same if r.id != recording.id and self.episodes.state_of(r) == trail.state]
+        return [recording, *others]
+
     # -- resolution ------------------------------------------------------------------------------
 
     def resolve(

@@ -25,7 +25,7 @@ from typing import IO, Any
 import anyio
 import anyio.abc
 import mcp_types as types
-from mcp.client.session import ClientSession
+from mcp.client.session import ClientRequestContext, ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -33,14 +33,25 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 from mcp_types.version import LATEST_HANDSHAKE_VERSION
+from pydantic import TypeAdapter
 
 from replay_sim.errors import UpstreamError
 
-__all__ = ["Upstream", "UpstreamSpec"]
+__all__ = ["FORWARDED_CAPABILITIES", "Upstream", "UpstreamSpec"]
 
 NotificationHandler = Callable[[str, dict[str, Any]], Awaitable[None]]
 """Called with ``(method, params)`` for every notification the server sends."""
+RequestHandler = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+"""Answers a server→client request ``(method, params)`` with its result, or raises MCPError."""
 
+FORWARDED_CAPABILITIES = ("sampling", "elicitation", "roots")
+"""Client capabilities an upstream may be given: those whose requests the server sends the client."""
+
+_SAMPLING_RESULT: TypeAdapter[Any] = TypeAdapter(
+    types.CreateMessageResult | types.CreateMessageResultWithTools
+)
+_ELICIT_RESULT: TypeAdapter[Any] = TypeAdapter(types.ElicitResult)
+_ROOTS_RESULT: TypeAdapter[Any] = TypeAdapter(types.ListRootsResult)
 _STDERR_TAIL = 2000
 _CLIENT_INFO = types.Implementation(name="replay-sim-recorder", version="0.1.0")
 
@@ -116,11 +127,21 @@ class Upstream:
     Args:
         spec: Where the server is.
         on_notification: Receives every server notification as wire ``(method, params)``.
+        capabilities: Client capabilities to declare (``sampling``, ``elicitation``, ``roots``:
+            :data:`FORWARDED_CAPABILITIES`), as wire JSON; the server's requests for them go to
+            :attr:`on_request`.
     """
 
-    def __init__(self, spec: UpstreamSpec, on_notification: NotificationHandler | None = None) -> None:
+    def __init__(
+        self,
+        spec: UpstreamSpec,
+        on_notification: NotificationHandler | None = None,
+        capabilities: Mapping[str, Any] | None = None,
+    ) -> None:
         self.spec = spec
         self.on_notification = on_notification
+        self.on_request: RequestHandler | None = None
+        self.capabilities = {k: v for k, v in (capabilities or {}).items() if k in FORWARDED_CAPABILITIES}
         self.initialize_result: dict[str, Any] = {}
         self.protocol_version = LATEST_HANDSHAKE_VERSION
         self._dispatcher: JSONRPCDispatcher[Any] | None = None
@@ -198,7 +219,12 @@ class Upstream:
             read, write = await stack.enter_async_context(stdio_client(params, errlog=self._stderr))
         dispatcher: JSONRPCDispatcher[Any] = JSONRPCDispatcher(read, write)
         session = ClientSession(
-            dispatcher=dispatcher, message_handler=self._on_message, client_info=_CLIENT_INFO
+            dispatcher=dispatcher,
+            message_handler=self._on_message,
+            client_info=_CLIENT_INFO,
+            sampling_callback=self._sampling,
+            elicitation_callback=self._elicitation,
+            list_roots_callback=self._roots,
         )
         await stack.enter_async_context(session)
         self._dispatcher = dispatcher
@@ -209,7 +235,7 @@ class Upstream:
         # Initialise raw, so server info and capabilities are recorded exactly as sent.
         init_params = types.InitializeRequestParams(
             protocol_version=LATEST_HANDSHAKE_VERSION,
-            capabilities=types.ClientCapabilities(),
+            capabilities=types.ClientCapabilities.model_validate(self.capabilities),
             client_info=_CLIENT_INFO,
         ).model_dump(by_alias=True, mode="json", exclude_none=True)
         raw = await self._dispatcher.send_raw_request("initialize", init_params, {"cancel_on_abandon": False})
@@ -279,6 +305,27 @@ class Upstream:
             return
         wire = message.model_dump(by_alias=True, mode="json", exclude_none=True)
         await self.on_notification(wire["method"], wire.get("params") or {})
+
+    # -- server→client requests ------------------------------------------------------------
+
+    async def _sampling(self, context: ClientRequestContext, params: types.CreateMessageRequestParams) -> Any:
+        return await self._server_request("sampling/createMessage", params, _SAMPLING_RESULT)
+
+    async def _elicitation(self, context: ClientRequestContext, params: types.ElicitRequestParams) -> Any:
+        return await self._server_request("elicitation/create", params, _ELICIT_RESULT)
+
+    async def _roots(self, context: ClientRequestContext) -> Any:
+        return await self._server_request("roots/list", None, _ROOTS_RESULT)
+
+    async def _server_request(self, method: str, params: Any, result: TypeAdapter[Any]) -> Any:
+        """Hand a server→client request to :attr:`on_request`; its error goes back to the server."""
+        if self.on_request is None:
+            return types.ErrorData(code=types.INVALID_REQUEST, message=f"{method} is not supported")
+        wire = {} if params is None else params.model_dump(by_alias=True, mode="json", exclude_none=True)
+        try:
+            return result.validate_python(await self.on_request(method, wire), by_name=False)
+        except MCPError as exc:
+            return exc.error
 
     # -- diagnostics ------------------------------------------------------------------------
 

@@ -4,8 +4,7 @@ One module-scoped run (``fixtures/conformance_replay.py``): the fixture server o
 real ``replay-sim record --http`` CLI in front of it while the whole suite runs against the proxy,
 then the real ``replay-sim serve`` over the recorded store while the suite runs again. Each test
 states one promise about that run against ``fixtures/conformance-baseline.json`` (what passes
-live) and ``fixtures/conformance-replay-expected.json`` (what cannot pass through the proxy, and
-why).
+live).
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 SUITE = FIXTURES / "node_modules" / "@modelcontextprotocol" / "conformance"
 LIVE_PASSING = set(json.loads((FIXTURES / "conformance-baseline.json").read_text())["passing"])
-EXCLUDED: dict[str, str] = json.loads((FIXTURES / "conformance-replay-expected.json").read_text())["excluded"]
 
 pytestmark = [
     pytest.mark.slow,
@@ -49,17 +47,12 @@ def report(conformance: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
     return conformance.record_and_replay(tmp_path_factory.mktemp("conformance"))
 
 
-def test_the_expected_exclusions_are_baseline_scenarios_with_a_reason() -> None:
-    assert set(EXCLUDED) <= LIVE_PASSING
-    assert all(reason.strip() for reason in EXCLUDED.values())
+def test_every_baseline_scenario_passes_through_the_recording_proxy(report: Any) -> None:
+    assert report.passing("proxy") == LIVE_PASSING
 
 
-def test_every_baseline_scenario_but_the_exclusions_passes_through_the_recording_proxy(report: Any) -> None:
-    assert report.passing("proxy") == LIVE_PASSING - set(EXCLUDED)
-
-
-def test_every_baseline_scenario_but_the_exclusions_passes_against_the_replay(report: Any) -> None:
-    assert report.passing("replay") == LIVE_PASSING - set(EXCLUDED)
+def test_every_baseline_scenario_passes_against_the_replay(report: Any) -> None:
+    assert report.passing("replay") == LIVE_PASSING
 
 
 def test_logging_and_progress_notifications_survive_recording_and_replay(report: Any) -> None:
@@ -67,13 +60,15 @@ def test_logging_and_progress_notifications_survive_recording_and_replay(report:
         assert {"tools-call-with-logging", "tools-call-with-progress"} <= report.passing(phase), phase
 
 
-@pytest.mark.parametrize("scenario", sorted(EXCLUDED))
-def test_each_excluded_scenario_fails_through_the_proxy_and_the_replay(
-    report: Any, conformance: Any, scenario: str
-) -> None:
-    # An exclusion that starts passing is an improvement: drop it from the expected file.
-    assert conformance.outcome(report.proxy[scenario]).verdict == "fail"
-    assert conformance.outcome(report.replay[scenario]).verdict == "fail"
+def test_server_to_client_requests_are_forwarded_and_asked_again(report: Any) -> None:
+    asking = {
+        "tools-call-sampling",
+        "tools-call-elicitation",
+        "elicitation-sep1034-defaults",
+        "elicitation-sep1330-enums",
+    }
+    for phase in ("proxy", "replay"):
+        assert asking <= report.passing(phase), phase
 
 
 def test_the_replay_gives_the_suite_the_same_checks_as_the_proxy(report: Any, conformance: Any) -> None:

@@ -1,0 +1,108 @@
+"""A real server asks the client mid-call (elicitation): recorded through the proxy, asked again on replay.
+
+The fixture server's ``greet`` tool sends ``elicitation/create`` and answers with the name the
+client gives. The recorder must forward the question to its client and record the exchange; the
+replay must ask its client again and serve the recorded answer only if the client answers the same.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import mcp_types as types
+import pytest
+from mcp import Client
+from recording_helpers import ECHO_SERVER, PYTHON, proxy_stdio
+from replay_helpers import match_of, serve_app, text_result
+
+from replay_sim.admin import create_app
+from replay_sim.conversation import suited
+from replay_sim.replay import Replay
+from replay_sim.resolver import Resolver
+from replay_sim.store import Store
+
+
+class User:
+    """An MCP client's elicitation handler: answers with a name (or declines) and counts the questions."""
+
+    def __init__(self, name: str | None) -> None:
+        self.name = name
+        self.asked: list[str] = []
+
+    async def __call__(self, context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        self.asked.append(params.message)
+        if self.name is None:
+            return types.ElicitResult(action="decline")
+        return types.ElicitResult(action="accept", content={"name": self.name})
+
+
+async def greet(target: Any, user: User | None) -> tuple[str, bool, Any]:
+    """Call ``greet`` with a client that can (``user``) or cannot (None) be asked."""
+    async with Client(target, mode="legacy", cache=None, elicitation_callback=user) as client:
+        result = await client.call_tool("greet", {})
+    assert isinstance(result.content[0], types.TextContent)
+    return result.content[0].text, bool(result.is_error), result
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_the_question_is_forwarded_recorded_and_asked_again_on_replay(tmp_path: Path) -> None:
+    db = tmp_path / "r.db"
+    ada = User("Ada")
+    assert (await greet(proxy_stdio(db, "echo", [PYTHON, ECHO_SERVER]), ada))[:2] == ("Hello, Ada!", False)
+    assert ada.asked == ["What is your name?"]
+    # A client that declares no elicitation is not asked, and the server answers it as it would.
+    assert (await greet(proxy_stdio(db, "echo", [PYTHON, ECHO_SERVER]), None))[:2] == (
+        "I cannot ask this client anything",
+        True,
+    )
+
+    store = Store(db)
+    asked = next(r for r in store.recordings(name="greet") if not r.result.get("isError"))
+    (exchange,) = asked.notifications
+    assert exchange["method"] == "elicitation/create"
+    assert exchange["params"]["message"] == "What is your name?"
+    assert exchange["result"] == {"action": "accept", "content": {"name": "Ada"}}
+
+    replay = Replay(store, resolver=Resolver(store, index_dir=None, semantic=False))
+    with serve_app(create_app(replay)) as url:
+        endpoint = f"{url}/mcp/echo"
+        again = User("Ada")
+        text, failed, result = await greet(endpoint, again)
+        assert (text, failed, again.asked) == ("Hello, Ada!", False, ["What is your name?"])
+        assert match_of(result)["status"] == "exact"
+        # Another answer would have made the real server say something else: a diagnosed miss.
+        text, failed, result = await greet(endpoint, User("Bob"))
+        assert failed and match_of(result)["status"] == "miss"
+        assert "answered elicitation/create otherwise" in text and '"Bob"' in text
+        text, failed, _ = await greet(endpoint, User(None))
+        assert failed and '"decline"' in text
+        # The client that cannot be asked gets what the real server told such a client.
+        assert (await greet(endpoint, None))[:2] == ("I cannot ask this client anything", True)
+    store.close()
+
+
+_ASKED = {
+    "method": "elicitation/create",
+    "params": {"message": "What is your name?"},
+    "result": {"action": "accept", "content": {"name": "Ada"}},
+}
+
+
+@pytest.mark.parametrize("asking_first", [True, False])
+def test_the_recording_made_for_a_client_like_this_one_is_chosen(tmp_path: Path, asking_first: bool) -> None:
+    store = Store(tmp_path / "r.db")
+    params = {"name": "greet", "arguments": {}}
+    ask = {"result": text_result("Hello, Ada!"), "notifications": [_ASKED]}
+    cannot = {"result": text_result("I cannot ask this client anything")}
+    for kind in [ask, cannot] if asking_first else [cannot, ask]:
+        store.record_call("echo", "tools/call", params, **kind)
+    same = store.recordings(name="greet")
+    by_answer = {r.result["content"][0]["text"]: r for r in same}
+    assert suited(same, frozenset({"elicitation"})) is by_answer["Hello, Ada!"]
+    assert suited(same, frozenset({"sampling"})) is by_answer["I cannot ask this client anything"]
+    assert suited(same, frozenset()) is by_answer["I cannot ask this client anything"]
+    # Only the asking recording: a client that cannot be asked has no recording made for it.
+    assert suited([by_answer["Hello, Ada!"]], frozenset()) is None
+    store.close()
