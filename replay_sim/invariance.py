@@ -81,20 +81,37 @@ class Observation(NamedTuple):
 
 def judge(calls: Sequence[Observation], name: str, transform: Transform) -> Verdict:
     """What the recorded calls of one tool say about ignoring ``transform`` on argument ``name``."""
-    # (state, the other arguments) -> transformed value -> raw value -> answers
+    return _judge(_rows(calls, name), transform)
+
+
+_Row = tuple[tuple[Hashable, str], Any, str, bool]  # (state, the other arguments), value, answer, failed
+
+
+def _rows(calls: Sequence[Observation], name: str) -> list[_Row]:
+    """The calls that pass argument ``name``, grouped by everything else they have in common."""
+    return [
+        ((c.state, canonical_json(_without(c.arguments, name))), c.arguments[name], c.answer, c.failed)
+        for c in calls
+        if name in c.arguments
+    ]
+
+
+def _without(arguments: dict[str, Any], name: str) -> dict[str, Any]:
+    return {k: v for k, v in arguments.items() if k != name}
+
+
+def _judge(rows: list[_Row], transform: Transform) -> Verdict:
+    if not any(transform.apply(value) != value for _, value, _, _ in rows):
+        return Verdict.UNKNOWN  # no two values can differ only by it
+    # group -> transformed value -> raw value -> answers
     groups: dict[tuple[Hashable, str], dict[str, dict[str, set[str]]]] = defaultdict(
         lambda: defaultdict(lambda: defaultdict(set))
     )
     failures = set()
-    for call in calls:
-        if name not in call.arguments:
-            continue
-        value = call.arguments[name]
-        others = canonical_json({k: v for k, v in call.arguments.items() if k != name})
-        same = groups[(call.state, others)][canonical_json(transform.apply(value))]
-        same[canonical_json(value)].add(call.answer)
-        if call.failed:
-            failures.add(call.answer)
+    for group, value, answer, failed in rows:
+        groups[group][canonical_json(transform.apply(value))][canonical_json(value)].add(answer)
+        if failed:
+            failures.add(answer)
     support: set[str] = set()
     for classes in groups.values():
         for values in classes.values():
@@ -121,9 +138,10 @@ def learn(calls: Sequence[Observation], assumed_space: Iterable[str] = ()) -> In
     assumed = set(assumed_space)
     found: Invariances = {}
     for name in names:
+        rows = _rows(calls, name)
         applies = []
         for transform in Transform:
-            verdict = judge(calls, name, transform)
+            verdict = _judge(rows, transform)
             if verdict is Verdict.SHOWN or (
                 verdict is Verdict.UNKNOWN and transform is Transform.SPACE and name in assumed
             ):
