@@ -9,6 +9,10 @@ so the first different answer ends the re-enactment and says how it differed.
 A server asks a client only what the client declared it can answer, so one call may have been
 recorded both with a question (for a client that could be asked) and without (for one that could
 not); :func:`suited` picks the recording made for a client like the one replaying.
+
+A 2026-07-28 ("modern") request has no stream to ask on: the questions go out in an
+``input_required`` result (:func:`input_required`), and the client's retry of the call carries its
+answers in ``inputResponses`` (:func:`differs`).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from replay_sim.protocol import ask_client, is_client_request
 from replay_sim.store import Recording
 from replay_sim.upstream import FORWARDED_CAPABILITIES
 
-__all__ = ["declared", "reenact", "suited"]
+__all__ = ["declared", "differs", "input_required", "questions", "reenact", "suited"]
 
 _CAPABILITY = {
     "sampling/createMessage": "sampling",
@@ -66,8 +70,52 @@ def suited(recordings: Sequence[Recording], client: frozenset[str]) -> Recording
     return next((r for r in recordings if asked(r) == wanted), None)
 
 
-async def reenact(ctx: ServerRequestContext[Any, Any], messages: list[dict[str, Any]]) -> str | None:
+def questions(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The server→client requests among a recorded call's messages, in order."""
+    return [m for m in messages if is_client_request(m)]
+
+
+def input_required(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """A 2026-era ``input_required`` result asking a recorded call's questions, keyed by their order."""
+    requests = {
+        str(n): {"method": q["method"], **({"params": q["params"]} if q.get("params") else {})}
+        for n, q in enumerate(questions(messages))
+    }
+    return {"resultType": "input_required", "inputRequests": requests}
+
+
+def differs(messages: list[dict[str, Any]], responses: Any) -> str | None:
+    """How a 2026-era retry's ``inputResponses`` differ from the recorded answers (None: they do not)."""
+    given = responses if isinstance(responses, dict) else {}
+    for n, question in enumerate(questions(messages)):
+        answer = given.get(str(n))
+        now = answer_text(answer, None) if isinstance(answer, dict) else "no answer"
+        if (otherwise := _otherwise(question, now)) is not None:
+            return otherwise
+    return None
+
+
+def _otherwise(question: dict[str, Any], now: str) -> str | None:
+    """Why the client's answer ``now`` (canonical) is not the recorded one, or None when it is."""
+    recorded = answer_text(question.get("result"), question.get("error"))
+    if now == recorded:
+        return None
+    return (
+        f"the client answered {question.get('method')} otherwise than when the call was recorded "
+        f"(recorded {recorded[:_SHOWN_CHARS]}, now {now[:_SHOWN_CHARS]})"
+    )
+
+
+async def reenact(
+    ctx: ServerRequestContext[Any, Any], messages: list[dict[str, Any]], *, ask: bool = True
+) -> str | None:
     """Send a recorded call's messages on this request's stream, in order.
+
+    Args:
+        ctx: The client's request.
+        messages: The recorded messages.
+        ask: Ask the recorded questions (False when a 2026-era retry's ``inputResponses`` answered
+            them already).
 
     Returns:
         None when the client answered every recorded question as recorded; else why not.
@@ -77,20 +125,15 @@ async def reenact(ctx: ServerRequestContext[Any, Any], messages: list[dict[str, 
     for message in messages:
         method, params = str(message.get("method")), message.get("params") or {}
         if is_client_request(message):
-            recorded = answer_text(message.get("result"), message.get("error"))
+            if not ask:
+                continue
             try:
-                result, error = await ask_client(ctx, method, params), None
+                now = answer_text(await ask_client(ctx, method, params), None)
             except MCPError as exc:
-                result, error = (
-                    None,
-                    {"code": exc.error.code, "message": exc.error.message, "data": exc.error.data},
-                )
-            given = answer_text(result, error)
-            if given != recorded:
-                return (
-                    f"the client answered {method} otherwise than when the call was recorded "
-                    f"(recorded {recorded[:_SHOWN_CHARS]}, now {given[:_SHOWN_CHARS]})"
-                )
+                error = {"code": exc.error.code, "message": exc.error.message, "data": exc.error.data}
+                now = answer_text(None, error)
+            if (otherwise := _otherwise(message, now)) is not None:
+                return otherwise
         elif method == "notifications/progress":
             # report_progress addresses the current request's progress token (a no-op without one).
             await ctx.session.report_progress(

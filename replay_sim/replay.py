@@ -26,7 +26,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from replay_sim.canonical import call_identity, call_key
-from replay_sim.conversation import declared, reenact, suited
+from replay_sim.conversation import declared, differs, input_required, questions, reenact, suited
 from replay_sim.episode import DIVERGED
 from replay_sim.errors import ConfigError, ReplaySimError
 from replay_sim.histories import Histories
@@ -87,6 +87,8 @@ class Answer:
     outcome: Outcome
     refused: bool = False
     """The real server would refuse the call (unknown tool, invalid arguments); answered its way."""
+    pending: bool = False
+    """The answer asks the (2026-era) client for input first; the call is not answered yet."""
 
     @property
     def status(self) -> str:
@@ -292,6 +294,9 @@ class Replay:
         answer = await self.resolve(server, method, params, trail if trail is not None else ())
         if answer.resolution.recording is not None:
             answer = await self._converse(ctx, server, method, params, answer, trail or ())
+        if answer.pending:  # the client retries the call with its answers: that is the call
+            assert isinstance(answer.outcome, dict)
+            return answer.outcome
         if trail is not None and not answer.refused:  # a refusal changed nothing on the real server
             self.resolver.advance(trail, answer.resolution)
         self.metrics.observe(server, method, answer.name, answer.status, time.perf_counter() - started)
@@ -380,7 +385,15 @@ class Replay:
         if chosen is not hit.recording:
             hit = dataclasses.replace(hit, recording=chosen, step=chosen.key)
             answer = Answer(answer.name, hit, self.render(server, method, answer.name, hit))
-        otherwise = await reenact(ctx, chosen.notifications)
+        # A 2026-era request has no stream to ask on: ask in an input_required result, then check
+        # the answers the client's retry of the call brings.
+        modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and bool(questions(chosen.notifications))
+        responses = (ctx.params or {}).get("inputResponses")
+        if modern and responses is None:
+            asking = {**input_required(chosen.notifications), "_meta": {MATCH_META_KEY: self.provenance(hit)}}
+            return Answer(answer.name, hit, asking, pending=True)
+        otherwise = differs(chosen.notifications, responses) if modern else None
+        otherwise = otherwise or await reenact(ctx, chosen.notifications, ask=not modern)
         if otherwise is not None:
             return self._answered_otherwise(server, method, params, answer, otherwise)
         return answer

@@ -13,6 +13,7 @@ from typing import Any
 import mcp_types as types
 import pytest
 from mcp import Client
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from recording_helpers import ECHO_SERVER, PYTHON, proxy_stdio
 from replay_helpers import match_of, serve_app, text_result
 
@@ -37,9 +38,10 @@ class User:
         return types.ElicitResult(action="accept", content={"name": self.name})
 
 
-async def greet(target: Any, user: User | None) -> tuple[str, bool, Any]:
+async def greet(target: Any, user: User | None, mode: Any = "legacy") -> tuple[str, bool, Any]:
     """Call ``greet`` with a client that can (``user``) or cannot (None) be asked."""
-    async with Client(target, mode="legacy", cache=None, elicitation_callback=user) as client:
+    async with Client(target, mode=mode, cache=None, elicitation_callback=user) as client:
+        assert (client.protocol_version in MODERN_PROTOCOL_VERSIONS) == (mode == "auto")
         result = await client.call_tool("greet", {})
     assert isinstance(result.content[0], types.TextContent)
     return result.content[0].text, bool(result.is_error), result
@@ -80,6 +82,13 @@ async def test_the_question_is_forwarded_recorded_and_asked_again_on_replay(tmp_
         assert failed and '"decline"' in text
         # The client that cannot be asked gets what the real server told such a client.
         assert (await greet(endpoint, None))[:2] == ("I cannot ask this client anything", True)
+        # A 2026-07-28 client is asked in an input_required result and retries with its answer.
+        modern = User("Ada")
+        text, failed, result = await greet(endpoint, modern, mode="auto")
+        assert (text, failed, modern.asked) == ("Hello, Ada!", False, ["What is your name?"])
+        assert match_of(result)["status"] == "exact"
+        text, failed, result = await greet(endpoint, User("Bob"), mode="auto")
+        assert failed and "answered elicitation/create otherwise" in text and '"Bob"' in text
     store.close()
 
 
