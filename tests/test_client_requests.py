@@ -99,6 +99,23 @@ _ASKED = {
 }
 
 
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_a_2026_era_client_is_asked_through_input_required_while_recording(tmp_path: Path) -> None:
+    db = tmp_path / "r.db"
+    ada = User("Ada")
+    text, failed, _ = await greet(proxy_stdio(db, "echo", [PYTHON, ECHO_SERVER]), ada, mode="auto")
+    assert (text, failed, ada.asked) == ("Hello, Ada!", False, ["What is your name?"])
+    store = Store(db)
+    (recorded,) = store.recordings(name="greet")
+    assert recorded.params == {"name": "greet", "arguments": {}}  # the retry's fields are not the call's
+    assert [m["result"] for m in recorded.notifications] == [{"action": "accept", "content": {"name": "Ada"}}]
+    replay = Replay(store, resolver=Resolver(store, index_dir=None, semantic=False))
+    with serve_app(create_app(replay)) as url:
+        assert (await greet(f"{url}/mcp/echo", User("Ada")))[:2] == ("Hello, Ada!", False)
+    store.close()
+
+
 @pytest.mark.parametrize("asking_first", [True, False])
 def test_the_recording_made_for_a_client_like_this_one_is_chosen(tmp_path: Path, asking_first: bool) -> None:
     store = Store(tmp_path / "r.db")

@@ -1,0 +1,375 @@
+"""One recorded client session: forwarding its requests upstream, recording what comes back.
+
+A :class:`Session` pairs one downstream MCP session (or a 2026-era episode) with its own upstream
+connection and store session. It forwards requests raw and records each answered call with the
+notifications that belong to it; forwards the server's questions to the client (sampling,
+elicitation, roots) and records the exchanges — mid-call for a handshake-era client, through an
+``input_required`` round (:class:`Round`) for a 2026-era one; and, when exploring, asks the
+variants of a read-only call (:mod:`replay_sim.explore`). :mod:`replay_sim.recorder` owns the
+sessions.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.lowlevel
+import mcp_types as types
+from mcp.server.connection import allowed_log_levels
+from mcp.server.context import ServerRequestContext
+from mcp.shared.exceptions import MCPError
+from mcp_types import LOG_LEVEL_META_KEY
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from replay_sim.canonical import answer_text
+from replay_sim.errors import UpstreamError
+from replay_sim.protocol import EPISODE_META_KEY, ask_client
+from replay_sim.store import LISTING_METHODS, Origin
+from replay_sim.upstream import FORWARDED_CAPABILITIES, Upstream
+
+if TYPE_CHECKING:
+    from replay_sim.recorder import ServerProxy
+
+__all__ = ["LIST_FIELDS", "RECORDED_METHODS", "Session", "declared"]
+
+RECORDED_METHODS = frozenset({"tools/call", "resources/read", "prompts/get", "completion/complete"})
+"""Requests recorded as calls; listings go to :meth:`Store.put_listing`, the rest is only forwarded."""
+LIST_FIELDS = {
+    "tools/list": "tools",
+    "resources/list": "resources",
+    "resources/templates/list": "resourceTemplates",
+    "prompts/list": "prompts",
+}
+"""The item field of each listing method's result."""
+_RESERVED_META_PREFIX = "io.modelcontextprotocol/"
+_INPUT_KEY = "0"  # the key of the one question an input_required result carries
+_ROUND_TIMEOUT_S = 600.0  # how long a 2026-era client has to retry with its answer
+
+
+@dataclass
+class Call:
+    """A forwarded request waiting for its answer; collects the notifications that belong to it.
+
+    ``ctx`` is the client's request, or None for a call the recorder makes itself (exploring):
+    its notifications are recorded, never forwarded.
+    """
+
+    ctx: ServerRequestContext[Any, Any] | None
+    notifications: list[dict[str, Any]] = field(default_factory=list)
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    latency_ms: float = 0.0
+    round: Round | None = None  # a 2026-era client's call: its questions go out as input_required
+
+
+class Round:
+    """A 2026-era client's call whose server asks it something: one ``input_required`` per question.
+
+    Such a client cannot be asked mid-call. The upstream call goes on in the background; each
+    question it asks ends the client's request with an ``input_required`` result, and the client's
+    retry of the call (same ``requestState``) brings the answer the upstream is waiting for.
+    """
+
+    def __init__(self) -> None:
+        self.asked = False
+        self.events, self._events = anyio.create_memory_object_stream[tuple[str, Any]](1)
+        self.answers, self._answers = anyio.create_memory_object_stream[Any](1)
+
+    async def ask(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """Called for the upstream: put the question to the client, wait for its retry's answer."""
+        self.asked = True  # the client's request has ended: later notifications cannot reach it
+        await self.events.send(("question", {"method": method, **({"params": params} if params else {})}))
+        try:
+            with anyio.fail_after(_ROUND_TIMEOUT_S):
+                responses = await self._answers.receive()
+        except TimeoutError:
+            message = f"the client did not retry with its answer to {method} within {_ROUND_TIMEOUT_S:g} s"
+            raise MCPError(code=types.INTERNAL_ERROR, message=message) from None
+        answer = responses.get(_INPUT_KEY) if isinstance(responses, dict) else None
+        if not isinstance(answer, dict):
+            raise MCPError(code=types.INVALID_PARAMS, message=f"the client's retry did not answer {method}")
+        return answer
+
+    async def next(self) -> tuple[str, Any]:
+        """The next thing for the client: ``("question", request)`` or ``("done", call)``."""
+        return await self._events.receive()
+
+
+class Session:
+    """One downstream MCP session: its upstream connection and its store session."""
+
+    def __init__(self, proxy: ServerProxy, upstream: Upstream, store_session: str, outbound: Any) -> None:
+        self.proxy = proxy
+        self.upstream = upstream
+        self.store_session = store_session
+        self.outbound = outbound  # the connection's standalone channel, if it has one
+        self.inflight: dict[str, Call] = {}
+        self.rounds: dict[str, Round] = {}  # requestState -> a 2026-era call waiting for its retry
+        self._round_ids = itertools.count(1)
+        self.pages: dict[str, dict[str, Any]] = {}
+        upstream.on_notification = self.on_notification
+        upstream.on_request = self.on_request
+
+    async def close(self) -> None:
+        await self.upstream.close()
+
+    async def forward(self, ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
+        """Send one downstream request upstream, record it, and return the result to hand back."""
+        method = ctx.method
+        params = {k: v for k, v in (ctx.params or {}).items() if k != "_meta"}
+        meta = dict((ctx.params or {}).get("_meta") or {})
+        # Rebuild _meta: the 2026 envelope and our episode key are not the upstream's business.
+        meta = {
+            k: v
+            for k, v in meta.items()
+            if not k.startswith(_RESERVED_META_PREFIX) and k not in (EPISODE_META_KEY, "progressToken")
+        }
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and method in RECORDED_METHODS:
+            outcome = await self._modern_call(ctx, method, params, meta)
+            if isinstance(outcome, dict):
+                return self.proxy.modern_result(method, outcome)
+            call = outcome
+        else:
+            call = await self._exchange(method, params, meta, ctx)
+            if method in RECORDED_METHODS:
+                await self._recorded(method, params, call)
+        result, error = call.result, call.error
+        if method in LISTING_METHODS and result is not None:
+            await self._record_listing(method, params, result)
+        if error is not None:
+            raise MCPError(code=error["code"], message=error["message"], data=error["data"])
+        assert result is not None
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            return self.proxy.modern_result(method, result)
+        return result
+
+    async def _recorded(self, method: str, params: dict[str, Any], call: Call) -> None:
+        """Record a client's answered call, then explore its variants (when exploring)."""
+        await self._record(method, params, call, Origin.LIVE)
+        if method == "tools/call" and call.result is not None and not call.result.get("isError"):
+            await self._explore(params, call.result)
+
+    async def _modern_call(
+        self, ctx: ServerRequestContext[Any, Any], method: str, params: dict[str, Any], meta: dict[str, Any]
+    ) -> Call | dict[str, Any]:
+        """A 2026-era client's call, or its retry: the answered call, or an ``input_required`` result.
+
+        The upstream call runs in the background, so that a question from the server can end the
+        client's request with ``input_required``; the retry (same ``requestState``) brings the
+        answer and waits for what comes next.
+        """
+        state = params.get("requestState")
+        round_ = self.rounds.pop(state, None) if isinstance(state, str) else None
+        if round_ is not None:
+            await round_.answers.send(params.get("inputResponses"))
+        else:
+            round_ = Round()
+            call_params = {k: v for k, v in params.items() if k not in ("inputResponses", "requestState")}
+            self.proxy.recorder.spawn(self._run_round, round_, method, call_params, meta, ctx)
+        kind, value = await round_.next()
+        if kind == "failed":
+            raise value
+        if kind == "done":
+            return value  # type: ignore[no-any-return]
+        token = f"round-{next(self._round_ids)}"
+        self.rounds[token] = round_
+        return {"resultType": "input_required", "inputRequests": {_INPUT_KEY: value}, "requestState": token}
+
+    async def _run_round(
+        self,
+        round_: Round,
+        method: str,
+        params: dict[str, Any],
+        meta: dict[str, Any],
+        ctx: ServerRequestContext[Any, Any],
+    ) -> None:
+        """The upstream side of a 2026-era call: exchange, record, hand the outcome to the client."""
+        call = await self._exchange(method, params, meta, ctx, round_)
+        try:
+            await self._recorded(method, params, call)
+        except MCPError as exc:  # not recorded, so not answered
+            await round_.events.send(("failed", exc))
+            return
+        await round_.events.send(("done", call))
+
+    async def _exchange(
+        self,
+        method: str,
+        params: dict[str, Any],
+        meta: dict[str, Any],
+        ctx: ServerRequestContext[Any, Any] | None,
+        round_: Round | None = None,
+    ) -> Call:
+        """Send one request upstream and wait for its answer (and the notifications before it)."""
+        request_id = self.upstream.next_request_id()
+        if method in RECORDED_METHODS:
+            meta = {**meta, "progressToken": request_id}  # always ask, so the recording holds the progress
+        call = Call(ctx, round=round_)
+        self.inflight[request_id] = call
+        started = time.perf_counter()
+        try:
+            call.result = await self.upstream.request(
+                method, {**params, "_meta": meta} if meta else params, request_id=request_id
+            )
+        except MCPError as exc:
+            call.error = {"code": exc.error.code, "message": exc.error.message, "data": exc.error.data}
+        finally:
+            call.latency_ms = (time.perf_counter() - started) * 1000
+            # Notifications are handled in tasks spawned before the response was read; let them land.
+            await anyio.lowlevel.checkpoint()
+            del self.inflight[request_id]
+        return call
+
+    async def _record(self, method: str, params: dict[str, Any], call: Call, origin: Origin) -> None:
+        """Commit one answered call (redacted) to this session."""
+        redact = self.proxy.redactor.redact
+        await self.proxy.recorder.write(
+            partial(
+                self.proxy.recorder.store.record_call,
+                self.proxy.name,
+                method,
+                redact(params),
+                result=redact(call.result),
+                error=redact(call.error),
+                session=self.store_session,
+                latency_ms=round(call.latency_ms, 3),
+                origin=origin,
+                notifications=redact(call.notifications),
+            ),
+            f"{method} {params.get('name') or params.get('uri') or ''}".strip(),
+        )
+
+    async def _explore(self, params: dict[str, Any], result: dict[str, Any]) -> None:
+        """Ask the variants of a successful read-only call the explorer still wants answered.
+
+        Runs before the client gets its answer, and only when no other call of this session is
+        in flight, so every variant sees the state the original call saw. A failure here costs
+        the exploration, never the client's answer.
+        """
+        explorer, name = self.proxy.explorer, params.get("name")
+        arguments = params.get("arguments")
+        if (
+            explorer is None
+            or name not in self.proxy.read_only
+            or self.inflight
+            or not isinstance(arguments, dict)
+        ):
+            return
+        original = answer_text(result, None)
+        try:
+            for variant in explorer.variants(name, arguments):
+                varied = {**params, "arguments": variant.arguments}
+                call = await self._exchange("tools/call", varied, {}, None)
+                await self._record("tools/call", varied, call, Origin.EXPLORE)
+                explorer.observe(variant, original, answer_text(call.result, call.error))
+        except (MCPError, UpstreamError):
+            return
+
+    async def _record_listing(self, method: str, params: dict[str, Any], result: dict[str, Any]) -> None:
+        """Record a listing; cursor pages are merged and recorded once the last page arrives."""
+        items = LIST_FIELDS[method]
+        if params.get("cursor") is None:
+            merged = {k: v for k, v in result.items() if k != "nextCursor"}
+        else:
+            previous = self.pages.get(method)
+            if previous is None:
+                return  # a page of a listing whose first page we did not see
+            merged = {**previous, items: [*previous.get(items, []), *result.get(items, [])]}
+        if result.get("nextCursor") is not None:
+            self.pages[method] = merged
+            return
+        self.pages.pop(method, None)
+        store = self.proxy.recorder.store
+        redacted = self.proxy.redactor.redact(merged, keys=False)
+        await self.proxy.recorder.write(partial(store.put_listing, self.proxy.name, method, redacted), method)
+
+    async def on_notification(self, method: str, params: dict[str, Any]) -> None:
+        """Record an upstream notification with its call and forward it downstream."""
+        if method == "notifications/progress":
+            call = self.inflight.get(str(params.get("progressToken")))
+            if call is None:
+                return
+            call.notifications.append({"method": method, "params": _without(params, "progressToken")})
+            if call.ctx is not None and _reachable(call):  # a no-op unless the client asked for progress
+                await call.ctx.session.report_progress(
+                    params.get("progress", 0), params.get("total"), params.get("message")
+                )
+            return
+        calls = list(self.inflight.values())
+        if method == "notifications/message":
+            # stdio carries no request id on log messages: they belong to whatever is in flight.
+            for call in calls:
+                call.notifications.append({"method": method, "params": params})
+            if calls:
+                clients = [c.ctx for c in calls if c.ctx is not None and _reachable(c)]
+                if clients:
+                    await self._log_to(clients[0], params)
+                return
+        if self.outbound is not None:
+            await self.outbound.notify(method, params)
+
+    async def on_request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """Forward a server→client request to the client whose call is in flight; record the exchange.
+
+        It is recorded among the call's notifications, in order, with the client's ``result`` (or
+        ``error``): replay asks the client again and serves the call only if it answers the same.
+        """
+        calls = [c for c in self.inflight.values() if c.ctx is not None]
+        if len(calls) != 1:
+            which = "no client call is" if not calls else f"{len(calls)} client calls are"
+            raise MCPError(
+                code=types.INVALID_REQUEST,
+                message=f"replay-sim cannot forward {method}: {which} in flight on this session",
+            )
+        call = calls[0]
+        assert call.ctx is not None
+        exchange: dict[str, Any] = {"method": method, "params": params}
+        call.notifications.append(exchange)
+        try:
+            if call.round is not None:
+                exchange["result"] = await call.round.ask(method, params)
+            else:
+                exchange["result"] = await ask_client(call.ctx, method, params)
+        except MCPError as exc:
+            exchange["error"] = {"code": exc.error.code, "message": exc.error.message, "data": exc.error.data}
+            raise
+        return exchange["result"]
+
+    async def _log_to(self, ctx: ServerRequestContext[Any, Any], params: dict[str, Any]) -> None:
+        level = params.get("level")
+        request_meta = (ctx.params or {}).get("_meta") or {}
+        if level not in allowed_log_levels(
+            ctx.protocol_version, {LOG_LEVEL_META_KEY: request_meta.get(LOG_LEVEL_META_KEY)}
+        ):
+            return  # a 2026 client that did not opt in to logs on this request gets none
+        notification = types.LoggingMessageNotification(
+            params=types.LoggingMessageNotificationParams.model_validate(params, by_name=False)
+        )
+        await ctx.session.send_notification(notification, related_request_id=ctx.request_id)
+
+
+def declared(ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
+    """What the client can be asked (sampling, elicitation, roots), to be declared upstream.
+
+    A server asks a client only what it declared, and answers differently otherwise.
+    """
+    capabilities = ctx.session.client_capabilities
+    if capabilities is None:
+        return {}
+    declared = capabilities.model_dump(by_alias=True, mode="json", exclude_none=True)
+    return {k: v for k, v in declared.items() if k in FORWARDED_CAPABILITIES}
+
+
+def _reachable(call: Call) -> bool:
+    """Whether notifications of a call can still go to the client's request (it has not ended)."""
+    return not (call.round is not None and call.round.asked)
+
+
+def _without(mapping: Mapping[str, Any], key: str) -> dict[str, Any]:
+    return {k: v for k, v in mapping.items() if k != key}
