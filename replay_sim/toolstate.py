@@ -80,14 +80,12 @@ class ToolState:
             if self.override.free_text is not None
             else reflected_fields(samples, self.free_text, config.reflect_fraction)
         )
+        base = {r.id: schema.normalise(r.arguments) for r in valid}
         # Which differences the server ignores: shown by the recordings of a read-only tool. By
         # default, surrounding whitespace of prose it neither echoes nor stores, unless refuted.
         self.invariances = (
             learn(
-                [
-                    Observation(state_of(r), schema.normalise(r.arguments), answer_of(r), is_failure(r))
-                    for r in valid
-                ],
+                [Observation(state_of(r), base[r.id], answer_of(r), is_failure(r)) for r in valid],
                 assumed_space=[] if self.echoed else self.free_text,
             )
             if schema.read_only
@@ -103,7 +101,7 @@ class ToolState:
         for rec in self.recordings:
             self.normalised[rec.id] = normalize(rec.arguments)
         for rec in valid:
-            args = self.normalised[rec.id] = self.normalise(rec.arguments)
+            args = self.normalised[rec.id] = apply(base[rec.id], self.invariances)
             ckey = self._ckey[rec.id] = call_key(server, "tools/call", schema.name, args)
             self.canonical.setdefault(ckey, []).append(rec)
             self._groups.setdefault(self._identity(args), []).append(rec.id)
