@@ -34,7 +34,7 @@ from replay_sim.metrics import Metrics, MissRecord
 from replay_sim.miss import Miss, MissPolicy, MissPolicyName, MissSettings, make_policy
 from replay_sim.protocol import MATCH_META_KEY, episode_id
 from replay_sim.redaction import RULES_META_KEY, Redactor
-from replay_sim.resolver import Candidate, Problem, Resolution, Resolver, Tier, Trail
+from replay_sim.resolver import Candidate, FieldDiff, Problem, Resolution, Resolver, Tier, Trail
 from replay_sim.stdio_transport import native_stdio
 from replay_sim.store import Origin, Store
 from replay_sim.surface import Outcome, Surface
@@ -51,10 +51,13 @@ def candidate_json(candidate: Candidate) -> dict[str, Any]:
     return {
         "recording": candidate.recording_id,
         "score": round(float(candidate.score), 6),
-        "differences": [
-            {"field": d.name, "recorded": d.recorded, "requested": d.requested} for d in candidate.differences
-        ],
+        "differences": differences_json(candidate.differences),
     }
+
+
+def differences_json(differences: list[FieldDiff]) -> list[dict[str, Any]]:
+    """Arguments that differ between a recording and a call, as JSON."""
+    return [{"field": d.name, "recorded": d.recorded, "requested": d.requested} for d in differences]
 
 
 def miss_message(server: str, method: str, name: str, resolution: Resolution) -> str:
@@ -447,6 +450,8 @@ class Replay:
         }
         if not resolution.hit or resolution.tier == Tier.NEAREST:
             match["candidates"] = [candidate_json(c) for c in resolution.candidates]
+        if resolution.differences:  # what a canonical or semantic hit's recording was asked otherwise
+            match["differences"] = differences_json(resolution.differences)
         return match
 
     def render(self, server: str, method: str, name: str, resolution: Resolution) -> Outcome:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from replay_sim.calibration import MatchConfig
-from replay_sim.canonical import call_identity, call_key
+from replay_sim.canonical import call_identity, call_key, normalize
 from replay_sim.embedding import MAX_TEXT_CHARS, CachedEmbedder, Embedder, default_embedder
 from replay_sim.episode import DIVERGED, Episodes, Trail
 from replay_sim.errors import ReplaySimError, StoreError
@@ -95,7 +95,8 @@ class Resolution:
     ``key`` is the requested call's exact key; ``step`` is what the call adds to the episode's
     history (:meth:`Resolver.advance`): the answering recording's key, or for a miss the requested
     key, marked as diverging when the call changed state. ``problem`` says why a miss is structural
-    (unknown tool, invalid arguments …), None otherwise.
+    (unknown tool, invalid arguments …), None otherwise. ``differences`` are the arguments in which
+    a canonical or semantic hit's recording differs from the call.
     """
 
     tier: Tier
@@ -106,6 +107,7 @@ class Resolution:
     key: str = ""
     problem: Problem | None = None
     step: str = ""
+    differences: list[FieldDiff] = field(default_factory=list)
 
     @property
     def hit(self) -> bool:
@@ -345,13 +347,20 @@ class Resolver:
             found = state.canonical.get(call_key(server, method, name, normalised), [])
             chosen = self.episodes.choose(found, trail)
             if chosen is not None:
-                tier = Tier.CANONICAL if chosen.key != key else Tier.EXACT
-                return Resolution(tier, 1.0, chosen, key=key, step=chosen.key)
+                if chosen.key == key:
+                    return Resolution(Tier.EXACT, 1.0, chosen, key=key, step=chosen.key)
+                differences = _differences(chosen, arguments)
+                return Resolution(
+                    Tier.CANONICAL, 1.0, chosen, key=key, step=chosen.key, differences=differences
+                )
             same_state_miss = same_state_miss or bool(found)
         if self.semantic and state.semantic_ready(normalised, MAX_TEXT_CHARS):
             hit = self._semantic(state, normalised, trail)
             if hit is not None:
-                return Resolution(Tier.SEMANTIC, hit[1], hit[0], key=key, step=hit[0].key)
+                differences = _differences(hit[0], arguments)
+                return Resolution(
+                    Tier.SEMANTIC, hit[1], hit[0], key=key, step=hit[0].key, differences=differences
+                )
         step = DIVERGED + key if schema.changes_state(arguments) else key
         candidates = self._near_misses(state, normalised)
         if same_state_miss:
@@ -431,3 +440,8 @@ class Resolver:
             for rid, score in scored
             if rid in state.normalised
         ]
+
+
+def _differences(recording: Recording, arguments: dict[str, Any]) -> list[FieldDiff]:
+    """The arguments in which a recording answering a call differs from it, as sent."""
+    return [FieldDiff(*d) for d in field_diffs(normalize(recording.arguments), normalize(arguments))]

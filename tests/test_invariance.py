@@ -10,7 +10,7 @@ import pytest
 from resolver_helpers import call
 
 from replay_sim.invariance import Observation, Transform, Verdict, apply, judge, learn
-from replay_sim.resolver import Resolver, Tier
+from replay_sim.resolver import FieldDiff, Resolver, Tier
 from replay_sim.store import Store
 
 
@@ -124,6 +124,7 @@ def test_the_resolver_answers_what_the_recordings_show_is_ignored(tmp_path: Path
 
     found = _resolve(resolver, "find", query="CHESS")
     assert (found.tier, found.recording.result["content"][0]["text"]) == (Tier.CANONICAL, "Alice likes chess")
+    assert found.differences == [FieldDiff("query", "chess", "CHESS")]
     assert _resolve(resolver, "find", query="Quantum").tier is Tier.CANONICAL
     found = _resolve(resolver, "open", names=["Bob", "Alice"])
     assert (found.tier, found.recording.result["content"][0]["text"]) == (Tier.CANONICAL, "Alice, Bob")

@@ -64,6 +64,15 @@ async def test_an_exact_call_gets_the_recorded_result_with_provenance(replay: An
     assert match_of(result) == {"status": "exact", "score": 1.0, "recording": 1, "snapshot": None}
 
 
+async def test_a_canonical_hit_says_how_the_call_differs_from_its_recording(replay: Any) -> None:
+    async with Client(replay.server("demo"), mode="legacy") as client:
+        result = await client.call_tool("echo", {"message": "hello", "times": 1})  # the schema default
+    assert match_of(result) == {
+        "status": "canonical", "score": 1.0, "recording": 1, "snapshot": None,
+        "differences": [{"field": "times", "recorded": None, "requested": 1}],
+    }  # fmt: skip
+
+
 async def test_a_state_changing_call_moves_the_session_to_the_next_recorded_answer(replay: Any) -> None:
     async with Client(replay.server("demo"), mode="legacy") as client:
         first = await client.call_tool("counter", {})
