@@ -81,6 +81,9 @@ async def run_script(url: str, store: Store, echo: Callable[[str], Any] = print)
             status, score, recording = match.get("status"), match.get("score"), match.get("recording")
             source = f", recording #{recording}" if recording is not None else ""
             echo(f"{tool} {shown} -> {status} (score {score}{source})")
+            for diff in match.get("differences", []):
+                field, recorded, requested = diff["field"], diff["recorded"], diff["requested"]
+                echo(f"   differs in {field}: recorded {recorded!r}, requested {requested!r}")
             if match.get("status") == "miss":
                 text = "".join(getattr(c, "text", "") for c in result.content)
                 echo("   " + text.replace("\n", "\n   "))

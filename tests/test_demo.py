@@ -23,5 +23,6 @@ def test_demo_once_shows_an_exact_hit_a_semantic_hit_and_a_diagnosed_miss(tmp_pa
     out = done.stdout
     assert 'search_nodes {"query": "Ada Lovelace"} -> exact' in out
     assert 'search_nodes {"query": "ada lovelace"} -> semantic' in out
+    assert "differs in query: recorded 'Ada Lovelace', requested 'ada lovelace'" in out
     assert 'search_nodes {"query": "quantum chromodynamics"} -> miss' in out
     assert "Nearest: recording #" in out and "requested 'quantum chromodynamics'" in out
