@@ -46,10 +46,10 @@ from replay_sim.schema import ToolSchema
 from replay_sim.store import Recording, Store
 from replay_sim.toolstate import answer_of
 
-__all__ = ["Outcome", "Probe", "Report", "compare", "evaluate", "load_probes", "render"]
+__all__ = ["Finding", "Outcome", "Probe", "Report", "compare", "evaluate", "explain", "load_probes", "render"]
 
-# (server, method, params, history) -> (served recording or None, key to append to history)
-ResolveFn = Callable[[str, str, dict[str, Any], list[str]], tuple[Recording | None, str]]
+# (server, method, params, history) -> (served recording or None, step to append to history, why)
+ResolveFn = Callable[[str, str, dict[str, Any], list[str]], tuple[Recording | None, str, str]]
 # (server, tool) -> the tool's schema, or None when unknown
 SchemaFn = Callable[[str, str], ToolSchema | None]
 
@@ -108,6 +108,18 @@ def _truth(step: dict[str, Any]) -> str:
     return answer_text(step["truth"].get("result"), step["truth"].get("error"))
 
 
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """A step a system got wrong (a wrong hit) or gave up on needlessly (a needless miss)."""
+
+    probe: str
+    step: int
+    category: str
+    outcome: Outcome
+    call: str
+    reason: str
+
+
 @dataclass
 class Report:
     """Outcome counts per probe category, with precision, truth recall and design recall."""
@@ -117,6 +129,7 @@ class Report:
     )
     # category -> [design-answerable steps, correct hits among them]
     design: dict[str, list[int]] = field(default_factory=lambda: defaultdict(lambda: [0, 0]))
+    findings: list[Finding] = field(default_factory=list)
 
     def add(self, category: str, outcome: Outcome, design_answerable: bool = False) -> None:
         """Count one scored step (and whether it was design-answerable)."""
@@ -183,7 +196,7 @@ def evaluate(
     report = Report()
     for probe in probes:
         history: list[str] = []
-        for step in probe.steps:
+        for number, step in enumerate(probe.steps, start=1):
             name, arguments = call_identity(step["method"], step["params"])
             truth = _truth(step)
             answerable = truth in answers[(probe.server, step["method"], name)]
@@ -191,22 +204,29 @@ def evaluate(
             design_answerable = ident is not None and truth in designed.get(
                 (probe.server, step["method"], name, ident), ()
             )
-            served, key = resolve(probe.server, step["method"], step["params"], history)
+            served, key, why = resolve(probe.server, step["method"], step["params"], history)
             history.append(key)
             if served is None:
                 outcome = Outcome.NEEDLESS_MISS if answerable else Outcome.CORRECT_MISS
             else:
                 outcome = Outcome.CORRECT_HIT if answer_of(served) == truth else Outcome.WRONG_HIT
             report.add(probe.category, outcome, design_answerable)
+            if outcome in (Outcome.WRONG_HIT, Outcome.NEEDLESS_MISS):
+                call = f"{name} {canonical_json(arguments)}"
+                if served is not None:
+                    why = (
+                        f"served recording #{served.id} ({why})" if why else f"served recording #{served.id}"
+                    )
+                report.findings.append(Finding(probe.id, number, probe.category, outcome, call, why))
     return report
 
 
 def _replay_sim(resolver: Resolver) -> ResolveFn:
     def resolve(
         server: str, method: str, params: dict[str, Any], history: list[str]
-    ) -> tuple[Recording | None, str]:
+    ) -> tuple[Recording | None, str, str]:
         found = resolver.resolve(server, method, params, history)
-        return found.recording, found.step
+        return found.recording, found.step, found.reason or found.tier.value
 
     return resolve
 
@@ -214,11 +234,11 @@ def _replay_sim(resolver: Resolver) -> ResolveFn:
 def _exact_only(store: Store) -> ResolveFn:
     def resolve(
         server: str, method: str, params: dict[str, Any], history: list[str]
-    ) -> tuple[Recording | None, str]:
+    ) -> tuple[Recording | None, str, str]:
         name, args = call_identity(method, params)
         key = call_key(server, method, name, args)
         found = store.recordings(key=key, limit=1)
-        return (found[0] if found else None), key
+        return (found[0] if found else None), key, "exact key" if found else "no recording with this key"
 
     return resolve
 
@@ -236,15 +256,16 @@ def _naive(store: Store, embedder: Embedder, threshold: float) -> ResolveFn:
 
     def resolve(
         server: str, method: str, params: dict[str, Any], history: list[str]
-    ) -> tuple[Recording | None, str]:
+    ) -> tuple[Recording | None, str, str]:
         name, args = call_identity(method, params)
         rows = by_server.get(server, [])
         if not rows:
-            return None, ""
+            return None, "", "no recording of this server"
         query = embedder.encode([_whole_call(server, method, name, args)])[0]
         scores = vectors[rows] @ query
         best = int(np.argmax(scores))
-        return (recordings[rows[best]] if scores[best] >= threshold else None), ""
+        served = recordings[rows[best]] if scores[best] >= threshold else None
+        return served, "", f"nearest cosine {float(scores[best]):.3f}"
 
     return resolve
 
@@ -299,3 +320,14 @@ def render(reports: dict[str, Report], by_category: str | None = "replay-sim") -
         for category in sorted(report.counts):
             rows.append(row(f"{by_category}: {category}", report, category))
     return "\n".join(rows)
+
+
+def explain(report: Report) -> str:
+    """A Markdown list of a report's wrong hits and needless misses, with the system's reasons."""
+    if not report.findings:
+        return "No wrong hit and no needless miss."
+    lines = []
+    for f in report.findings:
+        outcome = f.outcome.value.replace("_", " ")
+        lines.append(f"- {f.probe} step {f.step} ({f.category}) {outcome}: `{f.call[:160]}` — {f.reason}")
+    return "\n".join(lines)

@@ -375,6 +375,14 @@ class Resolver:
             return f"no recording of {what} has these identifiers and values"
         same = sorted(k for k in normalised if k not in state.free_text)
         recorded = f"recordings of {what}" + (f" with the same {', '.join(same)}" if same else "")
+        if not state.semantic:  # free text compared exactly: say why
+            if state.echoed:
+                why = f"the tool echoes {', '.join(sorted(state.echoed))} in its answers"
+            elif not state.schema.read_only:
+                why = "the tool changes state"
+            else:
+                why = "the matching config turns meaning-matching off for it"
+            return f"{recorded} differ in free text, which must match exactly: {why}"
         try:
             threshold = state.threshold(self.index())
         except ReplaySimError as exc:

@@ -15,7 +15,7 @@ from resolver_helpers import (
 
 from replay_sim.embedding import SentenceTransformerEmbedder
 from replay_sim.errors import InterchangeError
-from replay_sim.evaluate import Outcome, Report, compare, evaluate, load_probes, render
+from replay_sim.evaluate import Outcome, Report, compare, evaluate, explain, load_probes, render
 from replay_sim.interchange import import_jsonl
 from replay_sim.resolver import Resolver
 from replay_sim.store import Store
@@ -48,6 +48,7 @@ def test_each_outcome_is_scored_from_the_truth(tmp_path: Path, embedder: Sentenc
         lambda s, m, p, h: (
             Resolver(store, embedder=embedder, index_dir=None).resolve(s, m, p, h).recording,
             "",
+            "",
         ),
     )
     assert report.total("exact") == {
@@ -63,6 +64,13 @@ def test_each_outcome_is_scored_from_the_truth(tmp_path: Path, embedder: Sentenc
         Outcome.NEEDLESS_MISS: 1,
     }
     assert Report.rates(report.total()) == (0.5, 0.5)
+    # The wrong hit and the needless miss are listed with the resolver's reason.
+    assert [(f.probe, f.outcome) for f in report.findings] == [
+        ("p2", Outcome.WRONG_HIT),
+        ("p4", Outcome.NEEDLESS_MISS),
+    ]
+    listed = explain(report)
+    assert '- p4 step 1 (new) needless miss: `echo {"message":"hi world"}`' in listed
 
 
 def test_design_recall_counts_only_steps_a_same_identifier_recording_answers(
@@ -90,7 +98,7 @@ def test_design_recall_counts_only_steps_a_same_identifier_recording_answers(
     report = evaluate(
         store,
         load_probes(path),
-        lambda s, m, p, h: (resolver.resolve(s, m, p, h).recording, ""),
+        lambda s, m, p, h: (resolver.resolve(s, m, p, h).recording, "", ""),
         resolver.tool_schema,
     )
     assert report.total("c")[Outcome.CORRECT_HIT] == 1
@@ -106,7 +114,7 @@ def test_without_schemas_design_answerable_needs_equal_arguments(tmp_path: Path)
     lines = [_probe("p1", "c", "echo", {"message": "hi"}, "Echo: hello world")]
     path = tmp_path / "probes.jsonl"
     path.write_text(json.dumps(lines[0]) + "\n")
-    report = evaluate(store, load_probes(path), lambda s, m, p, h: (None, ""))
+    report = evaluate(store, load_probes(path), lambda s, m, p, h: (None, "", ""))
     assert report.total()[Outcome.NEEDLESS_MISS] == 1
     assert report.design_recall() == (0, 0, 1.0)
 

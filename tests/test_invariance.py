@@ -129,9 +129,11 @@ def test_the_resolver_answers_what_the_recordings_show_is_ignored(tmp_path: Path
     found = _resolve(resolver, "open", names=["Bob", "Alice"])
     assert (found.tier, found.recording.result["content"][0]["text"]) == (Tier.CANONICAL, "Alice, Bob")
     # Whitespace is refuted ("Bob " found nothing), so a padded query is not the same call.
-    assert _resolve(resolver, "find", query=" chess").tier is Tier.MISS
+    padded = _resolve(resolver, "find", query=" chess")
+    assert padded.tier is Tier.MISS and "must match exactly: the tool echoes query" in padded.reason
     # A write is never judged by its answer: "saved" twice says nothing about the state it left.
-    assert _resolve(resolver, "save", query="Chess").tier is Tier.MISS
+    write = _resolve(resolver, "save", query="Chess")
+    assert write.tier is Tier.MISS and "must match exactly: the tool changes state" in write.reason
     # The learned invariance still answers only from the episode's state.
     after = [_resolve(resolver, "save", query="chess").step]
     found = _resolve(resolver, "find", after, query="Chess")

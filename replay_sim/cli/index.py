@@ -11,6 +11,7 @@ from replay_sim.calibration import MatchConfig
 from replay_sim.cli import cli, db_option, match_config_option
 from replay_sim.embedding import CachedEmbedder, default_embedder
 from replay_sim.evaluate import compare, load_probes, render
+from replay_sim.evaluate import explain as explain_report
 from replay_sim.index import DEFAULT_INDEX_DIR, build_index
 from replay_sim.resolver import Resolver
 from replay_sim.store import Store
@@ -59,8 +60,11 @@ def build_command(db: Path, index_dir: Path, match_config: MatchConfig | None) -
 @index_dir_option
 @match_config_option
 @click.option("--baselines/--no-baselines", default=True, show_default=True, help="Also score the baselines.")
+@click.option(
+    "--explain", is_flag=True, help="Also list replay-sim's wrong hits and needless misses, and why."
+)
 def eval_command(
-    probes: Path, db: Path, index_dir: Path, match_config: MatchConfig | None, baselines: bool
+    probes: Path, db: Path, index_dir: Path, match_config: MatchConfig | None, baselines: bool, explain: bool
 ) -> None:
     """Score the resolver on PROBES.jsonl (live truth) against exact-only and naive baselines."""
     with Store(db) as store:
@@ -68,3 +72,5 @@ def eval_command(
         embedder = CachedEmbedder(default_embedder(), store) if baselines else None
         reports = compare(store, load_probes(probes), resolver, embedder)
     click.echo(render(reports))
+    if explain:
+        click.echo("\nreplay-sim's wrong hits and needless misses:\n" + explain_report(reports["replay-sim"]))
