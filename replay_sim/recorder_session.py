@@ -76,7 +76,8 @@ class Round:
     retry of the call (same ``requestState``) brings the answer the upstream is waiting for.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, params: dict[str, Any]) -> None:
+        self.params = params  # the call's params: its retries must repeat them
         self.asked = False
         self.events, self._events = anyio.create_memory_object_stream[tuple[str, Any]](1)
         self.answers, self._answers = anyio.create_memory_object_stream[Any](1)
@@ -164,13 +165,14 @@ class Session:
         client's request with ``input_required``; the retry (same ``requestState``) brings the
         answer and waits for what comes next.
         """
-        state = params.get("requestState")
-        round_ = self.rounds.pop(state, None) if isinstance(state, str) else None
-        if round_ is not None:
+        state = str(params.get("requestState"))
+        call_params = {k: v for k, v in params.items() if k not in ("inputResponses", "requestState")}
+        round_ = self.rounds.get(state)
+        if round_ is not None and round_.params == call_params:  # the retry of the call asking
+            del self.rounds[state]
             await round_.answers.send(params.get("inputResponses"))
-        else:
-            round_ = Round()
-            call_params = {k: v for k, v in params.items() if k not in ("inputResponses", "requestState")}
+        else:  # a new call (a requestState of another call, or an expired one, is not its answer)
+            round_ = Round(call_params)
             self.proxy.recorder.spawn(self._run_round, round_, method, call_params, meta, ctx)
         kind, value = await round_.next()
         if kind == "failed":
@@ -191,6 +193,8 @@ class Session:
     ) -> None:
         """The upstream side of a 2026-era call: exchange, record, hand the outcome to the client."""
         call = await self._exchange(method, params, meta, ctx, round_)
+        for token in [t for t, r in self.rounds.items() if r is round_]:  # a question nobody answered
+            del self.rounds[token]
         try:
             await self._recorded(method, params, call)
         except MCPError as exc:  # not recorded, so not answered

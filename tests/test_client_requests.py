@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import anyio
 import mcp_types as types
 import pytest
 from mcp import Client
@@ -19,9 +20,11 @@ from replay_helpers import match_of, serve_app, text_result
 
 from replay_sim.admin import create_app
 from replay_sim.conversation import suited
+from replay_sim.recorder import recording
 from replay_sim.replay import Replay
 from replay_sim.resolver import Resolver
 from replay_sim.store import Store
+from replay_sim.upstream import UpstreamSpec
 
 
 class User:
@@ -132,3 +135,28 @@ def test_the_recording_made_for_a_client_like_this_one_is_chosen(tmp_path: Path,
     # Only the asking recording: a client that cannot be asked has no recording made for it.
     assert suited([by_answer["Hello, Ada!"]], frozenset()) is None
     store.close()
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_only_the_retry_of_the_asking_call_answers_its_question(tmp_path: Path) -> None:
+    echo = UpstreamSpec(command=PYTHON, args=(str(ECHO_SERVER),))
+    ada = types.ElicitResult(action="accept", content={"name": "Ada"})
+    with anyio.fail_after(60):
+        async with (
+            recording(tmp_path / "r.db", {"echo": echo}) as recorder,
+            Client(recorder.server("echo"), cache=None, elicitation_callback=User("Ada")) as client,
+        ):
+            asking = await client.session.call_tool("greet", {}, allow_input_required=True)
+            assert isinstance(asking, types.InputRequiredResult) and asking.request_state
+            # Another call that carries the question's requestState is just another call.
+            other = await client.session.call_tool(
+                "echo", {"text": "hi"}, request_state=asking.request_state, input_responses={"0": ada}
+            )
+            assert isinstance(other, types.CallToolResult) and other.content[0].text == "hi"
+            done = await client.session.call_tool(
+                "greet", {}, request_state=asking.request_state, input_responses={"0": ada}
+            )
+    assert isinstance(done, types.CallToolResult) and done.content[0].text == "Hello, Ada!"
+    with Store(tmp_path / "r.db", readonly=True) as store:
+        assert [r.name for r in store.recordings("echo")] == ["echo", "greet"]
