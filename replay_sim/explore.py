@@ -16,6 +16,7 @@ times.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,10 +65,18 @@ class Explorer:
     _agreed: dict[tuple[str, str, Transform], set[str]] = field(default_factory=lambda: defaultdict(set))
     _settled: set[tuple[str, str, Transform]] = field(default_factory=set)
 
-    def variants(self, tool: str, arguments: dict[str, Any]) -> list[Variant]:
-        """The variant calls to make after a successful call of read-only ``tool``."""
+    def variants(self, tool: str, arguments: dict[str, Any], fixed: Collection[str] = ()) -> list[Variant]:
+        """The variant calls to make after a successful call of read-only ``tool``.
+
+        Args:
+            tool: The tool.
+            arguments: The call's arguments.
+            fixed: Arguments never to vary (secrets: a variant may escape redaction).
+        """
         found = []
         for name, value in arguments.items():
+            if name in fixed:
+                continue
             for transform in Transform:
                 key = (tool, name, transform)
                 if key in self._settled or self._asked[key] >= self.budget:

@@ -265,9 +265,12 @@ class Session:
             or not isinstance(arguments, dict)
         ):
             return
+        # A secret is never varied: its variant (" TOKEN ") may escape the redaction rules.
+        redacted = self.proxy.redactor.redact(arguments)
+        secret = {k for k, v in arguments.items() if redacted.get(k) != v}
         original = answer_text(result, None)
         try:
-            for variant in explorer.variants(name, arguments):
+            for variant in explorer.variants(name, arguments, fixed=secret):
                 varied = {**params, "arguments": variant.arguments}
                 call = await self._exchange("tools/call", varied, {}, None)
                 await self._record("tools/call", varied, call, Origin.EXPLORE)

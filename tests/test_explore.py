@@ -126,3 +126,18 @@ async def test_recording_with_explore_lets_replay_answer_what_the_real_server_ig
     # Whitespace is not ignored by this server (" Alice " finds nothing), so it is not assumed.
     assert resolver.resolve("memory", *_tool("search_nodes", query="Alice "), []).tier is Tier.MISS
     store.close()
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_a_secret_is_never_varied_so_no_variant_escapes_redaction(tmp_path: Path) -> None:
+    graph = tmp_path / "memory.jsonl"
+    graph.write_text("".join(json.dumps(e) + "\n" for e in _GRAPH))
+    db = tmp_path / "r.db"
+    memory = [str(NODE_BIN / "mcp-server-memory")]
+    options = ["--explore", "--redact-pattern", "Vio[a-z]+", "-e", f"MEMORY_FILE_PATH={graph}"]
+    await run_script(proxy_stdio(db, "memory", memory, *options), [_tool("search_nodes", query="Violin")])
+    store = Store(db)
+    assert [r.arguments for r in store.recordings()] == [{"query": "[REDACTED]"}]  # no variant asked
+    store.close()
+    assert all(b"VIOLIN" not in f.read_bytes() for f in tmp_path.glob("r.db*"))
