@@ -17,7 +17,7 @@ answers in ``inputResponses`` (:func:`differs`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import mcp_types as types
@@ -28,9 +28,8 @@ from mcp.shared.exceptions import MCPError
 from replay_sim.canonical import answer_text
 from replay_sim.protocol import ask_client, is_client_request
 from replay_sim.store import Recording
-from replay_sim.upstream import FORWARDED_CAPABILITIES
 
-__all__ = ["declared", "differs", "input_required", "questions", "reenact", "suited"]
+__all__ = ["differs", "input_required", "questions", "reenact", "suited"]
 
 _CAPABILITY = {
     "sampling/createMessage": "sampling",
@@ -39,14 +38,6 @@ _CAPABILITY = {
 }
 
 _SHOWN_CHARS = 160
-
-
-def declared(ctx: ServerRequestContext[Any, Any]) -> frozenset[str]:
-    """The client capabilities a server may ask about that this request's client declared."""
-    capabilities = ctx.session.client_capabilities
-    if capabilities is None:
-        return frozenset()
-    return frozenset(c for c in FORWARDED_CAPABILITIES if getattr(capabilities, c, None) is not None)
 
 
 def asked(recording: Recording) -> frozenset[str]:
@@ -58,7 +49,7 @@ def asked(recording: Recording) -> frozenset[str]:
     )
 
 
-def suited(recordings: Sequence[Recording], client: frozenset[str]) -> Recording | None:
+def suited(recordings: Sequence[Recording], client: Collection[str]) -> Recording | None:
     """The first of a call's recordings (from one state) made for a client declaring ``client``.
 
     A recording that asked for a capability was made for a client that declared it; and where
@@ -66,7 +57,7 @@ def suited(recordings: Sequence[Recording], client: frozenset[str]) -> Recording
     one that did not ask was made for a client that did not. None when no recording fits.
     """
     ever = frozenset().union(*(asked(r) for r in recordings))
-    wanted = client & ever
+    wanted = ever & frozenset(client)
     return next((r for r in recordings if asked(r) == wanted), None)
 
 

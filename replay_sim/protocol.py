@@ -20,8 +20,10 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 __all__ = [
     "EPISODE_HEADER",
     "EPISODE_META_KEY",
+    "FORWARDED_CAPABILITIES",
     "MATCH_META_KEY",
     "ask_client",
+    "declared",
     "episode_id",
     "is_client_request",
 ]
@@ -51,6 +53,22 @@ def episode_id(meta: Any, headers: Any) -> str | None:
         if value:
             return str(value)
     return None
+
+
+FORWARDED_CAPABILITIES = ("sampling", "elicitation", "roots")
+"""Client capabilities a server asks about with server→client requests, as the wire names them."""
+
+
+def declared(ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
+    """What this request's client declared it can be asked (sampling, elicitation, roots), as wire JSON.
+
+    A server asks a client only what it declared, and answers differently otherwise.
+    """
+    capabilities = ctx.session.client_capabilities
+    if capabilities is None:
+        return {}
+    wire = capabilities.model_dump(by_alias=True, mode="json", exclude_none=True)
+    return {k: v for k, v in wire.items() if k in FORWARDED_CAPABILITIES}
 
 
 class _AsSent(BaseModel):

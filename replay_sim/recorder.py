@@ -38,8 +38,8 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERS
 
 from replay_sim.errors import StoreError, UpstreamError
 from replay_sim.explore import Explorer
-from replay_sim.protocol import episode_id
-from replay_sim.recorder_session import LIST_FIELDS, RECORDED_METHODS, Session, declared
+from replay_sim.protocol import declared, episode_id
+from replay_sim.recorder_session import LIST_FIELDS, RECORDED_METHODS, Session
 from replay_sim.redaction import RULES_META_KEY, Redactor
 from replay_sim.schema import tool_schemas
 from replay_sim.stdio_transport import native_stdio

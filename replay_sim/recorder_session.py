@@ -31,12 +31,12 @@ from replay_sim.canonical import answer_text
 from replay_sim.errors import UpstreamError
 from replay_sim.protocol import EPISODE_META_KEY, ask_client
 from replay_sim.store import LISTING_METHODS, Origin
-from replay_sim.upstream import FORWARDED_CAPABILITIES, Upstream
+from replay_sim.upstream import Upstream
 
 if TYPE_CHECKING:
     from replay_sim.recorder import ServerProxy
 
-__all__ = ["LIST_FIELDS", "RECORDED_METHODS", "Session", "declared"]
+__all__ = ["LIST_FIELDS", "RECORDED_METHODS", "Session"]
 
 RECORDED_METHODS = frozenset({"tools/call", "resources/read", "prompts/get", "completion/complete"})
 """Requests recorded as calls; listings go to :meth:`Store.put_listing`, the rest is only forwarded."""
@@ -359,18 +359,6 @@ class Session:
             params=types.LoggingMessageNotificationParams.model_validate(params, by_name=False)
         )
         await ctx.session.send_notification(notification, related_request_id=ctx.request_id)
-
-
-def declared(ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
-    """What the client can be asked (sampling, elicitation, roots), to be declared upstream.
-
-    A server asks a client only what it declared, and answers differently otherwise.
-    """
-    capabilities = ctx.session.client_capabilities
-    if capabilities is None:
-        return {}
-    declared = capabilities.model_dump(by_alias=True, mode="json", exclude_none=True)
-    return {k: v for k, v in declared.items() if k in FORWARDED_CAPABILITIES}
 
 
 def _reachable(call: Call) -> bool:

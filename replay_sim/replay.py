@@ -26,13 +26,13 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from replay_sim.canonical import call_identity, call_key
-from replay_sim.conversation import declared, differs, input_required, questions, reenact, suited
+from replay_sim.conversation import differs, input_required, questions, reenact, suited
 from replay_sim.episode import DIVERGED
 from replay_sim.errors import ConfigError, ReplaySimError
 from replay_sim.histories import Histories
 from replay_sim.metrics import Metrics, MissRecord
 from replay_sim.miss import Miss, MissPolicy, MissPolicyName, MissSettings, make_policy
-from replay_sim.protocol import MATCH_META_KEY, episode_id
+from replay_sim.protocol import MATCH_META_KEY, declared, episode_id
 from replay_sim.redaction import RULES_META_KEY, Redactor
 from replay_sim.resolver import Candidate, FieldDiff, Problem, Resolution, Resolver, Tier, Trail
 from replay_sim.stdio_transport import native_stdio

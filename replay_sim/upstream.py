@@ -36,16 +36,14 @@ from mcp_types.version import LATEST_HANDSHAKE_VERSION
 from pydantic import TypeAdapter
 
 from replay_sim.errors import UpstreamError
+from replay_sim.protocol import FORWARDED_CAPABILITIES
 
-__all__ = ["FORWARDED_CAPABILITIES", "Upstream", "UpstreamSpec"]
+__all__ = ["Upstream", "UpstreamSpec"]
 
 NotificationHandler = Callable[[str, dict[str, Any]], Awaitable[None]]
 """Called with ``(method, params)`` for every notification the server sends."""
 RequestHandler = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 """Answers a server→client request ``(method, params)`` with its result, or raises MCPError."""
-
-FORWARDED_CAPABILITIES = ("sampling", "elicitation", "roots")
-"""Client capabilities an upstream may be given: those whose requests the server sends the client."""
 
 _SAMPLING_RESULT: TypeAdapter[Any] = TypeAdapter(
     types.CreateMessageResult | types.CreateMessageResultWithTools
