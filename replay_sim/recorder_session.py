@@ -98,7 +98,7 @@ class Round:
         return answer
 
     async def next(self) -> tuple[str, Any]:
-        """The next thing for the client: ``("question", request)``, ``("done", call)`` or ``("failed", error)``."""
+        """Next for the client: ``("question", request)``, ``("done", call)`` or ``("failed", error)``."""
         return await self._events.receive()
 
 
