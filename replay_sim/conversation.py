@@ -10,14 +10,15 @@ A server asks a client only what the client declared it can answer, so one call 
 recorded both with a question (for a client that could be asked) and without (for one that could
 not); :func:`suited` picks the recording made for a client like the one replaying.
 
-A 2026-07-28 ("modern") request has no stream to ask on: the questions go out in an
-``input_required`` result (:func:`input_required`), and the client's retry of the call carries its
-answers in ``inputResponses`` (:func:`differs`).
+A 2026-07-28 ("modern") request has no stream to ask on: each question goes out in an
+``input_required`` result, and the client's retry of the call brings its answer (:class:`Rounds`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+import hmac
+import secrets
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import mcp_types as types
@@ -29,7 +30,7 @@ from replay_sim.canonical import answer_text
 from replay_sim.protocol import ask_client, is_client_request
 from replay_sim.store import Recording
 
-__all__ = ["differs", "input_required", "questions", "reenact", "suited"]
+__all__ = ["Rounds", "questions", "reenact", "suited"]
 
 _CAPABILITY = {
     "sampling/createMessage": "sampling",
@@ -38,6 +39,7 @@ _CAPABILITY = {
 }
 
 _SHOWN_CHARS = 160
+_INPUT_KEY = "0"  # the key of the one question an input_required result carries
 
 
 def asked(recording: Recording) -> frozenset[str]:
@@ -66,24 +68,57 @@ def questions(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [m for m in messages if is_client_request(m)]
 
 
-def input_required(messages: list[dict[str, Any]]) -> dict[str, Any]:
-    """A 2026-era ``input_required`` result asking a recorded call's questions, keyed by their order."""
-    requests = {
-        str(n): {"method": q["method"], **({"params": q["params"]} if q.get("params") else {})}
-        for n, q in enumerate(questions(messages))
-    }
-    return {"resultType": "input_required", "inputRequests": requests}
+class Rounds:
+    """A 2026-era client's rounds through a recorded call's questions, one question per round.
 
+    Such a client cannot be asked mid-call: it gets each question in an ``input_required``
+    result, as the real server asked it, and retries the call with its answer. The replay keeps no
+    state between the rounds: ``requestState`` says how many questions were answered as recorded,
+    signed with a key of this process, so a client cannot skip a question by forging it.
+    """
 
-def differs(messages: list[dict[str, Any]], responses: Any) -> str | None:
-    """How a 2026-era retry's ``inputResponses`` differ from the recorded answers (None: they do not)."""
-    given = responses if isinstance(responses, dict) else {}
-    for n, question in enumerate(questions(messages)):
-        answer = given.get(str(n))
-        now = answer_text(answer, None) if isinstance(answer, dict) else "no answer"
-        if (otherwise := _otherwise(question, now)) is not None:
-            return otherwise
-    return None
+    def __init__(self) -> None:
+        self._key = secrets.token_bytes(16)
+
+    def _state(self, recording: Recording, answered: int) -> str:
+        signature = hmac.new(self._key, f"{recording.id}:{answered}".encode(), "sha256").hexdigest()[:24]
+        return f"{answered}.{signature}"
+
+    def answered(self, recording: Recording, state: Any) -> int:
+        """How many of the recording's questions a ``requestState`` says were answered as recorded."""
+        count, _, _ = str(state).partition(".")
+        if not count.isdigit() or not hmac.compare_digest(str(state), self._state(recording, int(count))):
+            return 0  # none, or not ours (another process, a forgery): start from the first question
+        return int(count)
+
+    def next(self, recording: Recording, params: Mapping[str, Any]) -> dict[str, Any] | str | None:
+        """The round a 2026-era request of ``recording``'s call is in.
+
+        Returns:
+            The ``input_required`` result asking the next question; or why the client's answer is
+            not the recorded one; or None when every question was answered as recorded.
+        """
+        asked = questions(recording.notifications)
+        answered = self.answered(recording, params.get("requestState"))
+        responses = params.get("inputResponses")
+        if isinstance(responses, dict) and answered < len(asked):
+            answer = responses.get(_INPUT_KEY)
+            now = answer_text(answer, None) if isinstance(answer, dict) else "no answer"
+            if (otherwise := _otherwise(asked[answered], now)) is not None:
+                return otherwise
+            answered += 1
+        if answered == len(asked):
+            return None
+        question = asked[answered]
+        request = {
+            "method": question["method"],
+            **({"params": question["params"]} if question.get("params") else {}),
+        }
+        return {
+            "resultType": "input_required",
+            "inputRequests": {_INPUT_KEY: request},
+            "requestState": self._state(recording, answered),
+        }
 
 
 def _otherwise(question: dict[str, Any], now: str) -> str | None:

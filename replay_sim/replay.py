@@ -26,7 +26,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from replay_sim.canonical import call_identity, call_key
-from replay_sim.conversation import differs, input_required, questions, reenact, suited
+from replay_sim.conversation import Rounds, questions, reenact, suited
 from replay_sim.episode import DIVERGED
 from replay_sim.errors import ConfigError, ReplaySimError
 from replay_sim.histories import Histories
@@ -135,6 +135,7 @@ class Replay:
         self.policy = make_policy(miss, self.settings) if isinstance(miss, str) else miss
         self.snapshot = snapshot
         self.histories = histories or Histories()
+        self.rounds = Rounds()  # 2026-era clients answer recorded questions one round at a time
         self.metrics = metrics or Metrics()
         self.surfaces = {record.name: Surface(store, record) for record in store.servers()}
         self._servers: dict[str, Server[Any]] = {}
@@ -388,15 +389,13 @@ class Replay:
         if chosen is not hit.recording:
             hit = dataclasses.replace(hit, recording=chosen, step=chosen.key)
             answer = Answer(answer.name, hit, self.render(server, method, answer.name, hit))
-        # A 2026-era request has no stream to ask on: ask in an input_required result, then check
-        # the answers the client's retry of the call brings.
+        # A 2026-era request has no stream to ask on: one input_required round per question.
         modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and bool(questions(chosen.notifications))
-        responses = (ctx.params or {}).get("inputResponses")
-        if modern and responses is None:
-            asking = {**input_required(chosen.notifications), "_meta": {MATCH_META_KEY: self.provenance(hit)}}
+        rounds = self.rounds.next(chosen, ctx.params or {}) if modern else None
+        if isinstance(rounds, dict):
+            asking = {**rounds, "_meta": {MATCH_META_KEY: self.provenance(hit)}}
             return Answer(answer.name, hit, asking, pending=True)
-        otherwise = differs(chosen.notifications, responses) if modern else None
-        otherwise = otherwise or await reenact(ctx, chosen.notifications, ask=not modern)
+        otherwise = rounds or await reenact(ctx, chosen.notifications, ask=not modern)
         if otherwise is not None:
             return self._answered_otherwise(server, method, params, answer, otherwise)
         return answer

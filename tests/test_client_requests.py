@@ -23,7 +23,7 @@ from replay_sim.conversation import suited
 from replay_sim.recorder import recording
 from replay_sim.replay import Replay
 from replay_sim.resolver import Resolver
-from replay_sim.store import Store
+from replay_sim.store import ServerRecord, Store
 from replay_sim.upstream import UpstreamSpec
 
 
@@ -43,9 +43,14 @@ class User:
 
 async def greet(target: Any, user: User | None, mode: Any = "legacy") -> tuple[str, bool, Any]:
     """Call ``greet`` with a client that can (``user``) or cannot (None) be asked."""
+    return await greet_with(target, "greet", user, mode)
+
+
+async def greet_with(target: Any, tool: str, user: User | None, mode: Any = "auto") -> tuple[str, bool, Any]:
+    """Call ``tool`` with a client that can (``user``) or cannot (None) be asked."""
     async with Client(target, mode=mode, cache=None, elicitation_callback=user) as client:
         assert (client.protocol_version in MODERN_PROTOCOL_VERSIONS) == (mode == "auto")
-        result = await client.call_tool("greet", {})
+        result = await client.call_tool(tool, {})
     assert isinstance(result.content[0], types.TextContent)
     return result.content[0].text, bool(result.is_error), result
 
@@ -160,3 +165,62 @@ async def test_only_the_retry_of_the_asking_call_answers_its_question(tmp_path: 
     assert isinstance(done, types.CallToolResult) and done.content[0].text == "Hello, Ada!"
     with Store(tmp_path / "r.db", readonly=True) as store:
         assert [r.name for r in store.recordings("echo")] == ["echo", "greet"]
+
+
+def _asks(message: str, name: str) -> dict[str, Any]:
+    form = {"type": "object", "properties": {"name": {"type": "string"}}}
+    return {
+        "method": "elicitation/create",
+        "params": {"mode": "form", "message": message, "requestedSchema": form},
+        "result": {"action": "accept", "content": {"name": name}},
+    }
+
+
+class Answers(User):
+    """Answers each question with the next name of a list."""
+
+    def __init__(self, *names: str) -> None:
+        super().__init__(None)
+        self.names = list(names)
+
+    async def __call__(self, context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        self.asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"name": self.names[len(self.asked) - 1]})
+
+
+@pytest.mark.anyio
+async def test_a_2026_era_client_answers_recorded_questions_one_round_each(tmp_path: Path) -> None:
+    store = Store(tmp_path / "r.db")
+    store.put_server(ServerRecord("survey", {"name": "survey", "version": "1"}, {"tools": {}}, "2025-11-25"))
+    tool = {"name": "pair", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": True}}
+    store.put_listing("survey", "tools/list", {"tools": [tool]})
+    questions = [_asks("First name?", "Ada"), _asks("Second name?", "Alan")]
+    store.record_call(
+        "survey",
+        "tools/call",
+        {"name": "pair", "arguments": {}},
+        result=text_result("Ada and Alan"),
+        notifications=questions,
+    )
+    replay = Replay(store, resolver=Resolver(store, index_dir=None, semantic=False))
+    with serve_app(create_app(replay)) as url:
+        async with Client(
+            f"{url}/mcp/survey", cache=None, elicitation_callback=Answers("Ada", "Alan")
+        ) as client:
+            first = await client.session.call_tool("pair", {}, allow_input_required=True)
+            assert isinstance(first, types.InputRequiredResult)
+            assert [r.params.message for r in first.input_requests.values()] == ["First name?"]  # type: ignore[union-attr]
+            # A forged requestState cannot skip the first question: the answer to the second is
+            # checked against the first.
+            alan = types.ElicitResult(action="accept", content={"name": "Alan"})
+            forged = await client.session.call_tool(
+                "pair", {}, request_state="1.forged", input_responses={"0": alan}, allow_input_required=True
+            )
+            assert isinstance(forged, types.CallToolResult) and forged.is_error
+        pair = Answers("Ada", "Alan")
+        text, failed, result = await greet_with(f"{url}/mcp/survey", "pair", pair)
+        assert (text, failed, pair.asked) == ("Ada and Alan", False, ["First name?", "Second name?"])
+        assert match_of(result)["status"] == "exact"
+        text, failed, _ = await greet_with(f"{url}/mcp/survey", "pair", Answers("Ada", "Bob"))
+        assert failed and "otherwise" in text and '"Bob"' in text
+    store.close()
