@@ -27,7 +27,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
 from replay_sim.canonical import answer_text
-from replay_sim.protocol import ask_client, is_client_request
+from replay_sim.protocol import ask_client, error_json, is_client_request
 from replay_sim.store import Recording
 
 __all__ = ["Rounds", "questions", "reenact", "suited"]
@@ -156,8 +156,7 @@ async def reenact(
             try:
                 now = answer_text(await ask_client(ctx, method, params), None)
             except MCPError as exc:
-                error = {"code": exc.error.code, "message": exc.error.message, "data": exc.error.data}
-                now = answer_text(None, error)
+                now = answer_text(None, error_json(exc))
             if (otherwise := _otherwise(message, now)) is not None:
                 return otherwise
         elif method == "notifications/progress":

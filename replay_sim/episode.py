@@ -163,6 +163,10 @@ class Episodes:
             self._prefix_mut[recording.id] = cached
         return cached
 
+    def from_state(self, recordings: Sequence[Recording], trail: Trail) -> list[Recording]:
+        """Those of ``recordings`` made from the state this episode is in."""
+        return [r for r in recordings if self.state_of(r) == trail.state]
+
     def choose(self, recordings: Sequence[Recording], trail: Trail, strict: bool = True) -> Recording | None:
         """The recording made from this episode's state that best matches its steps.
 
@@ -176,7 +180,7 @@ class Episodes:
         """
         if not recordings:
             return None
-        eligible = [r for r in recordings if self.state_of(r) == trail.state]
+        eligible = self.from_state(recordings, trail)
         if not eligible:
             if strict:
                 return None

@@ -16,7 +16,7 @@ times.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Collection
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,18 +65,10 @@ class Explorer:
     _agreed: dict[tuple[str, str, Transform], set[str]] = field(default_factory=lambda: defaultdict(set))
     _settled: set[tuple[str, str, Transform]] = field(default_factory=set)
 
-    def variants(self, tool: str, arguments: dict[str, Any], fixed: Collection[str] = ()) -> list[Variant]:
-        """The variant calls to make after a successful call of read-only ``tool``.
-
-        Args:
-            tool: The tool.
-            arguments: The call's arguments.
-            fixed: Arguments never to vary (secrets: a variant may escape redaction).
-        """
+    def variants(self, tool: str, arguments: dict[str, Any]) -> list[Variant]:
+        """The variant calls to make after a successful call of read-only ``tool``."""
         found = []
         for name, value in arguments.items():
-            if name in fixed:
-                continue
             for transform in Transform:
                 key = (tool, name, transform)
                 if key in self._settled or self._asked[key] >= self.budget:
@@ -85,6 +77,19 @@ class Explorer:
                 if varied is not None:
                     found.append(Variant(tool, name, transform, {**arguments, name: varied}))
         return found
+
+    async def explore(
+        self, variants: Sequence[Variant], original: str, ask: Callable[[dict[str, Any]], Awaitable[str]]
+    ) -> None:
+        """Ask ``variants`` (from :meth:`variants`) and take in their answers.
+
+        Args:
+            variants: The variant calls to make.
+            original: The original call's answer, canonical.
+            ask: Makes (and records) one call with the given arguments; returns its answer, canonical.
+        """
+        for variant in variants:
+            self.observe(variant, original, await ask(variant.arguments))
 
     def observe(self, variant: Variant, original: str, answer: str) -> None:
         """Take in a variant's answer; ``original`` is the (successful) original call's. Both canonical."""

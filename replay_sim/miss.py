@@ -26,6 +26,7 @@ from mcp.shared.exceptions import MCPError
 
 from replay_sim.config import RecorderConfig
 from replay_sim.errors import ConfigError, UpstreamError
+from replay_sim.protocol import error_json
 from replay_sim.resolver import Resolution, Tier
 from replay_sim.store import Origin, Recording, Store
 from replay_sim.upstream import Upstream
@@ -363,7 +364,7 @@ class Upstreams:
             except MCPError as exc:
                 if exc.error.code == types.CONNECTION_CLOSED:
                     raise UpstreamError(f"live: {exc.error.message}") from exc
-                error = {"code": exc.error.code, "message": exc.error.message, "data": exc.error.data}
+                error = error_json(exc)
             latency_ms = (time.perf_counter() - started) * 1000
             await anyio.lowlevel.checkpoint()  # let notifications read before the answer land
             return {

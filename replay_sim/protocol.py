@@ -25,6 +25,7 @@ __all__ = [
     "ask_client",
     "declared",
     "episode_id",
+    "error_json",
     "is_client_request",
 ]
 
@@ -69,6 +70,11 @@ def declared(ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
         return {}
     wire = capabilities.model_dump(by_alias=True, mode="json", exclude_none=True)
     return {k: v for k, v in wire.items() if k in FORWARDED_CAPABILITIES}
+
+
+def error_json(exc: MCPError) -> dict[str, Any]:
+    """A JSON-RPC error as it is recorded: ``code``, ``message`` and ``data``."""
+    return {"code": exc.error.code, "message": exc.error.message, "data": exc.error.data}
 
 
 class _AsSent(BaseModel):

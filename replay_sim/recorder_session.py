@@ -29,7 +29,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from replay_sim.canonical import answer_text
 from replay_sim.errors import UpstreamError
-from replay_sim.protocol import EPISODE_META_KEY, ask_client
+from replay_sim.protocol import EPISODE_META_KEY, ask_client, error_json
 from replay_sim.store import LISTING_METHODS, Origin
 from replay_sim.upstream import Upstream
 
@@ -222,7 +222,7 @@ class Session:
                 method, {**params, "_meta": meta} if meta else params, request_id=request_id
             )
         except MCPError as exc:
-            call.error = {"code": exc.error.code, "message": exc.error.message, "data": exc.error.data}
+            call.error = error_json(exc)
         finally:
             call.latency_ms = (time.perf_counter() - started) * 1000
             # Notifications are handled in tasks spawned before the response was read; let them land.
@@ -265,16 +265,21 @@ class Session:
             or not isinstance(arguments, dict)
         ):
             return
+        wanted = explorer.variants(name, arguments)
+        if not wanted:  # the usual case once the explorer has settled this tool
+            return
         # A secret is never varied: its variant (" TOKEN ") may escape the redaction rules.
         redacted = self.proxy.redactor.redact(arguments)
-        secret = {k for k, v in arguments.items() if redacted.get(k) != v}
-        original = answer_text(result, None)
+        wanted = [v for v in wanted if redacted.get(v.argument) == arguments[v.argument]]
+
+        async def ask(varied_arguments: dict[str, Any]) -> str:
+            varied = {**params, "arguments": varied_arguments}
+            call = await self._exchange("tools/call", varied, {}, None)
+            await self._record("tools/call", varied, call, Origin.EXPLORE)
+            return answer_text(call.result, call.error)
+
         try:
-            for variant in explorer.variants(name, arguments, fixed=secret):
-                varied = {**params, "arguments": variant.arguments}
-                call = await self._exchange("tools/call", varied, {}, None)
-                await self._record("tools/call", varied, call, Origin.EXPLORE)
-                explorer.observe(variant, original, answer_text(call.result, call.error))
+            await explorer.explore(wanted, answer_text(result, None), ask)
         except (MCPError, UpstreamError):
             return
 
@@ -344,7 +349,7 @@ class Session:
             else:
                 exchange["result"] = await ask_client(call.ctx, method, params)
         except MCPError as exc:
-            exchange["error"] = {"code": exc.error.code, "message": exc.error.message, "data": exc.error.data}
+            exchange["error"] = error_json(exc)
             raise
         return exchange["result"]
 

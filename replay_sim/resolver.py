@@ -271,7 +271,7 @@ class Resolver:
         same = self.episodes.by_key(recording.key)
         if len(same) == 1:
             return [recording]
-        others = [r for r in same if r.id != recording.id and self.episodes.state_of(r) == trail.state]
+        others = [r for r in self.episodes.from_state(same, trail) if r.id != recording.id]
         return [recording, *others]
 
     # -- resolution ------------------------------------------------------------------------------
