@@ -36,7 +36,6 @@ from mcp_types.version import LATEST_HANDSHAKE_VERSION
 from pydantic import TypeAdapter
 
 from replay_sim.errors import UpstreamError
-from replay_sim.protocol import FORWARDED_CAPABILITIES
 
 __all__ = ["Upstream", "UpstreamSpec"]
 
@@ -125,9 +124,9 @@ class Upstream:
     Args:
         spec: Where the server is.
         on_notification: Receives every server notification as wire ``(method, params)``.
-        capabilities: Client capabilities to declare (``sampling``, ``elicitation``, ``roots``:
-            :data:`FORWARDED_CAPABILITIES`), as wire JSON; the server's requests for them go to
-            :attr:`on_request`.
+        capabilities: Client capabilities to declare, as wire JSON: what the downstream client
+            declared it can be asked (:func:`replay_sim.protocol.declared`); the server's
+            requests for them go to :attr:`on_request`.
     """
 
     def __init__(
@@ -139,7 +138,7 @@ class Upstream:
         self.spec = spec
         self.on_notification = on_notification
         self.on_request: RequestHandler | None = None
-        self.capabilities = {k: v for k, v in (capabilities or {}).items() if k in FORWARDED_CAPABILITIES}
+        self.capabilities = dict(capabilities or {})
         self.initialize_result: dict[str, Any] = {}
         self.protocol_version = LATEST_HANDSHAKE_VERSION
         self._dispatcher: JSONRPCDispatcher[Any] | None = None
