@@ -19,14 +19,11 @@ from typing import Any, Protocol
 
 import anyio
 import anyio.abc
-import anyio.lowlevel
 import httpx2
 import mcp_types as types
-from mcp.shared.exceptions import MCPError
 
 from replay_sim.config import RecorderConfig
 from replay_sim.errors import ConfigError, UpstreamError
-from replay_sim.protocol import error_json
 from replay_sim.resolver import Resolution, Tier
 from replay_sim.store import Origin, Recording, Store
 from replay_sim.upstream import Upstream
@@ -357,22 +354,15 @@ class Upstreams:
             notes.clear()
             request_id = upstream.next_request_id()
             out = {**params, "_meta": {"progressToken": request_id}}
-            result = error = None
-            started = time.perf_counter()
-            try:
-                result = await upstream.request(method, out, request_id=request_id)
-            except MCPError as exc:
-                if exc.error.code == types.CONNECTION_CLOSED:
-                    raise UpstreamError(f"live: {exc.error.message}") from exc
-                error = error_json(exc)
-            latency_ms = (time.perf_counter() - started) * 1000
-            await anyio.lowlevel.checkpoint()  # let notifications read before the answer land
+            answer = await upstream.exchange(method, out, request_id=request_id)
+            if answer.error is not None and answer.error["code"] == types.CONNECTION_CLOSED:
+                raise UpstreamError(f"live: {answer.error['message']}")
             return {
                 "params": redactor.redact(params),
-                "result": redactor.redact(result),
-                "error": redactor.redact(error),
+                "result": redactor.redact(answer.result),
+                "error": redactor.redact(answer.error),
                 "notifications": redactor.redact(list(notes)),
-                "latency_ms": round(latency_ms, 3),
+                "latency_ms": round(answer.latency_ms, 3),
             }
 
 

@@ -12,14 +12,12 @@ sessions.
 from __future__ import annotations
 
 import itertools
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import anyio.lowlevel
 import mcp_types as types
 from mcp.server.connection import allowed_log_levels
 from mcp.server.context import ServerRequestContext
@@ -216,18 +214,13 @@ class Session:
             meta = {**meta, "progressToken": request_id}  # always ask, so the recording holds the progress
         call = Call(ctx, round=round_)
         self.inflight[request_id] = call
-        started = time.perf_counter()
         try:
-            call.result = await self.upstream.request(
+            answer = await self.upstream.exchange(
                 method, {**params, "_meta": meta} if meta else params, request_id=request_id
             )
-        except MCPError as exc:
-            call.error = error_json(exc)
         finally:
-            call.latency_ms = (time.perf_counter() - started) * 1000
-            # Notifications are handled in tasks spawned before the response was read; let them land.
-            await anyio.lowlevel.checkpoint()
             del self.inflight[request_id]
+        call.result, call.error, call.latency_ms = answer.result, answer.error, answer.latency_ms
         return call
 
     async def _record(self, method: str, params: dict[str, Any], call: Call, origin: Origin) -> None:

@@ -16,6 +16,7 @@ import os
 import re
 import shlex
 import tempfile
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from typing import IO, Any
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import mcp_types as types
 from mcp.client.session import ClientRequestContext, ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
@@ -36,8 +38,9 @@ from mcp_types.version import LATEST_HANDSHAKE_VERSION
 from pydantic import TypeAdapter
 
 from replay_sim.errors import UpstreamError
+from replay_sim.protocol import error_json
 
-__all__ = ["Upstream", "UpstreamSpec"]
+__all__ = ["Exchange", "Upstream", "UpstreamSpec"]
 
 NotificationHandler = Callable[[str, dict[str, Any]], Awaitable[None]]
 """Called with ``(method, params)`` for every notification the server sends."""
@@ -113,6 +116,15 @@ class UpstreamSpec:
             if base in interpreters:
                 base = next((Path(w).stem for w in words[1:] if not w.startswith("-")), base)
         return re.sub(r"[^A-Za-z0-9_.-]+", "-", base).strip("-") or "server"
+
+
+@dataclass(frozen=True, slots=True)
+class Exchange:
+    """One request's outcome as it is recorded: the result or the JSON-RPC error, and the round trip."""
+
+    result: dict[str, Any] | None
+    error: dict[str, Any] | None
+    latency_ms: float
 
 
 class Upstream:
@@ -294,6 +306,22 @@ class Upstream:
             if tail := self.stderr_tail():
                 detail += f"; its stderr ends: {' | '.join(tail.splitlines())}"
             raise MCPError(code=types.CONNECTION_CLOSED, message=detail) from exc
+
+    async def exchange(self, method: str, params: Mapping[str, Any], *, request_id: str) -> Exchange:
+        """Send one request (see :meth:`request`); its result or error as recorded, and its latency.
+
+        The notifications the server sent before its answer have been handled when this returns.
+        """
+        result = error = None
+        started = time.perf_counter()
+        try:
+            result = await self.request(method, params, request_id=request_id)
+        except MCPError as exc:
+            error = error_json(exc)
+        latency_ms = (time.perf_counter() - started) * 1000
+        # Notifications are handled in tasks spawned before the response was read; let them land.
+        await anyio.lowlevel.checkpoint()
+        return Exchange(result, error, latency_ms)
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, Exception):
