@@ -8,11 +8,7 @@ The public API is listed in ``__all__``; the CLI (``replay-sim``) is a thin laye
     app = create_app(replay)                          # ASGI: /mcp/<server>, /api, /, /metrics
 """
 
-from replay_sim.admin import create_app, open_replay
-from replay_sim.calibration import MatchConfig
 from replay_sim.canonical import call_key, canonical_json
-from replay_sim.config import RecorderConfig, load_config
-from replay_sim.embedding import CachedEmbedder, Embedder, SentenceTransformerEmbedder
 from replay_sim.errors import (
     ConfigError,
     IndexError_,
@@ -22,17 +18,21 @@ from replay_sim.errors import (
     StoreError,
     UpstreamError,
 )
-from replay_sim.index import VectorIndex, build_index
-from replay_sim.interchange import export_jsonl, import_jsonl, merge
-from replay_sim.miss import MissPolicy, MissPolicyName
-from replay_sim.recorder import Recorder, record_stdio, recording
-from replay_sim.recorder_http import record_http
+from replay_sim.record.config import RecorderConfig, load_config
+from replay_sim.record.http import record_http
+from replay_sim.record.recorder import Recorder, record_stdio, recording
+from replay_sim.record.upstream import UpstreamSpec
 from replay_sim.redaction import Redactor
-from replay_sim.replay import Replay
-from replay_sim.resolver import Candidate, FieldDiff, Resolution, Resolver, Tier
-from replay_sim.snapshot import Snapshot, freeze, open_snapshot, verify
-from replay_sim.store import Origin, Recording, ServerRecord, Store
-from replay_sim.upstream import UpstreamSpec
+from replay_sim.replay.admin import create_app, open_replay
+from replay_sim.replay.miss import MissPolicy, MissPolicyName
+from replay_sim.replay.replay import Replay
+from replay_sim.resolve.calibration import MatchConfig
+from replay_sim.resolve.embedding import CachedEmbedder, Embedder, SentenceTransformerEmbedder
+from replay_sim.resolve.index import VectorIndex, build_index
+from replay_sim.resolve.resolver import Candidate, FieldDiff, Resolution, Resolver, Tier
+from replay_sim.store.interchange import export_jsonl, import_jsonl, merge
+from replay_sim.store.snapshot import Snapshot, freeze, open_snapshot, verify
+from replay_sim.store.store import Origin, Recording, ServerRecord, Store
 
 __all__ = [
     "CachedEmbedder",

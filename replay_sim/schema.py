@@ -177,7 +177,7 @@ class ToolSchema:
 
         Absent optional properties take their schema default, and nulls for optional properties
         are dropped (a null default means "absent"). Which other differences a server ignores
-        (whitespace, case, order) is learned from recordings: :mod:`replay_sim.invariance`.
+        (whitespace, case, order) is learned from recordings: :mod:`replay_sim.resolve.invariance`.
 
         Args:
             arguments: Arguments already valid against the schema.

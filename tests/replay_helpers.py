@@ -15,7 +15,7 @@ import httpx2
 import uvicorn
 from mcp import Client
 
-from replay_sim.store import ServerRecord, Store
+from replay_sim.store.store import ServerRecord, Store
 
 COUNTER_TOOLS = {
     "tools": [
@@ -243,8 +243,8 @@ async def _wait_started(server: uvicorn.Server) -> None:
 
 def make_replay(path: Path, **options: Any) -> Any:
     """A Replay over :func:`build_store` with an in-memory index (nothing written outside tmp)."""
-    from replay_sim.replay import Replay
-    from replay_sim.resolver import Resolver
+    from replay_sim.replay.replay import Replay
+    from replay_sim.resolve.resolver import Resolver
 
     store = build_store(path)
     return Replay(store, resolver=Resolver(store, index_dir=None), **options)

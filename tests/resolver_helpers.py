@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from replay_sim.embedding import SentenceTransformerEmbedder, default_embedder
-from replay_sim.store import Store
+from replay_sim.resolve.embedding import SentenceTransformerEmbedder, default_embedder
+from replay_sim.store.store import Store
 
 SEARCH_TOOL = {
     "name": "search",

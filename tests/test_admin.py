@@ -10,8 +10,8 @@ import httpx2
 import pytest
 from replay_helpers import call_tools, make_replay, serve_app
 
-from replay_sim.admin import create_app
-from replay_sim.resolver import Resolution, Tier
+from replay_sim.replay.admin import create_app
+from replay_sim.resolve.resolver import Resolution, Tier
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from replay_sim.calibration import MatchConfig, ToolOverride, calibrate_threshold, reflected_fields
 from replay_sim.errors import ConfigError
+from replay_sim.resolve.calibration import MatchConfig, ToolOverride, calibrate_threshold, reflected_fields
 
 
 @pytest.mark.parametrize(

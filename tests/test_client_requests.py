@@ -18,13 +18,13 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from recording_helpers import ECHO_SERVER, PYTHON, proxy_stdio
 from replay_helpers import match_of, serve_app, text_result
 
-from replay_sim.admin import create_app
-from replay_sim.conversation import suited
-from replay_sim.recorder import recording
-from replay_sim.replay import Replay
-from replay_sim.resolver import Resolver
-from replay_sim.store import ServerRecord, Store
-from replay_sim.upstream import UpstreamSpec
+from replay_sim.record.recorder import recording
+from replay_sim.record.upstream import UpstreamSpec
+from replay_sim.replay.admin import create_app
+from replay_sim.replay.conversation import suited
+from replay_sim.replay.replay import Replay
+from replay_sim.resolve.resolver import Resolver
+from replay_sim.store.store import ServerRecord, Store
 
 
 class User:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from replay_sim.config import load_config
 from replay_sim.errors import ConfigError
+from replay_sim.record.config import load_config
 
 GOOD = """
 [redaction]

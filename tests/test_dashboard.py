@@ -9,7 +9,7 @@ import tempfile
 import pytest
 from replay_helpers import call_tools, make_replay, serve_app
 
-from replay_sim.admin import create_app
+from replay_sim.replay.admin import create_app
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from replay_sim.demo import DEMO_FIXTURES, import_demo
+from replay_sim.cli.demo import DEMO_FIXTURES, import_demo
 
 
 def test_the_demo_fixtures_hold_a_real_recorded_session(tmp_path: Path) -> None:

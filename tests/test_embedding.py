@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 from resolver_helpers import embedder  # noqa: F401 - fixture
 
-from replay_sim.embedding import CachedEmbedder, Embedder, SentenceTransformerEmbedder, text_sha
-from replay_sim.store import Store
+from replay_sim.resolve.embedding import CachedEmbedder, Embedder, SentenceTransformerEmbedder, text_sha
+from replay_sim.store.store import Store
 
 
 def test_the_default_model_gives_unit_vectors_closer_for_paraphrases(

@@ -13,12 +13,12 @@ from resolver_helpers import (
     text,
 )
 
-from replay_sim.embedding import SentenceTransformerEmbedder
 from replay_sim.errors import InterchangeError
-from replay_sim.evaluate import Outcome, Report, compare, evaluate, explain, load_probes, render
-from replay_sim.interchange import import_jsonl
-from replay_sim.resolver import Resolver
-from replay_sim.store import Store
+from replay_sim.resolve.embedding import SentenceTransformerEmbedder
+from replay_sim.resolve.evaluate import Outcome, Report, compare, evaluate, explain, load_probes, render
+from replay_sim.resolve.resolver import Resolver
+from replay_sim.store.interchange import import_jsonl
+from replay_sim.store.store import Store
 
 PROBES = Path(__file__).parent.parent / "fixtures" / "probes"
 

@@ -10,10 +10,10 @@ import pytest
 from recording_helpers import NODE_BIN, proxy_stdio, run_script, stdio
 
 from replay_sim.canonical import answer_text
-from replay_sim.explore import Explorer, Variant, vary
-from replay_sim.invariance import MIN_EVIDENCE, Transform
-from replay_sim.resolver import Resolver, Tier
-from replay_sim.store import Origin, Store
+from replay_sim.record.explore import Explorer, Variant, vary
+from replay_sim.resolve.invariance import MIN_EVIDENCE, Transform
+from replay_sim.resolve.resolver import Resolver, Tier
+from replay_sim.store.store import Origin, Store
 
 
 @pytest.mark.parametrize(

@@ -14,11 +14,11 @@ from resolver_helpers import (
     embedder,  # noqa: F401 - fixture
 )
 
-from replay_sim.embedding import CachedEmbedder, SentenceTransformerEmbedder
 from replay_sim.errors import IndexError_
-from replay_sim.index import FaissIndex, IndexSet, build_index, call_text
-from replay_sim.resolver import Resolver
-from replay_sim.store import Store
+from replay_sim.resolve.embedding import CachedEmbedder, SentenceTransformerEmbedder
+from replay_sim.resolve.index import FaissIndex, IndexSet, build_index, call_text
+from replay_sim.resolve.resolver import Resolver
+from replay_sim.store.store import Store
 
 
 def _build(store: Store, folder: Path, model: SentenceTransformerEmbedder) -> tuple[IndexSet, CachedEmbedder]:

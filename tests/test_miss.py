@@ -16,13 +16,13 @@ from fastapi import FastAPI, Request
 from mcp import Client
 from replay_helpers import build_store, match_of, serve_app
 
-from replay_sim.config import RecorderConfig
 from replay_sim.errors import ConfigError
-from replay_sim.miss import MISS_POLICIES, MissPolicyName, MissSettings, Upstreams, make_policy
-from replay_sim.replay import Replay
-from replay_sim.resolver import Resolver
-from replay_sim.store import Origin, ServerRecord, Store
-from replay_sim.upstream import UpstreamSpec
+from replay_sim.record.config import RecorderConfig
+from replay_sim.record.upstream import UpstreamSpec
+from replay_sim.replay.miss import MISS_POLICIES, MissPolicyName, MissSettings, Upstreams, make_policy
+from replay_sim.replay.replay import Replay
+from replay_sim.resolve.resolver import Resolver
+from replay_sim.store.store import Origin, ServerRecord, Store
 
 ROOT = Path(__file__).resolve().parents[1]
 

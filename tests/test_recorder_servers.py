@@ -32,8 +32,8 @@ from recording_helpers import (
 )
 
 from replay_sim.canonical import canonical_json
-from replay_sim.recorder import RECORDED_METHODS
-from replay_sim.store import Store
+from replay_sim.record.recorder import RECORDED_METHODS
+from replay_sim.store.store import Store
 
 pytestmark = [pytest.mark.slow, pytest.mark.anyio]
 

@@ -9,13 +9,13 @@ import anyio
 import pytest
 from recording_helpers import ECHO_SERVER, PYTHON, raw_client
 
-from replay_sim.admin import open_replay
 from replay_sim.canonical import call_key
-from replay_sim.config import load_config
-from replay_sim.recorder import recording
+from replay_sim.record.config import load_config
+from replay_sim.record.recorder import recording
+from replay_sim.record.upstream import UpstreamSpec
 from replay_sim.redaction import REDACTED, Redactor
-from replay_sim.store import Store
-from replay_sim.upstream import UpstreamSpec
+from replay_sim.replay.admin import open_replay
+from replay_sim.store.store import Store
 
 SECRET = "s3cr3t-value-0123456789"
 ECHO = UpstreamSpec(command=PYTHON, args=(str(ECHO_SERVER),), env={"ECHO_API_SECRET": SECRET})

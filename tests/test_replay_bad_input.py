@@ -10,7 +10,7 @@ import httpx2
 import pytest
 from replay_helpers import make_replay, payload, raw_session, serve_app
 
-from replay_sim.admin import create_app
+from replay_sim.replay.admin import create_app
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ from replay_helpers import (
     serve_app,
 )
 
-from replay_sim.admin import create_app
+from replay_sim.replay.admin import create_app
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

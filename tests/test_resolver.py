@@ -14,10 +14,10 @@ from resolver_helpers import (
     embedder,  # noqa: F401 - fixture
 )
 
-from replay_sim.calibration import MatchConfig
-from replay_sim.embedding import SentenceTransformerEmbedder
-from replay_sim.resolver import Problem, Resolver, Tier, Trail
-from replay_sim.store import Store
+from replay_sim.resolve.calibration import MatchConfig
+from replay_sim.resolve.embedding import SentenceTransformerEmbedder
+from replay_sim.resolve.resolver import Problem, Resolver, Tier, Trail
+from replay_sim.store.store import Store
 
 REPO = "/srv/repo"
 

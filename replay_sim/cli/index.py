@@ -7,14 +7,14 @@ from pathlib import Path
 import click
 from tqdm import tqdm
 
-from replay_sim.calibration import MatchConfig
 from replay_sim.cli import cli, db_option, match_config_option
-from replay_sim.embedding import CachedEmbedder, default_embedder
-from replay_sim.evaluate import compare, load_probes, render
-from replay_sim.evaluate import explain as explain_report
-from replay_sim.index import DEFAULT_INDEX_DIR, build_index
-from replay_sim.resolver import Resolver
-from replay_sim.store import Store
+from replay_sim.resolve.calibration import MatchConfig
+from replay_sim.resolve.embedding import CachedEmbedder, default_embedder
+from replay_sim.resolve.evaluate import compare, load_probes, render
+from replay_sim.resolve.evaluate import explain as explain_report
+from replay_sim.resolve.index import DEFAULT_INDEX_DIR, build_index
+from replay_sim.resolve.resolver import Resolver
+from replay_sim.store.store import Store
 
 index_dir_option = click.option(
     "--index-dir",

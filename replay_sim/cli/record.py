@@ -10,12 +10,12 @@ import anyio
 import click
 
 from replay_sim.cli import cli, db_option
-from replay_sim.config import RecorderConfig, load_config
 from replay_sim.errors import ConfigError
-from replay_sim.recorder import record_stdio
-from replay_sim.recorder_http import record_http
+from replay_sim.record.config import RecorderConfig, load_config
+from replay_sim.record.http import record_http
+from replay_sim.record.recorder import record_stdio
+from replay_sim.record.upstream import UpstreamSpec
 from replay_sim.redaction import DEFAULT_KEY_GLOBS, Redactor
-from replay_sim.upstream import UpstreamSpec
 
 
 def _env(values: tuple[str, ...]) -> dict[str, str]:

@@ -7,10 +7,10 @@ from pathlib import Path
 import anyio
 import click
 
-from replay_sim.admin import open_replay, serve
-from replay_sim.calibration import MatchConfig
 from replay_sim.cli import cli, db_option, match_config_option
-from replay_sim.miss import MissPolicyName
+from replay_sim.replay.admin import open_replay, serve
+from replay_sim.replay.miss import MissPolicyName
+from replay_sim.resolve.calibration import MatchConfig
 
 
 @cli.command("serve")
@@ -100,6 +100,6 @@ def serve_command(
 @click.option("--once", is_flag=True, help="Exit after the scripted client instead of serving on.")
 def demo_command(host: str, port: int, once: bool) -> None:
     """Replay the shipped demo recordings and show an exact hit, a semantic hit and a miss."""
-    from replay_sim.demo import run_demo
+    from replay_sim.cli.demo import run_demo
 
     run_demo(host, port, once=once, echo=click.echo)

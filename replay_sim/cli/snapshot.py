@@ -7,9 +7,9 @@ from pathlib import Path
 
 import click
 
-from replay_sim import snapshot
-from replay_sim.calibration import MatchConfig
 from replay_sim.cli import cli, db_option, match_config_option
+from replay_sim.resolve.calibration import MatchConfig
+from replay_sim.store import snapshot
 
 _bundle = click.Path(exists=True, file_okay=False, path_type=Path)
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import click
 
 from replay_sim.cli import cli, db_option
-from replay_sim.interchange import export_jsonl, import_jsonl, merge
-from replay_sim.store import Store
+from replay_sim.store.interchange import export_jsonl, import_jsonl, merge
+from replay_sim.store.store import Store
 
 
 @cli.command("import")

@@ -1,6 +1,6 @@
 """The vector index: one faiss partition per (server, tool), persisted under ``index/``.
 
-Each recorded ``tools/call`` is embedded once (see :mod:`replay_sim.embedding`) as its *call text*:
+Each recorded ``tools/call`` is embedded once (see :mod:`replay_sim.resolve.embedding`) as its *call text*:
 its free-text arguments, or its canonical arguments when the tool has none. A partition is exact
 inner product (``IndexFlatIP``) while small and becomes HNSW above ``hnsw_threshold`` vectors.
 
@@ -24,12 +24,12 @@ from typing import Any, Protocol
 import faiss
 import numpy as np
 
-from replay_sim.calibration import MatchConfig
 from replay_sim.canonical import canonical_json
-from replay_sim.embedding import CachedEmbedder, Embedder, default_embedder
 from replay_sim.errors import IndexError_
+from replay_sim.resolve.calibration import MatchConfig
+from replay_sim.resolve.embedding import CachedEmbedder, Embedder, default_embedder
 from replay_sim.schema import ToolSchema, tool_schemas
-from replay_sim.store import Store
+from replay_sim.store.store import Store
 
 __all__ = [
     "DEFAULT_INDEX_DIR",
@@ -299,7 +299,7 @@ def build_index(
     Args:
         store: The recording store.
         schemas: ``(server, tool) -> ToolSchema`` (decides each tool's free-text fields).
-        embedder: Embeds call texts (pass a :class:`~replay_sim.embedding.CachedEmbedder`).
+        embedder: Embeds call texts (pass a :class:`~replay_sim.resolve.embedding.CachedEmbedder`).
         directory: Index folder; None keeps the index in memory.
         progress: Called as ``progress(done, total)`` after each batch.
         hnsw_threshold: Partition size above which HNSW is used.
@@ -400,7 +400,7 @@ def store_schemas(store: Store, config: MatchConfig | None = None) -> Callable[[
 def build_snapshot_index(
     store: Store, directory: Path, config: MatchConfig | None = None
 ) -> tuple[str, dict[str, Any]]:
-    """Build a snapshot's index (the :data:`replay_sim.snapshot.IndexBuilder` replay-sim uses).
+    """Build a snapshot's index (the :data:`replay_sim.store.snapshot.IndexBuilder` replay-sim uses).
 
     Args:
         store: The frozen (read-only) store; cached embeddings are read from it.

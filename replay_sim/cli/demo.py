@@ -1,6 +1,6 @@
 """``replay-sim demo``: replay the shipped recordings and show the three kinds of answer.
 
-The recordings in ``fixtures/demo/*.jsonl`` (a real session with the npm reference server
+The recordings in ``replay_sim/cli/demo_data/*.jsonl`` (a real session with the npm reference server
 ``server-memory``) are imported into a temporary store and served over HTTP; a scripted MCP
 client then makes an exact call, a reworded one the semantic tier answers, and one no recording
 answers — printing the provenance and, for the miss, its diagnostics.
@@ -19,18 +19,18 @@ import anyio
 import uvicorn
 from mcp import Client
 
-from replay_sim.admin import create_app
-from replay_sim.calibration import MatchConfig
 from replay_sim.errors import ConfigError
-from replay_sim.interchange import import_jsonl
 from replay_sim.protocol import MATCH_META_KEY
-from replay_sim.replay import Replay
-from replay_sim.resolver import Resolver
-from replay_sim.store import Store
+from replay_sim.replay.admin import create_app
+from replay_sim.replay.replay import Replay
+from replay_sim.resolve.calibration import MatchConfig
+from replay_sim.resolve.resolver import Resolver
+from replay_sim.store.interchange import import_jsonl
+from replay_sim.store.store import Store
 
 __all__ = ["DEMO_FIXTURES", "SCRIPT", "import_demo", "run_demo", "run_script"]
 
-DEMO_FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "demo"
+DEMO_FIXTURES = Path(__file__).resolve().parent / "demo_data"
 EPISODE = "demo-episode"
 SCRIPT: list[tuple[str, str, dict[str, Any]]] = [
     ("exact hit: the recorded session, call for call", "read_graph", {}),

@@ -2,7 +2,7 @@
 
 The resolver answers a call that differs from a recording only in letter case, surrounding
 whitespace or array order when recorded pairs *show* the server ignores that difference
-(:mod:`replay_sim.invariance`). Clients seldom make such pairs, so a recorder that explores makes
+(:mod:`replay_sim.resolve.invariance`). Clients seldom make such pairs, so a recorder that explores makes
 them: after a successful call of a read-only tool, and before it answers the client (so nothing
 has changed the server's state in between), it sends the same call again with one argument
 varied, and records that answer too (origin ``explore``).
@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from replay_sim.invariance import MIN_EVIDENCE, Transform
+from replay_sim.resolve.invariance import MIN_EVIDENCE, Transform
 
 __all__ = ["Explorer", "Variant", "vary"]
 

@@ -16,7 +16,7 @@ them — and only after their row is committed. Progress and log notifications a
 client and recorded with the call they belong to; so are the server's requests to the client
 (sampling, elicitation, roots), with the client's answer: each upstream connection declares the
 capabilities its client declared, so the server asks exactly what it would ask that client. One
-client session's forwarding and recording is a :class:`~replay_sim.recorder_session.Session`.
+client session's forwarding and recording is a :class:`~replay_sim.record.session.Session`.
 """
 
 from __future__ import annotations
@@ -37,14 +37,14 @@ from mcp_types import SERVER_INFO_META_KEY
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
 
 from replay_sim.errors import StoreError, UpstreamError
-from replay_sim.explore import Explorer
 from replay_sim.protocol import declared, episode_id
-from replay_sim.recorder_session import LIST_FIELDS, RECORDED_METHODS, Session
+from replay_sim.record.explore import Explorer
+from replay_sim.record.session import LIST_FIELDS, RECORDED_METHODS, Session
+from replay_sim.record.upstream import Upstream, UpstreamSpec
 from replay_sim.redaction import RULES_META_KEY, Redactor
 from replay_sim.schema import tool_schemas
 from replay_sim.stdio_transport import native_stdio
-from replay_sim.store import ServerRecord, Store
-from replay_sim.upstream import Upstream, UpstreamSpec
+from replay_sim.store.store import ServerRecord, Store
 
 __all__ = ["RECORDED_METHODS", "Recorder", "record_stdio", "recording"]
 
@@ -214,7 +214,7 @@ class Recorder:
 
     Use as an async context manager: entering connects to every upstream once (raising
     :class:`UpstreamError` if one does not start) and records its server info; then serve clients
-    with :meth:`serve_stdio` or the ASGI app from :func:`replay_sim.recorder_http.http_app`.
+    with :meth:`serve_stdio` or the ASGI app from :func:`replay_sim.record.http.http_app`.
 
     Args:
         store: Where recordings go.

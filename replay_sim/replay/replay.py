@@ -26,19 +26,19 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from replay_sim.canonical import call_identity, call_key
-from replay_sim.conversation import Rounds, questions, reenact, suited
-from replay_sim.episode import DIVERGED
 from replay_sim.errors import ConfigError, ReplaySimError
-from replay_sim.histories import Histories
-from replay_sim.metrics import Metrics, MissRecord
-from replay_sim.miss import Miss, MissPolicy, MissPolicyName, MissSettings, make_policy
 from replay_sim.protocol import MATCH_META_KEY, declared, episode_id
 from replay_sim.redaction import RULES_META_KEY, Redactor
-from replay_sim.resolver import Candidate, FieldDiff, Problem, Resolution, Resolver, Tier, Trail
+from replay_sim.replay.conversation import Rounds, questions, reenact, suited
+from replay_sim.replay.histories import Histories
+from replay_sim.replay.metrics import Metrics, MissRecord
+from replay_sim.replay.miss import Miss, MissPolicy, MissPolicyName, MissSettings, make_policy
+from replay_sim.replay.surface import Outcome, Surface
+from replay_sim.replay.wire import Initialize, PassThrough, hand_over
+from replay_sim.resolve.lineage import DIVERGED
+from replay_sim.resolve.resolver import Candidate, FieldDiff, Problem, Resolution, Resolver, Tier, Trail
 from replay_sim.stdio_transport import native_stdio
-from replay_sim.store import Origin, Store
-from replay_sim.surface import Outcome, Surface
-from replay_sim.wire import Initialize, PassThrough, hand_over
+from replay_sim.store.store import Origin, Store
 
 __all__ = ["Answer", "Replay", "candidate_json", "miss_message"]
 
@@ -374,7 +374,7 @@ class Replay:
     ) -> Answer:
         """Serve the recording made for a client like this one, re-enacting what its server sent.
 
-        See :mod:`replay_sim.conversation`. Recordings whose server asked the client nothing
+        See :mod:`replay_sim.replay.conversation`. Recordings whose server asked the client nothing
         and sent no notification (nearly all) pass straight through.
         """
         hit = answer.resolution

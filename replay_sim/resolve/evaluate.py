@@ -39,12 +39,12 @@ from typing import Any
 import numpy as np
 
 from replay_sim.canonical import answer_text, call_identity, call_key, canonical_json
-from replay_sim.embedding import Embedder
 from replay_sim.errors import InterchangeError
-from replay_sim.resolver import Resolver
+from replay_sim.resolve.embedding import Embedder
+from replay_sim.resolve.resolver import Resolver
+from replay_sim.resolve.toolstate import answer_of
 from replay_sim.schema import ToolSchema
-from replay_sim.store import Recording, Store
-from replay_sim.toolstate import answer_of
+from replay_sim.store.store import Recording, Store
 
 __all__ = ["Finding", "Outcome", "Probe", "Report", "compare", "evaluate", "explain", "load_probes", "render"]
 

@@ -13,7 +13,7 @@ from typing import Any
 from mcp.shared.exceptions import MCPError
 
 from replay_sim.schema import tool_schemas
-from replay_sim.store import Recording, ServerRecord, Store
+from replay_sim.store.store import Recording, ServerRecord, Store
 
 __all__ = ["Outcome", "Surface"]
 

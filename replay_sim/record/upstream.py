@@ -71,7 +71,7 @@ class UpstreamSpec:
         timeout: Seconds to wait for one answer (None: no limit).
         startup_timeout: Seconds to wait for the server to answer ``initialize``.
         explore: While recording, ask the server which argument differences its read-only tools
-            ignore (:mod:`replay_sim.explore`).
+            ignore (:mod:`replay_sim.record.explore`).
     """
 
     command: str | None = None

@@ -19,11 +19,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from replay_sim.calibration import MatchConfig
 from replay_sim.errors import SnapshotError, StoreError
-from replay_sim.interchange import export_lines
 from replay_sim.redaction import RULES_META_KEY
-from replay_sim.store import Store, utc_now
+from replay_sim.resolve.calibration import MatchConfig
+from replay_sim.store.interchange import export_lines
+from replay_sim.store.store import Store, utc_now
 
 __all__ = ["Snapshot", "SnapshotDiff", "diff", "freeze", "open_snapshot", "verify"]
 
@@ -122,7 +122,7 @@ def freeze(
     if out.exists():
         raise SnapshotError(f"{out}: already exists; choose a new path (snapshots are never overwritten)")
     if build_index is None:
-        from replay_sim.index import build_snapshot_index
+        from replay_sim.resolve.index import build_snapshot_index
 
         build_index = partial(build_snapshot_index, config=config)
     out.mkdir(parents=True)

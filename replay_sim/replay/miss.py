@@ -1,6 +1,6 @@
 """Miss policies: what the replay server does when no recording answers a call with certainty.
 
-A policy turns the resolver's miss into a :class:`~replay_sim.resolver.Resolution`: the miss itself
+A policy turns the resolver's miss into a :class:`~replay_sim.resolve.resolver.Resolution`: the miss itself
 (``error``: the replay server answers with a diagnosable error), the nearest candidate
 (``nearest``), or a new recording it stored first (``live`` forwards to the real server;
 ``synthesize`` asks an LLM). Policies are looked up by name in :data:`MISS_POLICIES`, a plain dict.
@@ -22,11 +22,11 @@ import anyio.abc
 import httpx2
 import mcp_types as types
 
-from replay_sim.config import RecorderConfig
 from replay_sim.errors import ConfigError, UpstreamError
-from replay_sim.resolver import Resolution, Tier
-from replay_sim.store import Origin, Recording, Store
-from replay_sim.upstream import Upstream
+from replay_sim.record.config import RecorderConfig
+from replay_sim.record.upstream import Upstream
+from replay_sim.resolve.resolver import Resolution, Tier
+from replay_sim.store.store import Origin, Recording, Store
 
 __all__ = [
     "MISS_POLICIES",

@@ -5,7 +5,7 @@ connection and store session. It forwards requests raw and records each answered
 notifications that belong to it; forwards the server's questions to the client (sampling,
 elicitation, roots) and records the exchanges — mid-call for a handshake-era client, through an
 ``input_required`` round (:class:`Round`) for a 2026-era one; and, when exploring, asks the
-variants of a read-only call (:mod:`replay_sim.explore`). :mod:`replay_sim.recorder` owns the
+variants of a read-only call (:mod:`replay_sim.record.explore`). :mod:`replay_sim.record.recorder` owns the
 sessions.
 """
 
@@ -28,11 +28,11 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from replay_sim.canonical import answer_text
 from replay_sim.errors import UpstreamError
 from replay_sim.protocol import EPISODE_META_KEY, ask_client, error_json
-from replay_sim.store import LISTING_METHODS, Origin
-from replay_sim.upstream import Upstream
+from replay_sim.record.upstream import Upstream
+from replay_sim.store.store import LISTING_METHODS, Origin
 
 if TYPE_CHECKING:
-    from replay_sim.recorder import ServerProxy
+    from replay_sim.record.recorder import ServerProxy
 
 __all__ = ["LIST_FIELDS", "RECORDED_METHODS", "Session"]
 

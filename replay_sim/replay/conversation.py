@@ -28,7 +28,7 @@ from mcp.shared.exceptions import MCPError
 
 from replay_sim.canonical import answer_text
 from replay_sim.protocol import ask_client, error_json, is_client_request
-from replay_sim.store import Recording
+from replay_sim.store.store import Recording
 
 __all__ = ["Rounds", "questions", "reenact", "suited"]
 

@@ -22,7 +22,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from replay_sim.store import Recording, Store
+from replay_sim.store.store import Recording, Store
 
 __all__ = ["DIVERGED", "Episodes", "Trail", "history_affinity", "is_failure"]
 

@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from replay_sim.errors import ConfigError
+from replay_sim.record.upstream import UpstreamSpec
 from replay_sim.redaction import DEFAULT_KEY_GLOBS, REDACTED, Redactor
-from replay_sim.upstream import UpstreamSpec
 
 __all__ = ["RecorderConfig", "load_config", "parse_config"]
 

@@ -1,4 +1,4 @@
-"""Episode histories: the :class:`~replay_sim.episode.Trail` of each episode, per recorded server.
+"""Episode histories: the :class:`~replay_sim.resolve.lineage.Trail` of each episode, per recorded server.
 
 The resolver picks among several recordings of one call by comparing a recorded session's prefix
 with the history of the episode asking. An *episode* is named by the client (``X-Replay-Episode``
@@ -18,7 +18,7 @@ from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Any
 
-from replay_sim.episode import Trail
+from replay_sim.resolve.lineage import Trail
 
 __all__ = ["Histories"]
 

@@ -12,13 +12,13 @@ from typing import Any
 
 import numpy as np
 
-from replay_sim.calibration import MatchConfig, calibrate_threshold, reflected_fields
 from replay_sim.canonical import answer_text, call_key, canonical_json, normalize
-from replay_sim.episode import is_failure
-from replay_sim.index import IndexSet, call_text
-from replay_sim.invariance import Observation, apply, learn
+from replay_sim.resolve.calibration import MatchConfig, calibrate_threshold, reflected_fields
+from replay_sim.resolve.index import IndexSet, call_text
+from replay_sim.resolve.invariance import Observation, apply, learn
+from replay_sim.resolve.lineage import is_failure
 from replay_sim.schema import ToolSchema
-from replay_sim.store import Recording
+from replay_sim.store.store import Recording
 
 __all__ = ["ToolState", "answer_of", "field_diffs"]
 

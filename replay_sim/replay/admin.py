@@ -21,16 +21,16 @@ from fastapi.staticfiles import StaticFiles
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.types import Receive, Scope, Send
 
-from replay_sim.calibration import MatchConfig
-from replay_sim.config import load_config
 from replay_sim.errors import ConfigError
 from replay_sim.listener import base_url, listen, transport_security
-from replay_sim.miss import MissPolicyName, MissSettings, Upstreams
+from replay_sim.record.config import load_config
 from replay_sim.redaction import RULES_META_KEY, Redactor
-from replay_sim.replay import Replay
-from replay_sim.resolver import Resolver
-from replay_sim.snapshot import open_snapshot
-from replay_sim.store import Recording, Store
+from replay_sim.replay.miss import MissPolicyName, MissSettings, Upstreams
+from replay_sim.replay.replay import Replay
+from replay_sim.resolve.calibration import MatchConfig
+from replay_sim.resolve.resolver import Resolver
+from replay_sim.store.snapshot import open_snapshot
+from replay_sim.store.store import Recording, Store
 
 __all__ = ["ReplayApp", "create_app", "open_replay", "recording_json", "serve"]
 

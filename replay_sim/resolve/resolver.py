@@ -12,7 +12,7 @@ tiered lookup itself:
 
 Every hit must also come from the right *state*: a recording is eligible only when the
 state-changing calls made before it in its recorded session equal those this episode made (see
-:mod:`replay_sim.episode`). Among eligible recordings the one whose session prefix best matches
+:mod:`replay_sim.resolve.lineage`). Among eligible recordings the one whose session prefix best matches
 the episode's history wins; ties go to the earliest, so the same call sequence always yields the
 same answers.
 """
@@ -25,15 +25,15 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from replay_sim.calibration import MatchConfig
 from replay_sim.canonical import call_identity, call_key, normalize
-from replay_sim.embedding import MAX_TEXT_CHARS, CachedEmbedder, Embedder, default_embedder
-from replay_sim.episode import DIVERGED, Episodes, Trail
 from replay_sim.errors import ReplaySimError, StoreError
-from replay_sim.index import DEFAULT_INDEX_DIR, IndexSet, build_index, call_text
+from replay_sim.resolve.calibration import MatchConfig
+from replay_sim.resolve.embedding import MAX_TEXT_CHARS, CachedEmbedder, Embedder, default_embedder
+from replay_sim.resolve.index import DEFAULT_INDEX_DIR, IndexSet, build_index, call_text
+from replay_sim.resolve.lineage import DIVERGED, Episodes, Trail
+from replay_sim.resolve.toolstate import ToolState, field_diffs
 from replay_sim.schema import ToolSchema
-from replay_sim.store import Recording, Store
-from replay_sim.toolstate import ToolState, field_diffs
+from replay_sim.store.store import Recording, Store
 
 __all__ = ["Candidate", "FieldDiff", "Problem", "Resolution", "Resolver", "Tier", "Trail"]
 
@@ -265,7 +265,7 @@ class Resolver:
         """``recording`` and the other recordings of that very call made from the episode's state.
 
         The same call may have been recorded for clients that answered the server's questions
-        (sampling, elicitation) differently; :mod:`replay_sim.conversation` picks among them.
+        (sampling, elicitation) differently; :mod:`replay_sim.replay.conversation` picks among them.
         """
         trail = self.episodes.trail(history)
         same = self.episodes.by_key(recording.key)
