@@ -5,9 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from replay_sim.resolve.embedding import SentenceTransformerEmbedder, default_embedder
 from replay_sim.store.store import Store
 
 SEARCH_TOOL = {
@@ -94,11 +91,3 @@ def demo_store(path: Path) -> Store:
     )
     call(store, "read_file", {"path": "/a.txt"}, "two", session="s-write")
     return store
-
-
-@pytest.fixture(scope="module")
-def embedder() -> SentenceTransformerEmbedder:
-    """The real packaged MiniLM, loaded once (the instance is shared by the whole session)."""
-    model = default_embedder()
-    model.encode(["warm up"])
-    return model

@@ -88,6 +88,6 @@ def test_a_field_the_results_echo_is_found() -> None:
 
 
 def test_the_shipped_example_matching_config_loads() -> None:
-    config = MatchConfig.load(Path(__file__).parent.parent / "server" / "match.example.toml")
+    config = MatchConfig.load(Path(__file__).resolve().parents[2] / "server" / "match.example.toml")
     assert config.override("memory", "search_nodes").free_text == ("query",)
     assert MatchConfig.from_dict(config.as_dict()) == config

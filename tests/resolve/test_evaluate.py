@@ -1,4 +1,3 @@
-# ruff: noqa: F811 - the `embedder` fixture is imported from resolver_helpers
 """Scoring against live truth, and the dev probe set's headline numbers."""
 
 from __future__ import annotations
@@ -9,7 +8,6 @@ from pathlib import Path
 import pytest
 from resolver_helpers import (
     demo_store,
-    embedder,  # noqa: F401 - fixture
     text,
 )
 
@@ -20,7 +18,7 @@ from replay_sim.resolve.resolver import Resolver
 from replay_sim.store.interchange import import_jsonl
 from replay_sim.store.store import Store
 
-PROBES = Path(__file__).parent.parent / "fixtures" / "probes"
+PROBES = Path(__file__).resolve().parents[2] / "fixtures" / "probes"
 
 
 def _probe(pid: str, category: str, name: str, arguments: dict, truth: str) -> dict:

@@ -24,7 +24,7 @@ from replay_sim.replay.replay import Replay
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.store.store import Origin, ServerRecord, Store
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _replay(store: Store, miss: str, **settings: Any) -> Replay:

@@ -1,4 +1,3 @@
-# ruff: noqa: F811 - the `embedder` fixture is imported from resolver_helpers
 """The faiss index: partitions, persistence, staleness and incremental updates."""
 
 from __future__ import annotations
@@ -11,7 +10,6 @@ import pytest
 from resolver_helpers import (
     call,
     demo_store,
-    embedder,  # noqa: F401 - fixture
 )
 
 from replay_sim.errors import IndexError_

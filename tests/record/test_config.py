@@ -43,7 +43,7 @@ def test_a_good_config_parses_with_env_interpolation(tmp_path: Path, monkeypatch
 
 
 def test_the_shipped_example_config_parses() -> None:
-    config = load_config(Path(__file__).parent.parent / "server" / "record.example.toml")
+    config = load_config(Path(__file__).resolve().parents[2] / "server" / "record.example.toml")
     assert config.servers
 
 

@@ -1,4 +1,3 @@
-# ruff: noqa: F811 - the `embedder` fixture is imported from resolver_helpers
 """The resolver's tiers, state-aware choice and near-miss diagnostics (table-driven where it can be)."""
 
 from __future__ import annotations
@@ -11,7 +10,6 @@ from resolver_helpers import (
     TOOLS,
     call,
     demo_store,
-    embedder,  # noqa: F401 - fixture
 )
 
 from replay_sim.resolve.calibration import MatchConfig

@@ -28,7 +28,7 @@ from replay_helpers import (
 
 from replay_sim.replay.admin import create_app
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 CLIENT_INFO = {"name": "raw", "version": "0"}
 

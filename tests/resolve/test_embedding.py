@@ -1,4 +1,3 @@
-# ruff: noqa: F811 - the `embedder` fixture is imported from resolver_helpers
 """The embedder and its store-backed cache, with the real model."""
 
 from __future__ import annotations
@@ -6,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from resolver_helpers import embedder  # noqa: F401 - fixture
 
 from replay_sim.resolve.embedding import CachedEmbedder, Embedder, SentenceTransformerEmbedder, text_sha
 from replay_sim.store.store import Store
