@@ -56,7 +56,7 @@ def replay_app(db: str) -> Any:
     from replay_sim.replay.admin import create_app
     from replay_sim.replay.replay import Replay
     from replay_sim.resolve.resolver import Resolver
-    from replay_sim.store.store import Store
+    from replay_sim.store import Store
 
     store = Store(db)
     replay = Replay(store, resolver=Resolver(store, index_dir=None))
@@ -65,7 +65,7 @@ def replay_app(db: str) -> Any:
 
 def make_store(db: Path) -> None:
     """Record the benchmark's one call."""
-    from replay_sim.store.store import ServerRecord, Store
+    from replay_sim.store import ServerRecord, Store
 
     with Store(db) as store:
         store.put_server(ServerRecord("bench", {"name": "bench", "version": "1"}, {"tools": {}}))

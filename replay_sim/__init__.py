@@ -30,9 +30,9 @@ from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.embedding import CachedEmbedder, Embedder, SentenceTransformerEmbedder
 from replay_sim.resolve.index import VectorIndex, build_index
 from replay_sim.resolve.resolver import Candidate, FieldDiff, Resolution, Resolver, Tier
+from replay_sim.store import Origin, Recording, ServerRecord, Store
 from replay_sim.store.interchange import export_jsonl, import_jsonl, merge
 from replay_sim.store.snapshot import Snapshot, freeze, open_snapshot, verify
-from replay_sim.store.store import Origin, Recording, ServerRecord, Store
 
 __all__ = [
     "CachedEmbedder",

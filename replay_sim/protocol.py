@@ -1,4 +1,6 @@
-"""What both sides of the product say on the wire besides plain MCP.
+"""The MCP vocabulary both sides of the product share, and what they say on the wire besides plain MCP.
+
+The methods replay-sim records and replays, the listing methods and the item field of each;
 
 replay-sim's additions — how a client names an episode, and provenance — and asking the client
 something in the middle of its call (a server→client request: sampling, elicitation, roots). The
@@ -18,9 +20,13 @@ from mcp.shared.message import ServerMessageMetadata
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 __all__ = [
+    "CALL_METHODS",
     "EPISODE_HEADER",
     "EPISODE_META_KEY",
     "FORWARDED_CAPABILITIES",
+    "INPUT_KEY",
+    "LISTING_FIELDS",
+    "LISTING_METHODS",
     "MATCH_META_KEY",
     "ask_client",
     "declared",
@@ -28,6 +34,20 @@ __all__ = [
     "error_json",
     "is_client_request",
 ]
+
+CALL_METHODS = frozenset({"tools/call", "resources/read", "prompts/get", "completion/complete"})
+"""Requests recorded and replayed as calls; everything else is a listing or only forwarded."""
+LISTING_FIELDS = {
+    "tools/list": "tools",
+    "resources/list": "resources",
+    "resources/templates/list": "resourceTemplates",
+    "prompts/list": "prompts",
+}
+"""The listing methods, each with the item field of its result."""
+LISTING_METHODS = tuple(LISTING_FIELDS)
+"""The listing methods a server advertises (recorded once per server, served as recorded)."""
+INPUT_KEY = "0"
+"""The key of the one question a 2026-era ``input_required`` result carries."""
 
 MATCH_META_KEY = "replay-sim/match"
 """``_meta`` key of the provenance on every replayed result (DESIGN.md "Provenance")."""

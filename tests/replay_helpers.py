@@ -15,7 +15,7 @@ import httpx2
 import uvicorn
 from mcp import Client
 
-from replay_sim.store.store import ServerRecord, Store
+from replay_sim.store import ServerRecord, Store
 
 COUNTER_TOOLS = {
     "tools": [

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from replay_sim.store.store import Store
+from replay_sim.store import Store
 
 SEARCH_TOOL = {
     "name": "search",

@@ -24,7 +24,7 @@ from replay_sim.replay.admin import create_app
 from replay_sim.replay.conversation import suited
 from replay_sim.replay.replay import Replay
 from replay_sim.resolve.resolver import Resolver
-from replay_sim.store.store import ServerRecord, Store
+from replay_sim.store import ServerRecord, Store
 
 
 class User:

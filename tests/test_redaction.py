@@ -15,7 +15,7 @@ from replay_sim.record.recorder import recording
 from replay_sim.record.upstream import UpstreamSpec
 from replay_sim.redaction import REDACTED, Redactor
 from replay_sim.replay.admin import open_replay
-from replay_sim.store.store import Store
+from replay_sim.store import Store
 
 SECRET = "s3cr3t-value-0123456789"
 ECHO = UpstreamSpec(command=PYTHON, args=(str(ECHO_SERVER),), env={"ECHO_API_SECRET": SECRET})

@@ -14,7 +14,7 @@ import click
 
 from replay_sim.errors import ReplaySimError
 from replay_sim.resolve.calibration import MatchConfig
-from replay_sim.store.store import DEFAULT_DB
+from replay_sim.store import DEFAULT_DB
 
 __all__ = ["cli", "db_option", "main", "match_config_option"]
 

@@ -25,8 +25,8 @@ from replay_sim.replay.admin import create_app
 from replay_sim.replay.replay import Replay
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.resolver import Resolver
+from replay_sim.store import Store
 from replay_sim.store.interchange import import_jsonl
-from replay_sim.store.store import Store
 
 __all__ = ["DEMO_FIXTURES", "SCRIPT", "import_demo", "run_demo", "run_script"]
 

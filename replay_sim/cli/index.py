@@ -14,7 +14,7 @@ from replay_sim.resolve.evaluate import compare, load_probes, render
 from replay_sim.resolve.evaluate import explain as explain_report
 from replay_sim.resolve.index import DEFAULT_INDEX_DIR, build_index
 from replay_sim.resolve.resolver import Resolver
-from replay_sim.store.store import Store
+from replay_sim.store import Store
 
 index_dir_option = click.option(
     "--index-dir",

@@ -9,8 +9,8 @@ from pathlib import Path
 import click
 
 from replay_sim.cli import cli, db_option
+from replay_sim.store import Store
 from replay_sim.store.interchange import export_jsonl, import_jsonl, merge
-from replay_sim.store.store import Store
 
 
 @cli.command("import")
@@ -69,7 +69,7 @@ def sessions_command(db: Path, session_id: str | None) -> None:
         if not calls:
             raise click.ClickException(f"no session {session_id!r} in {db}; `replay-sim sessions` lists them")
         for rec in calls:
-            outcome = "error" if rec.error else ("isError" if (rec.result or {}).get("isError") else "ok")
+            outcome = rec.failure or "ok"
             args = json.dumps(rec.arguments, ensure_ascii=False)
             click.echo(
                 f"{rec.seq}\t#{rec.id}\t{rec.method}\t{rec.name}\t{args}\t{outcome}\t{rec.latency_ms}ms"

@@ -2,10 +2,11 @@
 
 The resolver answers a call that differs from a recording only in letter case, surrounding
 whitespace or array order when recorded pairs *show* the server ignores that difference
-(:mod:`replay_sim.resolve.invariance`). Clients seldom make such pairs, so a recorder that explores makes
-them: after a successful call of a read-only tool, and before it answers the client (so nothing
-has changed the server's state in between), it sends the same call again with one argument
-varied, and records that answer too (origin ``explore``).
+(:mod:`replay_sim.resolve.invariance`; the differences are :mod:`replay_sim.variants`). Clients
+seldom make such pairs, so a recorder that explores makes them: after a successful call of a
+read-only tool, and before it answers the client (so nothing has changed the server's state in
+between), it sends the same call again with one argument varied, and records that answer too
+(origin ``explore``).
 
 Exploring costs a few calls per tool, not one per call: a (tool, argument, difference) is asked
 about only until the answers settle it — refuted by one disagreeing pair, or shown by agreeing
@@ -20,26 +21,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from replay_sim.resolve.invariance import MIN_EVIDENCE, Transform
+from replay_sim.variants import MIN_EVIDENCE, Transform
 
-__all__ = ["Explorer", "Variant", "vary"]
-
-_MAX_CHARS = 1000  # longer strings are prose nobody retypes in another case
-
-
-def vary(transform: Transform, value: Any) -> Any | None:
-    """A value that differs from ``value`` only by ``transform`` (None when there is none)."""
-    if transform is Transform.ORDER:
-        if isinstance(value, list) and list(reversed(value)) != value:
-            return list(reversed(value))
-        return None
-    if not isinstance(value, str) or not value.strip() or len(value) > _MAX_CHARS:
-        return None
-    if transform is Transform.SPACE:
-        return value.strip() if value != value.strip() else f" {value} "
-    if value.upper() == value.lower():
-        return None  # nothing with a case
-    return value.upper() if value != value.upper() else value.lower()
+__all__ = ["Explorer", "Variant"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +57,7 @@ class Explorer:
                 key = (tool, name, transform)
                 if key in self._settled or self._asked[key] >= self.budget:
                     continue
-                varied = vary(transform, value)
+                varied = transform.vary(value)
                 if varied is not None:
                     found.append(Variant(tool, name, transform, {**arguments, name: varied}))
         return found

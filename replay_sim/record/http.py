@@ -15,7 +15,7 @@ from replay_sim.listener import base_url, listen, transport_security
 from replay_sim.record.recorder import Recorder, recording
 from replay_sim.record.upstream import UpstreamSpec
 from replay_sim.redaction import Redactor
-from replay_sim.store.store import Store
+from replay_sim.store import Store
 
 __all__ = ["http_app", "record_http"]
 

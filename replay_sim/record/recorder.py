@@ -37,21 +37,21 @@ from mcp_types import SERVER_INFO_META_KEY
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
 
 from replay_sim.errors import StoreError, UpstreamError
-from replay_sim.protocol import declared, episode_id
+from replay_sim.protocol import CALL_METHODS, LISTING_FIELDS, declared, episode_id
 from replay_sim.record.explore import Explorer
-from replay_sim.record.session import LIST_FIELDS, RECORDED_METHODS, Session
+from replay_sim.record.session import Session
 from replay_sim.record.upstream import Upstream, UpstreamSpec
 from replay_sim.redaction import RULES_META_KEY, Redactor
 from replay_sim.schema import tool_schemas
 from replay_sim.stdio_transport import native_stdio
-from replay_sim.store.store import ServerRecord, Store
+from replay_sim.store import ServerRecord, Store
 
-__all__ = ["RECORDED_METHODS", "Recorder", "record_stdio", "recording"]
+__all__ = ["CALL_METHODS", "Recorder", "record_stdio", "recording"]
 
 T = TypeVar("T")
 
 # 2026-era results of these methods must carry cache hints; a proxy's answers are never cacheable.
-_CACHEABLE = frozenset({*LIST_FIELDS, "resources/read", "server/discover"})
+_CACHEABLE = frozenset({*LISTING_FIELDS, "resources/read", "server/discover"})
 
 
 class ServerProxy:
@@ -102,7 +102,7 @@ class ServerProxy:
             if capability not in capabilities:
                 continue
             for method in methods:
-                field = LIST_FIELDS[method]
+                field = LISTING_FIELDS[method]
                 merged: dict[str, Any] = {field: []}
                 cursor: str | None = None
                 try:

@@ -27,26 +27,24 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from replay_sim.canonical import answer_text
 from replay_sim.errors import UpstreamError
-from replay_sim.protocol import EPISODE_META_KEY, ask_client, error_json
+from replay_sim.protocol import (
+    CALL_METHODS,
+    EPISODE_META_KEY,
+    INPUT_KEY,
+    LISTING_FIELDS,
+    LISTING_METHODS,
+    ask_client,
+    error_json,
+)
 from replay_sim.record.upstream import Upstream
-from replay_sim.store.store import LISTING_METHODS, Origin
+from replay_sim.store import Origin
 
 if TYPE_CHECKING:
     from replay_sim.record.recorder import ServerProxy
 
-__all__ = ["LIST_FIELDS", "RECORDED_METHODS", "Session"]
+__all__ = ["Session"]
 
-RECORDED_METHODS = frozenset({"tools/call", "resources/read", "prompts/get", "completion/complete"})
-"""Requests recorded as calls; listings go to :meth:`Store.put_listing`, the rest is only forwarded."""
-LIST_FIELDS = {
-    "tools/list": "tools",
-    "resources/list": "resources",
-    "resources/templates/list": "resourceTemplates",
-    "prompts/list": "prompts",
-}
-"""The item field of each listing method's result."""
 _RESERVED_META_PREFIX = "io.modelcontextprotocol/"
-_INPUT_KEY = "0"  # the key of the one question an input_required result carries
 _ROUND_TIMEOUT_S = 600.0  # how long a 2026-era client has to retry with its answer
 
 
@@ -90,7 +88,7 @@ class Round:
         except TimeoutError:
             message = f"the client did not retry with its answer to {method} within {_ROUND_TIMEOUT_S:g} s"
             raise MCPError(code=types.INTERNAL_ERROR, message=message) from None
-        answer = responses.get(_INPUT_KEY) if isinstance(responses, dict) else None
+        answer = responses.get(INPUT_KEY) if isinstance(responses, dict) else None
         if not isinstance(answer, dict):
             raise MCPError(code=types.INVALID_PARAMS, message=f"the client's retry did not answer {method}")
         return answer
@@ -129,14 +127,14 @@ class Session:
             for k, v in meta.items()
             if not k.startswith(_RESERVED_META_PREFIX) and k not in (EPISODE_META_KEY, "progressToken")
         }
-        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and method in RECORDED_METHODS:
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and method in CALL_METHODS:
             outcome = await self._modern_call(ctx, method, params, meta)
             if isinstance(outcome, dict):
                 return self.proxy.modern_result(method, outcome)
             call = outcome
         else:
             call = await self._exchange(method, params, meta, ctx)
-            if method in RECORDED_METHODS:
+            if method in CALL_METHODS:
                 await self._recorded(method, params, call)
         result, error = call.result, call.error
         if method in LISTING_METHODS and result is not None:
@@ -179,7 +177,7 @@ class Session:
             return value  # type: ignore[no-any-return]
         token = f"round-{next(self._round_ids)}"
         self.rounds[token] = round_
-        return {"resultType": "input_required", "inputRequests": {_INPUT_KEY: value}, "requestState": token}
+        return {"resultType": "input_required", "inputRequests": {INPUT_KEY: value}, "requestState": token}
 
     async def _run_round(
         self,
@@ -210,7 +208,7 @@ class Session:
     ) -> Call:
         """Send one request upstream and wait for its answer (and the notifications before it)."""
         request_id = self.upstream.next_request_id()
-        if method in RECORDED_METHODS:
+        if method in CALL_METHODS:
             meta = {**meta, "progressToken": request_id}  # always ask, so the recording holds the progress
         call = Call(ctx, round=round_)
         self.inflight[request_id] = call
@@ -278,7 +276,7 @@ class Session:
 
     async def _record_listing(self, method: str, params: dict[str, Any], result: dict[str, Any]) -> None:
         """Record a listing; cursor pages are merged and recorded once the last page arrives."""
-        items = LIST_FIELDS[method]
+        items = LISTING_FIELDS[method]
         if params.get("cursor") is None:
             merged = {k: v for k, v in result.items() if k != "nextCursor"}
         else:

@@ -29,8 +29,8 @@ from replay_sim.replay.miss import MissPolicyName, MissSettings, Upstreams
 from replay_sim.replay.replay import Replay
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.resolver import Resolver
+from replay_sim.store import Recording, Store
 from replay_sim.store.snapshot import open_snapshot
-from replay_sim.store.store import Recording, Store
 
 __all__ = ["ReplayApp", "create_app", "open_replay", "recording_json", "serve"]
 
@@ -50,7 +50,7 @@ def recording_json(rec: Recording, full: bool = False) -> dict[str, Any]:
         "origin": rec.origin,
         "recorded_at": rec.recorded_at,
         "latency_ms": rec.latency_ms,
-        "outcome": "error" if rec.error else ("isError" if (rec.result or {}).get("isError") else "ok"),
+        "outcome": rec.failure or "ok",
     }
     if full:
         out |= {"key": rec.key, "params": rec.params, "result": rec.result, "error": rec.error}

@@ -27,8 +27,8 @@ from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
 from replay_sim.canonical import answer_text
-from replay_sim.protocol import ask_client, error_json, is_client_request
-from replay_sim.store.store import Recording
+from replay_sim.protocol import INPUT_KEY, ask_client, error_json, is_client_request
+from replay_sim.store import Recording
 
 __all__ = ["Rounds", "questions", "reenact", "suited"]
 
@@ -39,7 +39,6 @@ _CAPABILITY = {
 }
 
 _SHOWN_CHARS = 160
-_INPUT_KEY = "0"  # the key of the one question an input_required result carries
 
 
 def asked(recording: Recording) -> frozenset[str]:
@@ -102,7 +101,7 @@ class Rounds:
         answered = self.answered(recording, params.get("requestState"))
         responses = params.get("inputResponses")
         if isinstance(responses, dict) and answered < len(asked):
-            answer = responses.get(_INPUT_KEY)
+            answer = responses.get(INPUT_KEY)
             now = answer_text(answer, None) if isinstance(answer, dict) else "no answer"
             if (otherwise := _otherwise(asked[answered], now)) is not None:
                 return otherwise
@@ -116,7 +115,7 @@ class Rounds:
         }
         return {
             "resultType": "input_required",
-            "inputRequests": {_INPUT_KEY: request},
+            "inputRequests": {INPUT_KEY: request},
             "requestState": self._state(recording, answered),
         }
 

@@ -26,7 +26,7 @@ from replay_sim.errors import ConfigError, UpstreamError
 from replay_sim.record.config import RecorderConfig
 from replay_sim.record.upstream import Upstream
 from replay_sim.resolve.resolver import Resolution, Tier
-from replay_sim.store.store import Origin, Recording, Store
+from replay_sim.store import Origin, Recording, Store
 
 __all__ = [
     "MISS_POLICIES",

@@ -27,7 +27,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from replay_sim.canonical import call_identity, call_key
 from replay_sim.errors import ConfigError, ReplaySimError
-from replay_sim.protocol import MATCH_META_KEY, declared, episode_id
+from replay_sim.protocol import LISTING_FIELDS, MATCH_META_KEY, declared, episode_id
 from replay_sim.redaction import RULES_META_KEY, Redactor
 from replay_sim.replay.conversation import Rounds, questions, reenact, suited
 from replay_sim.replay.histories import Histories
@@ -38,12 +38,11 @@ from replay_sim.replay.wire import Initialize, PassThrough, hand_over
 from replay_sim.resolve.lineage import DIVERGED
 from replay_sim.resolve.resolver import Candidate, FieldDiff, Problem, Resolution, Resolver, Tier, Trail
 from replay_sim.stdio_transport import native_stdio
-from replay_sim.store.store import Origin, Store
+from replay_sim.store import Origin, Store
 
 __all__ = ["Answer", "Replay", "candidate_json", "miss_message"]
 
 RESOURCE_NOT_FOUND = -32002  # the spec's code for resources/read of an unknown URI
-_REPLAYED = ("tools/call", "resources/read", "prompts/get", "completion/complete")
 
 
 def candidate_json(candidate: Candidate) -> dict[str, Any]:
@@ -185,7 +184,7 @@ class Replay:
 
         def listing(method: str) -> Any:
             async def handler(ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
-                return hand_over(ctx, dict(listings.get(method) or {_LISTING_FIELD[method]: []}))
+                return hand_over(ctx, dict(listings.get(method) or {LISTING_FIELDS[method]: []}))
 
             return handler
 
@@ -477,14 +476,6 @@ class Replay:
             return {"completion": {"values": [], "hasMore": False}, "_meta": {MATCH_META_KEY: match}}
         code = RESOURCE_NOT_FOUND if method == "resources/read" else types.INVALID_PARAMS
         return MCPError(code, message, {MATCH_META_KEY: match})
-
-
-_LISTING_FIELD = {
-    "tools/list": "tools",
-    "resources/list": "resources",
-    "resources/templates/list": "resourceTemplates",
-    "prompts/list": "prompts",
-}
 
 
 def _tier_of(resolution: Resolution) -> str:

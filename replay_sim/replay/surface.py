@@ -13,7 +13,7 @@ from typing import Any
 from mcp.shared.exceptions import MCPError
 
 from replay_sim.schema import tool_schemas
-from replay_sim.store.store import Recording, ServerRecord, Store
+from replay_sim.store import Recording, ServerRecord, Store
 
 __all__ = ["Outcome", "Surface"]
 
@@ -80,7 +80,7 @@ class Surface:
         if self._refusals is None:
             found: dict[str, Recording] = {}
             for rec in self.store.recordings(self.record.name, method="tools/call"):
-                if rec.error is None and not (rec.result or {}).get("isError"):
+                if not rec.failed:
                     continue
                 if rec.name not in self.tools:
                     found.setdefault("unknown", rec)

@@ -16,7 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from replay_sim.store.store import Store
+from replay_sim.store import Store
 
 __all__ = [
     "MAX_TEXT_CHARS",

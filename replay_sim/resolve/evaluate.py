@@ -44,7 +44,7 @@ from replay_sim.resolve.embedding import Embedder
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.resolve.toolstate import answer_of
 from replay_sim.schema import ToolSchema
-from replay_sim.store.store import Recording, Store
+from replay_sim.store import Recording, Store
 
 __all__ = ["Finding", "Outcome", "Probe", "Report", "compare", "evaluate", "explain", "load_probes", "render"]
 

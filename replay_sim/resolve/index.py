@@ -29,7 +29,7 @@ from replay_sim.errors import IndexError_
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.embedding import CachedEmbedder, Embedder, default_embedder
 from replay_sim.schema import ToolSchema, tool_schemas
-from replay_sim.store.store import Store
+from replay_sim.store import Store
 
 __all__ = [
     "DEFAULT_INDEX_DIR",

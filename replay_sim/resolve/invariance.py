@@ -28,27 +28,9 @@ from enum import StrEnum
 from typing import Any, NamedTuple
 
 from replay_sim.canonical import canonical_json
+from replay_sim.variants import MIN_EVIDENCE, Transform
 
-__all__ = ["MIN_EVIDENCE", "Invariances", "Observation", "Transform", "Verdict", "apply", "judge", "learn"]
-
-MIN_EVIDENCE = 2
-"""Distinct answers that must support a learned invariance."""
-
-
-class Transform(StrEnum):
-    """A difference of one argument that a server may ignore (applied in this order)."""
-
-    SPACE = "space"
-    CASE = "case"
-    ORDER = "order"
-
-    def apply(self, value: Any) -> Any:
-        """The value with this difference taken out (values it does not apply to are unchanged)."""
-        if self is Transform.ORDER:
-            return sorted(value, key=canonical_json) if isinstance(value, list) else value
-        if not isinstance(value, str):
-            return value
-        return value.strip() if self is Transform.SPACE else value.casefold()
+__all__ = ["Invariances", "Observation", "Verdict", "apply", "judge", "learn"]
 
 
 class Verdict(StrEnum):

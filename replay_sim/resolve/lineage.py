@@ -22,9 +22,9 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from replay_sim.store.store import Recording, Store
+from replay_sim.store import Recording, Store
 
-__all__ = ["DIVERGED", "Episodes", "Trail", "history_affinity", "is_failure"]
+__all__ = ["DIVERGED", "Episodes", "Trail", "history_affinity"]
 
 DIVERGED = "!"
 """Prefix of the step of a state-changing call no recording answered."""
@@ -38,11 +38,6 @@ def history_affinity(recording: Recording, history: Sequence[str], prefix: Seque
             break
         matched += 1
     return matched
-
-
-def is_failure(recording: Recording) -> bool:
-    """True when the recorded answer is an error (a failed call changes nothing)."""
-    return recording.error is not None or bool((recording.result or {}).get("isError"))
 
 
 class _LRU(OrderedDict[str, Any]):
@@ -137,7 +132,7 @@ class Episodes:
             if found and found[0].method == "tools/call":
                 schema = self.schema(found[0].server, found[0].name)
                 if schema is None or schema.changes_state(found[0].arguments):
-                    cached = any(not is_failure(r) for r in found)
+                    cached = any(not r.failed for r in found)
             self._mutating[key] = cached
         return cached
 

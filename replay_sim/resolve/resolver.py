@@ -33,7 +33,7 @@ from replay_sim.resolve.index import DEFAULT_INDEX_DIR, IndexSet, build_index, c
 from replay_sim.resolve.lineage import DIVERGED, Episodes, Trail
 from replay_sim.resolve.toolstate import ToolState, field_diffs
 from replay_sim.schema import ToolSchema
-from replay_sim.store.store import Recording, Store
+from replay_sim.store import Recording, Store
 
 __all__ = ["Candidate", "FieldDiff", "Problem", "Resolution", "Resolver", "Tier", "Trail"]
 

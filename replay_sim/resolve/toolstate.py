@@ -16,9 +16,8 @@ from replay_sim.canonical import answer_text, call_key, canonical_json, normaliz
 from replay_sim.resolve.calibration import MatchConfig, calibrate_threshold, reflected_fields
 from replay_sim.resolve.index import IndexSet, call_text
 from replay_sim.resolve.invariance import Observation, apply, learn
-from replay_sim.resolve.lineage import is_failure
 from replay_sim.schema import ToolSchema
-from replay_sim.store.store import Recording
+from replay_sim.store import Recording
 
 __all__ = ["ToolState", "answer_of", "field_diffs"]
 
@@ -73,7 +72,7 @@ class ToolState:
         self.override = config.override(server, schema.name)
         self.free_text = sorted(schema.free_text or ())
         valid = [r for r in self.recordings if schema.validate(r.arguments) is None]
-        samples = [(r.arguments, canonical_json(r.result)) for r in valid if not is_failure(r)]
+        samples = [(r.arguments, canonical_json(r.result)) for r in valid if not r.failed]
         # An explicit free_text override is trusted; otherwise echoed text is an identifier.
         self.echoed = (
             set()
@@ -85,7 +84,7 @@ class ToolState:
         # default, surrounding whitespace of prose it neither echoes nor stores, unless refuted.
         self.invariances = (
             learn(
-                [Observation(state_of(r), base[r.id], answer_of(r), is_failure(r)) for r in valid],
+                [Observation(state_of(r), base[r.id], answer_of(r), r.failed) for r in valid],
                 assumed_space=[] if self.echoed else self.free_text,
             )
             if schema.read_only

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from replay_sim.errors import InterchangeError
-from replay_sim.store.store import LISTING_METHODS, Origin, ServerRecord, Store
+from replay_sim.protocol import LISTING_METHODS
+from replay_sim.store import Origin, ServerRecord, Store
 
 __all__ = ["export_jsonl", "import_jsonl", "merge"]
 

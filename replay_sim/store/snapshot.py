@@ -22,8 +22,8 @@ from typing import Any
 from replay_sim.errors import SnapshotError, StoreError
 from replay_sim.redaction import RULES_META_KEY
 from replay_sim.resolve.calibration import MatchConfig
+from replay_sim.store import Store, utc_now
 from replay_sim.store.interchange import export_lines
-from replay_sim.store.store import Store, utc_now
 
 __all__ = ["Snapshot", "SnapshotDiff", "diff", "freeze", "open_snapshot", "verify"]
 

@@ -14,9 +14,6 @@ import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -24,30 +21,13 @@ import sqlite_utils
 
 from replay_sim.canonical import call_identity, call_key, canonical_json
 from replay_sim.errors import StoreError
+from replay_sim.protocol import LISTING_METHODS
+from replay_sim.store.records import Origin, Recording, ServerRecord, utc_now
 
-__all__ = ["DEFAULT_DB", "LISTING_METHODS", "Origin", "Recording", "ServerRecord", "Store", "utc_now"]
+__all__ = ["DEFAULT_DB", "Store"]
 
 DEFAULT_DB = Path("cache/replay.db")
 SCHEMA_VERSION = 1
-LISTING_METHODS = ("tools/list", "resources/list", "resources/templates/list", "prompts/list")
-
-
-class Origin(StrEnum):
-    """Where a recorded answer came from."""
-
-    LIVE = "live"
-    """Recorded from a real server through the recording proxy (or the `live` miss policy)."""
-    IMPORT = "import"
-    """Read from a JSONL interchange file that did not say otherwise."""
-    SYNTHETIC = "synthetic"
-    """Made up by an LLM under the `synthesize` miss policy; never a real server's answer."""
-    EXPLORE = "explore"
-    """Asked by the recorder itself (``explore``): a variant of a client's read-only call."""
-
-
-def utc_now() -> str:
-    """Return the current UTC time as an ISO-8601 string with a ``Z`` suffix."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _dumps(value: Any) -> str:
@@ -57,38 +37,6 @@ def _dumps(value: Any) -> str:
 
 def _loads(text: str | None) -> Any:
     return None if text is None else json.loads(text)
-
-
-@dataclass(frozen=True, slots=True)
-class ServerRecord:
-    """A recorded server: what it said about itself at initialisation."""
-
-    name: str
-    info: dict[str, Any]
-    capabilities: dict[str, Any]
-    protocol_version: str | None = None
-    instructions: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Recording:
-    """One recorded request and the real server's answer (a result or a JSON-RPC error)."""
-
-    id: int
-    server: str
-    method: str
-    name: str
-    arguments: dict[str, Any]
-    params: dict[str, Any]
-    key: str
-    result: dict[str, Any] | None
-    error: dict[str, Any] | None
-    session: str | None
-    seq: int | None
-    latency_ms: float | None
-    recorded_at: str
-    origin: str
-    notifications: list[dict[str, Any]] = field(default_factory=list)
 
 
 _SCHEMA = """

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from replay_sim.store.store import Store
+from replay_sim.store import Store
 
 REPLAY_SIM = [sys.executable, "-m", "replay_sim"]
 

@@ -10,10 +10,10 @@ import pytest
 from recording_helpers import NODE_BIN, proxy_stdio, run_script, stdio
 
 from replay_sim.canonical import answer_text
-from replay_sim.record.explore import Explorer, Variant, vary
-from replay_sim.resolve.invariance import MIN_EVIDENCE, Transform
+from replay_sim.record.explore import Explorer, Variant
 from replay_sim.resolve.resolver import Resolver, Tier
-from replay_sim.store.store import Origin, Store
+from replay_sim.store import Origin, Store
+from replay_sim.variants import MIN_EVIDENCE, Transform
 
 
 @pytest.mark.parametrize(
@@ -33,7 +33,7 @@ from replay_sim.store.store import Origin, Store
     ],
 )
 def test_each_variant_differs_only_by_its_transform(transform: Transform, value: Any, varied: Any) -> None:
-    assert vary(transform, value) == varied
+    assert transform.vary(value) == varied
     if varied is not None:
         assert transform.apply(varied) == transform.apply(value)
 

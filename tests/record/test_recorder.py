@@ -15,7 +15,7 @@ from recording_helpers import ECHO_SERVER, PYTHON, REPLAY_SIM, proxy_http, raw_c
 from replay_sim.errors import UpstreamError
 from replay_sim.record.recorder import Recorder, recording
 from replay_sim.record.upstream import UpstreamSpec
-from replay_sim.store.store import Store
+from replay_sim.store import Store
 
 pytestmark = pytest.mark.anyio
 

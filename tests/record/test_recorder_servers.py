@@ -32,8 +32,8 @@ from recording_helpers import (
 )
 
 from replay_sim.canonical import canonical_json
-from replay_sim.record.recorder import RECORDED_METHODS
-from replay_sim.store.store import Store
+from replay_sim.protocol import CALL_METHODS
+from replay_sim.store import Store
 
 pytestmark = [pytest.mark.slow, pytest.mark.anyio]
 
@@ -201,7 +201,7 @@ def _check_store(db: Path, case: Case, proxied: list[dict[str, Any]], direct: li
         server = store.server(case.name)
         assert server is not None and server.info["name"], "server info is recorded"
         recorded = store.recordings(case.name)
-        expected = [(i, m, p) for i, (m, p) in enumerate(case.script) if m in RECORDED_METHODS]
+        expected = [(i, m, p) for i, (m, p) in enumerate(case.script) if m in CALL_METHODS]
         assert [(r.method, r.params) for r in recorded] == [(m, p) for _, m, p in expected]
         assert len({r.session for r in recorded}) == 1, "one store session per client session"
         assert [r.seq for r in recorded] == list(range(1, len(recorded) + 1))

@@ -22,7 +22,7 @@ from replay_sim.record.upstream import UpstreamSpec
 from replay_sim.replay.miss import MISS_POLICIES, MissPolicyName, MissSettings, Upstreams, make_policy
 from replay_sim.replay.replay import Replay
 from replay_sim.resolve.resolver import Resolver
-from replay_sim.store.store import Origin, ServerRecord, Store
+from replay_sim.store import Origin, ServerRecord, Store
 
 ROOT = Path(__file__).resolve().parents[2]
 

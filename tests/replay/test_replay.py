@@ -14,7 +14,7 @@ from mcp.shared.exceptions import MCPError
 from replay_helpers import COUNTER_TOOLS, make_replay, match_of
 
 from replay_sim.errors import ConfigError
-from replay_sim.store.store import ServerRecord
+from replay_sim.store import ServerRecord
 
 pytestmark = pytest.mark.anyio
 

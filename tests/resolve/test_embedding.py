@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from replay_sim.resolve.embedding import CachedEmbedder, Embedder, SentenceTransformerEmbedder, text_sha
-from replay_sim.store.store import Store
+from replay_sim.store import Store
 
 
 def test_the_default_model_gives_unit_vectors_closer_for_paraphrases(

@@ -15,8 +15,8 @@ from replay_sim.errors import InterchangeError
 from replay_sim.resolve.embedding import SentenceTransformerEmbedder
 from replay_sim.resolve.evaluate import Outcome, Report, compare, evaluate, explain, load_probes, render
 from replay_sim.resolve.resolver import Resolver
+from replay_sim.store import Store
 from replay_sim.store.interchange import import_jsonl
-from replay_sim.store.store import Store
 
 PROBES = Path(__file__).resolve().parents[2] / "fixtures" / "probes"
 

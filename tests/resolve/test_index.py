@@ -16,7 +16,7 @@ from replay_sim.errors import IndexError_
 from replay_sim.resolve.embedding import CachedEmbedder, SentenceTransformerEmbedder
 from replay_sim.resolve.index import FaissIndex, IndexSet, build_index, call_text
 from replay_sim.resolve.resolver import Resolver
-from replay_sim.store.store import Store
+from replay_sim.store import Store
 
 
 def _build(store: Store, folder: Path, model: SentenceTransformerEmbedder) -> tuple[IndexSet, CachedEmbedder]:

@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 from resolver_helpers import call
 
-from replay_sim.resolve.invariance import Observation, Transform, Verdict, apply, judge, learn
+from replay_sim.resolve.invariance import Observation, Verdict, apply, judge, learn
 from replay_sim.resolve.resolver import FieldDiff, Resolver, Tier
-from replay_sim.store.store import Store
+from replay_sim.store import Store
+from replay_sim.variants import Transform
 
 
 def seen(answer: str, state: str = "s0", failed: bool = False, **arguments: Any) -> Observation:

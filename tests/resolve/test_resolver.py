@@ -15,7 +15,7 @@ from resolver_helpers import (
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.embedding import SentenceTransformerEmbedder
 from replay_sim.resolve.resolver import Problem, Resolver, Tier, Trail
-from replay_sim.store.store import Store
+from replay_sim.store import Store
 
 REPO = "/srv/repo"
 

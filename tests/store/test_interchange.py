@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from replay_sim.errors import InterchangeError
+from replay_sim.store import Origin, ServerRecord, Store
 from replay_sim.store.interchange import export_jsonl, import_jsonl, merge
-from replay_sim.store.store import Origin, ServerRecord, Store
 
 REPLAY_SIM = [sys.executable, "-m", "replay_sim"]
 

@@ -13,8 +13,7 @@ import pytest
 from replay_sim.errors import ConfigError, SnapshotError
 from replay_sim.replay.admin import open_replay
 from replay_sim.resolve.calibration import MatchConfig
-from replay_sim.store import snapshot
-from replay_sim.store.store import Store
+from replay_sim.store import Store, snapshot
 
 REPLAY_SIM = [sys.executable, "-m", "replay_sim"]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from replay_sim.errors import StoreError
-from replay_sim.store.store import Origin, ServerRecord, Store
+from replay_sim.store import Origin, ServerRecord, Store
 
 
 def _call(store: Store, n: int, session: str | None = None) -> int:
