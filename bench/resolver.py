@@ -26,8 +26,8 @@ from replay_sim.canonical import call_key
 from replay_sim.resolve.embedding import CachedEmbedder, default_embedder
 from replay_sim.resolve.index import FaissIndex, build_index
 from replay_sim.resolve.resolver import Resolver, Tier
-from replay_sim.store.interchange import import_jsonl
 from replay_sim.store import Store
+from replay_sim.store.interchange import import_jsonl
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDINGS = ROOT / "fixtures" / "probes" / "recordings.jsonl"
