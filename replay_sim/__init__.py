@@ -18,10 +18,9 @@ from replay_sim.errors import (
     StoreError,
     UpstreamError,
 )
-from replay_sim.record.config import RecorderConfig, load_config
+from replay_sim.record.config import RecorderConfig, UpstreamSpec, load_config
 from replay_sim.record.http import record_http
 from replay_sim.record.recorder import Recorder, record_stdio, recording
-from replay_sim.record.upstream import UpstreamSpec
 from replay_sim.redaction import Redactor
 from replay_sim.replay.admin import create_app, open_replay
 from replay_sim.replay.miss import MissPolicy, MissPolicyName

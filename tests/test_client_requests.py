@@ -18,8 +18,8 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from recording_helpers import ECHO_SERVER, PYTHON, proxy_stdio
 from replay_helpers import match_of, serve_app, text_result
 
+from replay_sim.record.config import UpstreamSpec
 from replay_sim.record.recorder import recording
-from replay_sim.record.upstream import UpstreamSpec
 from replay_sim.replay.admin import create_app
 from replay_sim.replay.conversation import suited
 from replay_sim.replay.replay import Replay

@@ -10,9 +10,8 @@ import pytest
 from recording_helpers import ECHO_SERVER, PYTHON, raw_client
 
 from replay_sim.canonical import call_key
-from replay_sim.record.config import load_config
+from replay_sim.record.config import UpstreamSpec, load_config
 from replay_sim.record.recorder import recording
-from replay_sim.record.upstream import UpstreamSpec
 from replay_sim.redaction import REDACTED, Redactor
 from replay_sim.replay.admin import open_replay
 from replay_sim.store import Store

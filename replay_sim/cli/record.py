@@ -11,10 +11,9 @@ import click
 
 from replay_sim.cli import cli, db_option
 from replay_sim.errors import ConfigError
-from replay_sim.record.config import RecorderConfig, load_config
+from replay_sim.record.config import RecorderConfig, UpstreamSpec, load_config
 from replay_sim.record.http import record_http
 from replay_sim.record.recorder import record_stdio
-from replay_sim.record.upstream import UpstreamSpec
 from replay_sim.redaction import DEFAULT_KEY_GLOBS, Redactor
 
 

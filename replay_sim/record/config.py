@@ -1,4 +1,7 @@
-"""The recorder config file (TOML): which upstreams to record and what to redact.
+"""What to record: upstreams and redaction rules, and the recorder config file (TOML) naming them.
+
+An :class:`UpstreamSpec` says how to reach one real server; a :class:`RecorderConfig` holds the
+upstreams by recorded server name and the redaction rules.
 
 Example (``server/record.example.toml`` is the annotated version)::
 
@@ -26,21 +29,84 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from replay_sim.errors import ConfigError
-from replay_sim.record.upstream import UpstreamSpec
 from replay_sim.redaction import DEFAULT_KEY_GLOBS, REDACTED, Redactor
 
-__all__ = ["RecorderConfig", "load_config", "parse_config"]
+__all__ = ["RecorderConfig", "UpstreamSpec", "load_config", "parse_config"]
 
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _SERVER_KEYS = {"command", "args", "env", "cwd", "url", "headers", "timeout", "startup_timeout", "explore"}
 _REDACTION_KEYS = {"keys", "patterns", "replacement"}
+
+
+@dataclass(frozen=True)
+class UpstreamSpec:
+    """How to reach one real MCP server: a command (stdio) or a URL (streamable HTTP).
+
+    Attributes:
+        command: Executable to launch (stdio); exclusive with ``url``.
+        args: Arguments of ``command``.
+        env: Extra environment for ``command`` (merged over the SDK's safe default set); the values
+            are redacted from recordings.
+        cwd: Working directory for ``command``.
+        url: Streamable HTTP endpoint; exclusive with ``command``.
+        headers: HTTP headers sent to ``url``; the values are redacted from recordings.
+        timeout: Seconds to wait for one answer (None: no limit).
+        startup_timeout: Seconds to wait for the server to answer ``initialize``.
+        explore: While recording, ask the server which argument differences its read-only tools
+            ignore (:mod:`replay_sim.record.explore`).
+    """
+
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    url: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    timeout: float | None = None
+    startup_timeout: float = 30.0
+    explore: bool = False
+
+    def __post_init__(self) -> None:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("an upstream needs exactly one of command or url")
+
+    def describe(self) -> str:
+        """The command line or URL, for messages."""
+        if self.url is not None:
+            return self.url
+        return shlex.join([self.command or "", *self.args])
+
+    def secrets(self) -> list[str]:
+        """Values handed to the server that must never be recorded (env values, header values)."""
+        found = list(self.env.values())
+        for value in self.headers.values():
+            found.append(value)
+            scheme, _, credential = value.partition(" ")
+            if credential and scheme.isalpha():  # "Bearer abc" -> also the bare credential
+                found.append(credential.strip())
+        return found
+
+    def default_name(self) -> str:
+        """A server name derived from the command or URL (``mcp-server-git``, ``echo_server``)."""
+        if self.url is not None:
+            parts = [p for p in re.split(r"[/:?#]+", self.url.split("//", 1)[-1]) if p]
+            base = parts[-1] if len(parts) > 1 and parts[-1] != "mcp" else parts[0]
+        else:
+            words = [self.command or "", *self.args]
+            interpreters = {"python", "python3", "node", "npx", "uv", "uvx", "deno", "bun", "pipx"}
+            base = Path(words[0]).name
+            if base in interpreters:
+                base = next((Path(w).stem for w in words[1:] if not w.startswith("-")), base)
+        return re.sub(r"[^A-Za-z0-9_.-]+", "-", base).strip("-") or "server"
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 
 from replay_sim.listener import base_url, listen, transport_security
+from replay_sim.record.config import UpstreamSpec
 from replay_sim.record.recorder import Recorder, recording
-from replay_sim.record.upstream import UpstreamSpec
 from replay_sim.redaction import Redactor
 from replay_sim.store import Store
 

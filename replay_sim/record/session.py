@@ -4,20 +4,19 @@ A :class:`Session` pairs one downstream MCP session (or a 2026-era episode) with
 connection and store session. It forwards requests raw and records each answered call with the
 notifications that belong to it; forwards the server's questions to the client (sampling,
 elicitation, roots) and records the exchanges — mid-call for a handshake-era client, through an
-``input_required`` round (:class:`Round`) for a 2026-era one; and, when exploring, asks the
-variants of a read-only call (:mod:`replay_sim.record.explore`). :mod:`replay_sim.record.recorder` owns the
-sessions.
+``input_required`` round (:class:`~replay_sim.record.inflight.Round`) for a 2026-era one; and, when
+exploring, asks the variants of a read-only call (:mod:`replay_sim.record.explore`). What it needs
+from the proxy that owns it is a :class:`SessionHost`
+(:class:`~replay_sim.record.proxy.ServerProxy` is one).
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Coroutine, Mapping
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 
-import anyio
 import mcp_types as types
 from mcp.server.connection import allowed_log_levels
 from mcp.server.context import ServerRequestContext
@@ -36,72 +35,53 @@ from replay_sim.protocol import (
     ask_client,
     error_json,
 )
+from replay_sim.record.explore import Explorer
+from replay_sim.record.inflight import Call, Round
 from replay_sim.record.upstream import Upstream
-from replay_sim.store import Origin
+from replay_sim.redaction import Redactor
+from replay_sim.store import Origin, Store
 
-if TYPE_CHECKING:
-    from replay_sim.record.recorder import ServerProxy
+__all__ = ["Session", "SessionHost"]
 
-__all__ = ["Session"]
+T = TypeVar("T")
 
 _RESERVED_META_PREFIX = "io.modelcontextprotocol/"
-_ROUND_TIMEOUT_S = 600.0  # how long a 2026-era client has to retry with its answer
 
 
-@dataclass
-class Call:
-    """A forwarded request waiting for its answer; collects the notifications that belong to it.
+class SessionHost(Protocol):
+    """What a :class:`Session` needs from the proxy that owns it.
 
-    ``ctx`` is the client's request, or None for a call the recorder makes itself (exploring):
-    its notifications are recorded, never forwarded.
+    Attributes:
+        name: The recorded server name.
+        store: Where the session's calls are recorded.
+        redactor: Applied to everything recorded.
+        explorer: Decides which variant calls to make; None when not exploring.
+        read_only: The tools whose calls may be explored (their ``readOnlyHint`` is true).
     """
 
-    ctx: ServerRequestContext[Any, Any] | None
-    notifications: list[dict[str, Any]] = field(default_factory=list)
-    result: dict[str, Any] | None = None
-    error: dict[str, Any] | None = None
-    latency_ms: float = 0.0
-    round: Round | None = None  # a 2026-era client's call: its questions go out as input_required
+    name: str
+    store: Store
+    redactor: Redactor
+    explorer: Explorer | None
+    read_only: frozenset[str]
 
+    async def write(self, fn: Callable[[], T], what: str) -> T:
+        """Run one store write; a failure becomes an ``MCPError`` naming ``what`` was not recorded."""
+        ...
 
-class Round:
-    """A 2026-era client's call whose server asks it something: one ``input_required`` per question.
+    def spawn(self, fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> None:
+        """Run ``fn(*args)`` in the background, beyond the request that starts it."""
+        ...
 
-    Such a client cannot be asked mid-call. The upstream call goes on in the background; each
-    question it asks ends the client's request with an ``input_required`` result, and the client's
-    retry of the call (same ``requestState``) brings the answer the upstream is waiting for.
-    """
-
-    def __init__(self, params: dict[str, Any]) -> None:
-        self.params = params  # the call's params: its retries must repeat them
-        self.asked = False
-        self.events, self._events = anyio.create_memory_object_stream[tuple[str, Any]](1)
-        self.answers, self._answers = anyio.create_memory_object_stream[Any](1)
-
-    async def ask(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        """Called for the upstream: put the question to the client, wait for its retry's answer."""
-        self.asked = True  # the client's request has ended: later notifications cannot reach it
-        await self.events.send(("question", {"method": method, **({"params": params} if params else {})}))
-        try:
-            with anyio.fail_after(_ROUND_TIMEOUT_S):
-                responses = await self._answers.receive()
-        except TimeoutError:
-            message = f"the client did not retry with its answer to {method} within {_ROUND_TIMEOUT_S:g} s"
-            raise MCPError(code=types.INTERNAL_ERROR, message=message) from None
-        answer = responses.get(INPUT_KEY) if isinstance(responses, dict) else None
-        if not isinstance(answer, dict):
-            raise MCPError(code=types.INVALID_PARAMS, message=f"the client's retry did not answer {method}")
-        return answer
-
-    async def next(self) -> tuple[str, Any]:
-        """Next for the client: ``("question", request)``, ``("done", call)`` or ``("failed", error)``."""
-        return await self._events.receive()
+    def modern_result(self, method: str, result: dict[str, Any]) -> dict[str, Any]:
+        """The upstream's ``result`` as a 2026-era answer to ``method``."""
+        ...
 
 
 class Session:
     """One downstream MCP session: its upstream connection and its store session."""
 
-    def __init__(self, proxy: ServerProxy, upstream: Upstream, store_session: str, outbound: Any) -> None:
+    def __init__(self, proxy: SessionHost, upstream: Upstream, store_session: str, outbound: Any) -> None:
         self.proxy = proxy
         self.upstream = upstream
         self.store_session = store_session
@@ -169,7 +149,7 @@ class Session:
             await round_.answers.send(params.get("inputResponses"))
         else:  # a new call (a requestState of another call, or an expired one, is not its answer)
             round_ = Round(call_params)
-            self.proxy.recorder.spawn(self._run_round, round_, method, call_params, meta, ctx)
+            self.proxy.spawn(self._run_round, round_, method, call_params, meta, ctx)
         kind, value = await round_.next()
         if kind == "failed":
             raise value
@@ -224,9 +204,9 @@ class Session:
     async def _record(self, method: str, params: dict[str, Any], call: Call, origin: Origin) -> None:
         """Commit one answered call (redacted) to this session."""
         redact = self.proxy.redactor.redact
-        await self.proxy.recorder.write(
+        await self.proxy.write(
             partial(
-                self.proxy.recorder.store.record_call,
+                self.proxy.store.record_call,
                 self.proxy.name,
                 method,
                 redact(params),
@@ -288,9 +268,9 @@ class Session:
             self.pages[method] = merged
             return
         self.pages.pop(method, None)
-        store = self.proxy.recorder.store
         redacted = self.proxy.redactor.redact(merged, keys=False)
-        await self.proxy.recorder.write(partial(store.put_listing, self.proxy.name, method, redacted), method)
+        store, name = self.proxy.store, self.proxy.name
+        await self.proxy.write(partial(store.put_listing, name, method, redacted), method)
 
     async def on_notification(self, method: str, params: dict[str, Any]) -> None:
         """Record an upstream notification with its call and forward it downstream."""
@@ -299,7 +279,7 @@ class Session:
             if call is None:
                 return
             call.notifications.append({"method": method, "params": _without(params, "progressToken")})
-            if call.ctx is not None and _reachable(call):  # a no-op unless the client asked for progress
+            if call.ctx is not None and call.reachable:  # a no-op unless the client asked for progress
                 await call.ctx.session.report_progress(
                     params.get("progress", 0), params.get("total"), params.get("message")
                 )
@@ -310,7 +290,7 @@ class Session:
             for call in calls:
                 call.notifications.append({"method": method, "params": params})
             if calls:
-                clients = [c.ctx for c in calls if c.ctx is not None and _reachable(c)]
+                clients = [c.ctx for c in calls if c.ctx is not None and c.reachable]
                 if clients:
                     await self._log_to(clients[0], params)
                 return
@@ -355,11 +335,6 @@ class Session:
             params=types.LoggingMessageNotificationParams.model_validate(params, by_name=False)
         )
         await ctx.session.send_notification(notification, related_request_id=ctx.request_id)
-
-
-def _reachable(call: Call) -> bool:
-    """Whether notifications of a call can still go to the client's request (it has not ended)."""
-    return not (call.round is not None and call.round.asked)
 
 
 def _without(mapping: Mapping[str, Any], key: str) -> dict[str, Any]:

@@ -1,10 +1,11 @@
 """Connections to real MCP servers (upstreams): stdio commands and streamable HTTP URLs.
 
-An :class:`Upstream` speaks the handshake era (``initialize``) to its server and forwards requests
-*raw*: params go out as given and results come back as the exact JSON the server sent, because
-the recorder promises byte-exact pass-through. That is why it drives the SDK's
-``JSONRPCDispatcher`` directly instead of ``ClientSession.send_request`` (which validates results
-against the negotiated schema, strips later-revision fields and would reject a server's quirks) or
+An :class:`Upstream` (where its server is: an :class:`~replay_sim.record.config.UpstreamSpec`)
+speaks the handshake era (``initialize``) to its server and forwards requests *raw*: params go out
+as given and results come back as the exact JSON the server sent, because the recorder promises
+byte-exact pass-through. That is why it drives the SDK's ``JSONRPCDispatcher`` directly instead of
+``ClientSession.send_request`` (which validates results against the negotiated schema, strips
+later-revision fields and would reject a server's quirks) or
 ``mcp.Client`` (whose response cache could answer without asking the server).
 
 Every transport failure is translated into :class:`UpstreamError` here, and nowhere else.
@@ -13,14 +14,11 @@ Every transport failure is translated into :class:`UpstreamError` here, and nowh
 from __future__ import annotations
 
 import os
-import re
-import shlex
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import IO, Any
 
 import anyio
@@ -39,8 +37,9 @@ from pydantic import TypeAdapter
 
 from replay_sim.errors import UpstreamError
 from replay_sim.protocol import error_json
+from replay_sim.record.config import UpstreamSpec
 
-__all__ = ["Exchange", "Upstream", "UpstreamSpec"]
+__all__ = ["Exchange", "Upstream"]
 
 NotificationHandler = Callable[[str, dict[str, Any]], Awaitable[None]]
 """Called with ``(method, params)`` for every notification the server sends."""
@@ -54,68 +53,6 @@ _ELICIT_RESULT: TypeAdapter[Any] = TypeAdapter(types.ElicitResult)
 _ROOTS_RESULT: TypeAdapter[Any] = TypeAdapter(types.ListRootsResult)
 _STDERR_TAIL = 2000
 _CLIENT_INFO = types.Implementation(name="replay-sim-recorder", version="0.1.0")
-
-
-@dataclass(frozen=True)
-class UpstreamSpec:
-    """How to reach one real MCP server: a command (stdio) or a URL (streamable HTTP).
-
-    Attributes:
-        command: Executable to launch (stdio); exclusive with ``url``.
-        args: Arguments of ``command``.
-        env: Extra environment for ``command`` (merged over the SDK's safe default set); the values
-            are redacted from recordings.
-        cwd: Working directory for ``command``.
-        url: Streamable HTTP endpoint; exclusive with ``command``.
-        headers: HTTP headers sent to ``url``; the values are redacted from recordings.
-        timeout: Seconds to wait for one answer (None: no limit).
-        startup_timeout: Seconds to wait for the server to answer ``initialize``.
-        explore: While recording, ask the server which argument differences its read-only tools
-            ignore (:mod:`replay_sim.record.explore`).
-    """
-
-    command: str | None = None
-    args: tuple[str, ...] = ()
-    env: Mapping[str, str] = field(default_factory=dict)
-    cwd: str | None = None
-    url: str | None = None
-    headers: Mapping[str, str] = field(default_factory=dict)
-    timeout: float | None = None
-    startup_timeout: float = 30.0
-    explore: bool = False
-
-    def __post_init__(self) -> None:
-        if (self.command is None) == (self.url is None):
-            raise ValueError("an upstream needs exactly one of command or url")
-
-    def describe(self) -> str:
-        """The command line or URL, for messages."""
-        if self.url is not None:
-            return self.url
-        return shlex.join([self.command or "", *self.args])
-
-    def secrets(self) -> list[str]:
-        """Values handed to the server that must never be recorded (env values, header values)."""
-        found = list(self.env.values())
-        for value in self.headers.values():
-            found.append(value)
-            scheme, _, credential = value.partition(" ")
-            if credential and scheme.isalpha():  # "Bearer abc" -> also the bare credential
-                found.append(credential.strip())
-        return found
-
-    def default_name(self) -> str:
-        """A server name derived from the command or URL (``mcp-server-git``, ``echo_server``)."""
-        if self.url is not None:
-            parts = [p for p in re.split(r"[/:?#]+", self.url.split("//", 1)[-1]) if p]
-            base = parts[-1] if len(parts) > 1 and parts[-1] != "mcp" else parts[0]
-        else:
-            words = [self.command or "", *self.args]
-            interpreters = {"python", "python3", "node", "npx", "uv", "uvx", "deno", "bun", "pipx"}
-            base = Path(words[0]).name
-            if base in interpreters:
-                base = next((Path(w).stem for w in words[1:] if not w.startswith("-")), base)
-        return re.sub(r"[^A-Za-z0-9_.-]+", "-", base).strip("-") or "server"
 
 
 @dataclass(frozen=True, slots=True)

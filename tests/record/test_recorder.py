@@ -13,8 +13,8 @@ from mcp.shared.exceptions import MCPError
 from recording_helpers import ECHO_SERVER, PYTHON, REPLAY_SIM, proxy_http, raw_client, raw_request, spawn
 
 from replay_sim.errors import UpstreamError
+from replay_sim.record.config import UpstreamSpec
 from replay_sim.record.recorder import Recorder, recording
-from replay_sim.record.upstream import UpstreamSpec
 from replay_sim.store import Store
 
 pytestmark = pytest.mark.anyio

@@ -17,8 +17,7 @@ from mcp import Client
 from replay_helpers import build_store, match_of, serve_app
 
 from replay_sim.errors import ConfigError
-from replay_sim.record.config import RecorderConfig
-from replay_sim.record.upstream import UpstreamSpec
+from replay_sim.record.config import RecorderConfig, UpstreamSpec
 from replay_sim.replay.miss import MISS_POLICIES, MissPolicyName, MissSettings, Upstreams, make_policy
 from replay_sim.replay.replay import Replay
 from replay_sim.resolve.resolver import Resolver
