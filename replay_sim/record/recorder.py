@@ -31,7 +31,7 @@ import anyio
 import anyio.abc
 from mcp.server.lowlevel import Server
 
-from replay_sim.errors import StoreError, UpstreamError
+from replay_sim.errors import ConfigError, StoreError, UpstreamError
 from replay_sim.record.config import UpstreamSpec
 from replay_sim.record.proxy import ServerProxy
 from replay_sim.record.upstream import Upstream
@@ -137,11 +137,17 @@ class Recorder:
         self._tg.start_soon(fn, *args)
 
     def server(self, name: str) -> Server[Any]:
-        """The downstream MCP server (low-level SDK ``Server``) proxying upstream ``name``."""
-        try:
-            return self.proxies[name].server
-        except KeyError:
-            raise KeyError(f"no upstream named {name!r}; configured: {', '.join(self.proxies)}") from None
+        """The downstream MCP server (low-level SDK ``Server``) proxying upstream ``name``.
+
+        Raises:
+            ConfigError: No upstream of that name (the message names the configured ones), as
+                :meth:`Replay.server <replay_sim.Replay.server>` raises for a server never recorded.
+        """
+        proxy = self.proxies.get(name)
+        if proxy is None:
+            known = ", ".join(self.proxies)
+            raise ConfigError(f"no upstream named {name!r} in this recorder (configured: {known})")
+        return proxy.server
 
     async def serve_stdio(self, name: str) -> None:
         """Serve upstream ``name`` to one client over this process's stdin/stdout until it hangs up."""

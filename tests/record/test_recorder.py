@@ -12,7 +12,8 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 from recording_helpers import ECHO_SERVER, PYTHON, REPLAY_SIM, proxy_http, raw_client, raw_request, spawn
 
-from replay_sim.errors import UpstreamError
+from replay_sim import open_replay
+from replay_sim.errors import ConfigError, UpstreamError
 from replay_sim.record.config import UpstreamSpec
 from replay_sim.record.recorder import Recorder, recording
 from replay_sim.store import Store
@@ -158,6 +159,19 @@ async def test_an_unreachable_http_upstream_is_an_upstream_error(tmp_path: Path)
         with pytest.raises(UpstreamError, match=r"http://127\.0\.0\.1:9/mcp"):
             async with Recorder(store, {"remote": spec}):
                 pass
+
+
+async def test_an_unknown_server_name_is_the_config_error_a_replay_gives_naming_the_known_ones(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "n.db"
+    with anyio.fail_after(60):
+        async with recording(db, {"echo": ECHO, "echo2": ECHO}) as recorder:
+            with pytest.raises(ConfigError, match=r"no upstream named 'nope'.*echo, echo2") as recorded:
+                recorder.server("nope")
+    with pytest.raises(ConfigError, match=r"'nope'.*echo, echo2") as replayed:
+        open_replay(db).server("nope")
+    assert type(recorded.value) is type(replayed.value)
 
 
 async def test_a_full_disk_is_a_clear_error_and_leaves_no_partial_row(tmp_path: Path) -> None:
