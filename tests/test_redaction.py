@@ -142,3 +142,22 @@ async def test_the_store_keeps_the_redaction_rules_and_the_replay_applies_them(t
     other = {"text": "key sk-zzzzzzzz99999999", "session_ref": "xyz"}
     answer = await open_replay(db).resolve("echo", "tools/call", {"name": "echo", "arguments": other})
     assert answer.resolution.tier == "exact"
+
+
+@pytest.mark.anyio
+async def test_recording_again_into_a_store_redacts_with_the_rules_it_already_holds(tmp_path: Path) -> None:
+    db = tmp_path / "again.db"
+    plain = UpstreamSpec(command=PYTHON, args=(str(ECHO_SERVER),))
+    with anyio.fail_after(60):
+        async with recording(db, {"echo": plain}, Redactor(patterns=[r"sk-[a-z0-9]{8,}"])):
+            pass  # the first recording brings the rules; the store keeps them
+        async with (
+            recording(db, {"echo": plain}) as recorder,  # the default rules: no pattern
+            raw_client(recorder.server("echo")) as client,
+        ):
+            await client.call_tool("echo", {"text": "key sk-abcdef1234567890"})
+    with Store(db, readonly=True) as store:
+        (call,) = store.recordings("echo")
+        assert store.meta("redaction")["patterns"] == ["sk-[a-z0-9]{8,}"]
+    assert call.arguments == {"text": f"key {REDACTED}"}
+    assert call.result is not None and "sk-abcdef1234567890" not in json.dumps(call.result)

@@ -84,6 +84,8 @@ class Recorder:
             previous = self.store.meta(RULES_META_KEY)
             if previous is not None:
                 self.redactor = self.redactor.merged(Redactor.from_rules(previous))
+                for proxy in self.proxies.values():  # they record with the rules the store keeps
+                    proxy.redactor = self.redactor
             self.store.set_meta(RULES_META_KEY, self.redactor.rules())
             self._tg = await self._stack.enter_async_context(anyio.create_task_group())
             self._stack.callback(self._tg.cancel_scope.cancel)
