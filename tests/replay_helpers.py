@@ -1,18 +1,16 @@
-"""Shared helpers for the replay, admin, miss and demo tests: a small recorded store, a live server."""
+"""Shared helpers for the replay, admin, miss and demo tests: a small recorded store, raw MCP over HTTP.
+
+A live server for them: :func:`replay_sim.listener.serving_in_thread`.
+"""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import socket
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx2
-import uvicorn
 from mcp import Client
 
 from replay_sim.store import ServerRecord, Store
@@ -209,36 +207,6 @@ def build_store(path: Path) -> Store:
 def tool_call(name: str, **arguments: Any) -> dict[str, Any]:
     """tools/call params."""
     return {"name": name, "arguments": arguments}
-
-
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@contextlib.contextmanager
-def serve_app(app: Any, port: int | None = None) -> Iterator[str]:
-    """Run an ASGI app with uvicorn on 127.0.0.1 in a thread; yields its base URL."""
-    port = port or free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        with anyio.from_thread.start_blocking_portal() as portal:
-            portal.call(_wait_started, server)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-
-
-async def _wait_started(server: uvicorn.Server) -> None:
-    with anyio.fail_after(30):
-        while not server.started:
-            await anyio.sleep(0.01)
 
 
 def make_replay(path: Path, **options: Any) -> Any:

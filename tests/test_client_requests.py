@@ -16,8 +16,9 @@ import pytest
 from mcp import Client
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from recording_helpers import ECHO_SERVER, PYTHON, proxy_stdio
-from replay_helpers import match_of, serve_app, text_result
+from replay_helpers import match_of, text_result
 
+from replay_sim.listener import serving_in_thread
 from replay_sim.record.config import UpstreamSpec
 from replay_sim.record.recorder import recording
 from replay_sim.replay.admin import create_app
@@ -76,7 +77,7 @@ async def test_the_question_is_forwarded_recorded_and_asked_again_on_replay(tmp_
     assert exchange["result"] == {"action": "accept", "content": {"name": "Ada"}}
 
     replay = Replay(store, resolver=Resolver(store, index_dir=None, semantic=False))
-    with serve_app(create_app(replay)) as url:
+    with serving_in_thread(create_app(replay)) as url:
         endpoint = f"{url}/mcp/echo"
         again = User("Ada")
         text, failed, result = await greet(endpoint, again)
@@ -119,7 +120,7 @@ async def test_a_2026_era_client_is_asked_through_input_required_while_recording
     assert recorded.params == {"name": "greet", "arguments": {}}  # the retry's fields are not the call's
     assert [m["result"] for m in recorded.notifications] == [{"action": "accept", "content": {"name": "Ada"}}]
     replay = Replay(store, resolver=Resolver(store, index_dir=None, semantic=False))
-    with serve_app(create_app(replay)) as url:
+    with serving_in_thread(create_app(replay)) as url:
         assert (await greet(f"{url}/mcp/echo", User("Ada")))[:2] == ("Hello, Ada!", False)
     store.close()
 
@@ -203,7 +204,7 @@ async def test_a_2026_era_client_answers_recorded_questions_one_round_each(tmp_p
         notifications=questions,
     )
     replay = Replay(store, resolver=Resolver(store, index_dir=None, semantic=False))
-    with serve_app(create_app(replay)) as url:
+    with serving_in_thread(create_app(replay)) as url:
         async with Client(
             f"{url}/mcp/survey", cache=None, elicitation_callback=Answers("Ada", "Alan")
         ) as client:

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import uvicorn
 from mcp import Client
 
 from replay_sim.errors import ConfigError
+from replay_sim.listener import serving_in_thread
 from replay_sim.protocol import MATCH_META_KEY
 from replay_sim.replay.admin import create_app
 from replay_sim.replay.replay import Replay
@@ -106,30 +106,15 @@ def run_demo(
         config_file = DEMO_FIXTURES / "replay-sim.toml"
         config = MatchConfig.load(config_file) if config_file.is_file() else None
         replay = Replay(store, resolver=Resolver(store, config=config, index_dir=Path(tmp) / "index"))
-        server = uvicorn.Server(
-            uvicorn.Config(create_app(replay, host=host), host=host, port=port, log_level="warning")
-        )
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
         try:
-            anyio.run(_wait_started, server)
-            bound = server.servers[0].sockets[0].getsockname()[1] if server.servers else port
-            base = f"http://{host}:{bound}"
-            echo(f"replaying {', '.join(replay.names())} from {DEMO_FIXTURES} at {base}/mcp/<server>")
-            anyio.run(run_script, f"{base}/mcp/memory", store, echo)
-            if once:
-                return
-            echo(f"\ndashboard {base}/ · admin API {base}/docs · Ctrl-C to stop")
-            thread.join()
+            with serving_in_thread(create_app(replay, host=host), host, port) as base:
+                echo(f"replaying {', '.join(replay.names())} from {DEMO_FIXTURES} at {base}/mcp/<server>")
+                anyio.run(run_script, f"{base}/mcp/memory", store, echo)
+                if once:
+                    return
+                echo(f"\ndashboard {base}/ · admin API {base}/docs · Ctrl-C to stop")
+                threading.Event().wait()  # serve until Ctrl-C
         except KeyboardInterrupt:
             pass
         finally:
-            server.should_exit = True
-            thread.join(timeout=10)
             store.close()
-
-
-async def _wait_started(server: uvicorn.Server) -> None:
-    with anyio.fail_after(60):
-        while not server.started:
-            await anyio.sleep(0.02)

@@ -8,8 +8,9 @@ from typing import Any
 
 import httpx2
 import pytest
-from replay_helpers import call_tools, make_replay, serve_app
+from replay_helpers import call_tools, make_replay
 
+from replay_sim.listener import serving_in_thread
 from replay_sim.replay.admin import create_app
 from replay_sim.resolve.resolver import Resolution, Tier
 
@@ -17,7 +18,7 @@ from replay_sim.resolve.resolver import Resolution, Tier
 @pytest.fixture(scope="module")
 def admin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Any]]:
     replay = make_replay(tmp_path_factory.mktemp("admin") / "admin.db")
-    with serve_app(create_app(replay)) as url:
+    with serving_in_thread(create_app(replay)) as url:
         call_tools(
             f"{url}/mcp/demo",
             [("echo", {"message": "hello"}), ("echo", {"message": "hello world"}), ("nosuch", {})],
@@ -85,7 +86,7 @@ def test_openapi_documents_the_admin_api(admin: tuple[str, Any]) -> None:
 def test_an_episode_can_be_listed_and_reset(tmp_path: Path) -> None:
     replay = make_replay(tmp_path / "ep.db")
     replay.resolver.advance(replay.histories.trail("demo", "ep-1"), Resolution(Tier.MISS, 0.0, step="k"))
-    with serve_app(create_app(replay)) as url:
+    with serving_in_thread(create_app(replay)) as url:
         assert _get(f"{url}/api/episodes").json() == [{"episode": "ep-1", "server": "demo", "calls": 1}]
         assert httpx2.delete(f"{url}/api/episodes/ep-1").json() == {"episode": "ep-1", "reset": True}
         assert _get(f"{url}/api/episodes").json() == []

@@ -7,8 +7,9 @@ import subprocess
 import tempfile
 
 import pytest
-from replay_helpers import call_tools, make_replay, serve_app
+from replay_helpers import call_tools, make_replay
 
+from replay_sim.listener import serving_in_thread
 from replay_sim.replay.admin import create_app
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
@@ -17,7 +18,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shuti
 @pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (apt-get install chromium)")
 def test_the_dashboard_shows_tiers_per_tool_and_recent_misses_with_diagnostics(tmp_path_factory) -> None:
     replay = make_replay(tmp_path_factory.mktemp("dash") / "dash.db")
-    with serve_app(create_app(replay)) as url:
+    with serving_in_thread(create_app(replay)) as url:
         call_tools(f"{url}/mcp/demo", [("echo", {"message": "hello"}), ("echo", {"message": "hello world"})])
         with tempfile.TemporaryDirectory() as profile:
             done = subprocess.run(

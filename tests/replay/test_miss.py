@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -14,9 +15,10 @@ import anyio
 import pytest
 from fastapi import FastAPI, Request
 from mcp import Client
-from replay_helpers import build_store, match_of, serve_app
+from replay_helpers import build_store, match_of
 
 from replay_sim.errors import ConfigError
+from replay_sim.listener import serving_in_thread
 from replay_sim.record.config import RecorderConfig, UpstreamSpec
 from replay_sim.replay.miss import MISS_POLICIES, MissPolicyName, MissSettings, Upstreams, make_policy
 from replay_sim.replay.replay import Replay
@@ -137,7 +139,7 @@ def fake_openai() -> Iterator[tuple[str, list[dict[str, Any]]]]:
             "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
         }
 
-    with serve_app(app) as url:
+    with serving_in_thread(app) as url:
         yield f"{url}/v1", requests
 
 
@@ -171,17 +173,16 @@ def test_synthesize_asks_the_llm_with_schema_and_examples_and_stores_a_synthetic
 
 
 def test_synthesize_reports_an_unreachable_llm_as_a_tool_error_not_a_crash(tmp_path: Path) -> None:
-    from replay_helpers import free_port
-
     store = build_store(tmp_path / "down.db")
-    replay = _replay(
-        store, "synthesize", llm_url=f"http://127.0.0.1:{free_port()}/v1", llm_model="m", timeout=5
-    )
+    with socket.socket() as taken:  # bound, never listening: connections to it are refused
+        taken.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{taken.getsockname()[1]}/v1"
+        replay = _replay(store, "synthesize", llm_url=url, llm_model="m", timeout=5)
 
-    async def main() -> Any:
-        async with Client(replay.server("demo"), mode="legacy") as client:
-            return await client.call_tool("echo", {"message": "hello world"})
+        async def main() -> Any:
+            async with Client(replay.server("demo"), mode="legacy") as client:
+                return await client.call_tool("echo", {"message": "hello world"})
 
-    result = anyio.run(main)
+        result = anyio.run(main)
     assert result.is_error and "LLM at http://127.0.0.1" in result.content[0].text
     assert match_of(result)["status"] == "miss"

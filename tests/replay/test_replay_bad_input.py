@@ -8,15 +8,16 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
-from replay_helpers import make_replay, payload, raw_session, serve_app
+from replay_helpers import make_replay, payload, raw_session
 
+from replay_sim.listener import serving_in_thread
 from replay_sim.replay.admin import create_app
 
 
 @pytest.fixture(scope="module")
 def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     replay = make_replay(tmp_path_factory.mktemp("bad") / "replay.db")
-    with serve_app(create_app(replay)) as url:
+    with serving_in_thread(create_app(replay)) as url:
         yield f"{url}/mcp/demo"
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -18,14 +19,13 @@ from mcp import Client, StdioServerParameters
 from replay_helpers import (
     ACCEPT,
     build_store,
-    free_port,
     make_replay,
     match_of,
     payload,
     raw_session,
-    serve_app,
 )
 
+from replay_sim.listener import serving_in_thread
 from replay_sim.replay.admin import create_app
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,7 +36,7 @@ CLIENT_INFO = {"name": "raw", "version": "0"}
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Any]]:
     replay = make_replay(tmp_path_factory.mktemp("http") / "replay.db")
-    with serve_app(create_app(replay)) as url:
+    with serving_in_thread(create_app(replay)) as url:
         yield url, replay
 
 
@@ -135,23 +135,33 @@ def test_serve_stdio_replays_one_server_over_stdin_and_stdout(tmp_path: Path) ->
     assert result.content[0].text == "hello" and match_of(result)["status"] == "exact"
 
 
+def _announced_url(process: subprocess.Popen[str], server: str) -> str:
+    """The base URL ``replay-sim serve`` prints for ``server`` once its socket listens."""
+    assert process.stderr is not None
+    said = []
+    for line in process.stderr:
+        said.append(line)
+        if line.startswith(f"replaying {server} at "):
+            return line.split(" at ", 1)[1].strip().removesuffix(f"/mcp/{server}")
+    raise AssertionError("replay-sim serve exited without announcing its URL:\n" + "".join(said))
+
+
 def test_serve_over_http_answers_on_mcp_server_until_stopped(tmp_path: Path) -> None:
     build_store(tmp_path / "serve.db").close()
-    port = free_port()
-    command = [str(BIN / "replay-sim"), "serve", "--db", str(tmp_path / "serve.db"), "--port", str(port)]
+    command = [str(BIN / "replay-sim"), "serve", "--db", str(tmp_path / "serve.db"), "--port", "0"]
     process = subprocess.Popen(command, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
     try:
 
         async def main() -> Any:
             with anyio.fail_after(60):
+                url = await anyio.to_thread.run_sync(_announced_url, process, "other", abandon_on_cancel=True)
                 async with httpx2.AsyncClient() as http:
                     while True:
-                        try:
-                            if (await http.get(f"http://127.0.0.1:{port}/api/ready")).status_code == 200:
+                        with contextlib.suppress(httpx2.TransportError):
+                            if (await http.get(f"{url}/api/ready")).status_code == 200:
                                 break
-                        except httpx2.TransportError:
-                            await anyio.sleep(0.05)
-                async with Client(f"http://127.0.0.1:{port}/mcp/other", mode="legacy") as client:
+                        await anyio.sleep(0.05)
+                async with Client(f"{url}/mcp/other", mode="legacy") as client:
                     return await client.call_tool("ping", {})
 
         assert anyio.run(main).content[0].text == "pong"
