@@ -53,7 +53,7 @@ def bare_app() -> Any:
 
 def replay_app(db: str) -> Any:
     """The replay server over a store holding the same call and result."""
-    from replay_sim.replay.admin import create_app
+    from replay_sim.replay.app import create_app
     from replay_sim.replay.replay import Replay
     from replay_sim.resolve.resolver import Resolver
     from replay_sim.store import Store

@@ -22,7 +22,8 @@ from replay_sim.record.config import RecorderConfig, UpstreamSpec, load_config
 from replay_sim.record.http import record_http
 from replay_sim.record.recorder import Recorder, record_stdio, recording
 from replay_sim.redaction import Redactor
-from replay_sim.replay.admin import create_app, open_replay
+from replay_sim.replay.app import create_app
+from replay_sim.replay.factory import open_replay
 from replay_sim.replay.miss import MissPolicy, MissPolicyName
 from replay_sim.replay.replay import Replay
 from replay_sim.resolve.calibration import MatchConfig

@@ -13,7 +13,7 @@ from replay_sim.canonical import call_key
 from replay_sim.record.config import UpstreamSpec, load_config
 from replay_sim.record.recorder import recording
 from replay_sim.redaction import REDACTED, Redactor
-from replay_sim.replay.admin import open_replay
+from replay_sim.replay.factory import open_replay
 from replay_sim.store import Store
 
 SECRET = "s3cr3t-value-0123456789"
@@ -117,7 +117,7 @@ async def test_a_call_carrying_a_secret_replays_from_the_redacted_recording(tmp_
             await client.call_tool("echo", arguments)
     params = {"name": "echo", "arguments": arguments}
     # The replay redacts incoming calls with the recorder config's rules and secrets: an exact hit.
-    answer = await open_replay(db, config=config).resolve("echo", "tools/call", params)
+    answer = await open_replay(db, redactor=redactor).resolve("echo", "tools/call", params)
     assert answer.resolution.tier == "exact"
     # Without the recorder's secret values, the secret-bearing text cannot match (nor leak).
     missed = await open_replay(db).resolve("echo", "tools/call", params)

@@ -8,8 +8,13 @@ import anyio
 import click
 
 from replay_sim.cli import cli, db_option, match_config_option
-from replay_sim.replay.admin import open_replay, serve
+from replay_sim.errors import ConfigError
+from replay_sim.record.config import RecorderConfig, load_config
+from replay_sim.record.forward import Forwarder
+from replay_sim.redaction import Redactor
+from replay_sim.replay.factory import open_replay
 from replay_sim.replay.miss import MissPolicyName
+from replay_sim.replay.runner import serve
 from replay_sim.resolve.calibration import MatchConfig
 
 
@@ -65,13 +70,18 @@ def serve_command(
     """Replay the recorded servers: /mcp/<server> over HTTP (plus admin API and dashboard), or stdio."""
     if stdio and not server_name:
         raise click.UsageError("--stdio serves one server: name it with --server NAME")
-    if snapshot is None and not db.is_file():
-        raise click.ClickException(f"{db}: no such recording store; record or import first (or pass --db)")
+    recorder_config = None if config is None else load_config(config)
+    forward = None
+    if miss == MissPolicyName.LIVE and snapshot is None:  # (a snapshot refuses --miss live itself)
+        if recorder_config is None:
+            raise ConfigError("--miss live needs --config FILE, the recorder config naming the real servers")
+        forward = Forwarder(recorder_config)
     replay = open_replay(
         db,
         snapshot=snapshot,
         miss=miss,
-        config=config,
+        redactor=None if recorder_config is None else _recorded_with(recorder_config),
+        forward=forward,
         llm_url=llm_url,
         llm_model=llm_model,
         llm_api_key=llm_api_key,
@@ -92,6 +102,13 @@ def serve_command(
         click.echo(f"dashboard {url}/ · admin API {url}/docs", err=True)
 
     serve(replay, host, port, on_ready=announce)
+
+
+def _recorded_with(config: RecorderConfig) -> Redactor:
+    """The config's redaction rules with every upstream's secret values, as the recorder applied them."""
+    return config.redactor.with_secrets(
+        secret for spec in config.servers.values() for secret in spec.secrets()
+    )
 
 
 @cli.command("demo")

@@ -1,11 +1,11 @@
-"""The replay server: one MCP server per recorded server, answering from the store.
+"""The replay: one MCP server per recorded server, each call answered from the store.
 
-Each :class:`~mcp.server.Server` built here looks like the recorded one (server info, capabilities,
-instructions, tools with their schemas, resources, templates, prompts) and answers ``tools/call``,
-``resources/read``, ``prompts/get`` and ``completion/complete`` through the resolver, falling back
-to the miss policy. Results are the recorded wire JSON, passed through unchanged (key order and
-fields the SDK's models do not know included) plus ``_meta["replay-sim/match"]`` provenance.
-Progress and logging notifications recorded during a call are re-emitted, in order.
+:class:`Replay` orchestrates answering a call: it resolves it (exact, canonical, semantic), checks
+a call nothing answers against the recorded tool schemas (refusing it as the real server would),
+falls back to the miss policy, re-enacts what the real server sent during the recorded call
+(notifications, questions to the client), advances the episode's history and counts the answer.
+The servers themselves are built in :mod:`~replay_sim.replay.server`; replies and their provenance
+are rendered in :mod:`~replay_sim.replay.provenance`.
 """
 
 from __future__ import annotations
@@ -18,65 +18,30 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio.to_thread
-import mcp_types as types
 from mcp.server import Server
-from mcp.server.caching import CACHEABLE_METHODS, CacheHint
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from replay_sim.canonical import call_identity, call_key
 from replay_sim.errors import ConfigError, ReplaySimError
-from replay_sim.protocol import LISTING_FIELDS, MATCH_META_KEY, declared, episode_id
+from replay_sim.protocol import MATCH_META_KEY, declared, episode_id
 from replay_sim.redaction import RULES_META_KEY, Redactor
 from replay_sim.replay.conversation import Rounds, questions, reenact, suited
 from replay_sim.replay.histories import Histories
 from replay_sim.replay.metrics import Metrics, MissRecord
-from replay_sim.replay.miss import Miss, MissPolicy, MissPolicyName, MissSettings, make_policy
-from replay_sim.replay.surface import Outcome, Surface
-from replay_sim.replay.wire import Initialize, PassThrough, hand_over
-from replay_sim.resolve.lineage import DIVERGED
-from replay_sim.resolve.resolver import Candidate, FieldDiff, Problem, Resolution, Resolver, Tier, Trail
+from replay_sim.replay.miss import Miss, MissPolicy, MissPolicyName, MissSettings
+from replay_sim.replay.policies import make_policy
+from replay_sim.replay.provenance import Reply, candidate_json, provenance, render, status_of
+from replay_sim.replay.server import build_server
+from replay_sim.replay.surface import Surface
+from replay_sim.resolve.lineage import DIVERGED, Trail
+from replay_sim.resolve.resolution import Candidate, Problem, Resolution, Tier
+from replay_sim.resolve.resolver import Resolver
 from replay_sim.stdio_transport import native_stdio
-from replay_sim.store import Origin, Store
+from replay_sim.store import Store
 
-__all__ = ["Answer", "Replay", "candidate_json", "miss_message"]
-
-RESOURCE_NOT_FOUND = -32002  # the spec's code for resources/read of an unknown URI
-
-
-def candidate_json(candidate: Candidate) -> dict[str, Any]:
-    """A near miss as JSON: recording id, score and the arguments that differ."""
-    return {
-        "recording": candidate.recording_id,
-        "score": round(float(candidate.score), 6),
-        "differences": differences_json(candidate.differences),
-    }
-
-
-def differences_json(differences: list[FieldDiff]) -> list[dict[str, Any]]:
-    """Arguments that differ between a recording and a call, as JSON."""
-    return [{"field": d.name, "recorded": d.recorded, "requested": d.requested} for d in differences]
-
-
-def miss_message(server: str, method: str, name: str, resolution: Resolution) -> str:
-    """The human-readable text of a miss: what was asked and which recordings came closest."""
-    what = {"tools/call": "tool", "prompts/get": "prompt", "resources/read": "resource"}.get(
-        method, "reference"
-    )
-    lines = [f"replay-sim: no recording answers this {method} of {what} {name!r} on {server!r}."]
-    if resolution.reason:
-        lines.append(f"Reason: {resolution.reason}.")
-    if not resolution.candidates:
-        lines.append("No recording of this call comes close; record it, or serve with --miss live.")
-    for c in resolution.candidates:
-        diffs = "; ".join(
-            f"{d.name}: recorded {d.recorded!r}, requested {d.requested!r}" for d in c.differences
-        )
-        lines.append(
-            f"Nearest: recording #{c.recording_id} (score {c.score:.3f}){': ' + diffs if diffs else ''}"
-        )
-    return "\n".join(lines)
+__all__ = ["Answer", "Replay"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +51,8 @@ class Answer:
     name: str
     """The tool, prompt or resource the call asked for."""
     resolution: Resolution
-    outcome: Outcome
+    reply: Reply
+    """The result's wire JSON or the JSON-RPC error the client gets."""
     refused: bool = False
     """The real server would refuse the call (unknown tool, invalid arguments); answered its way."""
     pending: bool = False
@@ -95,7 +61,7 @@ class Answer:
     @property
     def status(self) -> str:
         """The tier for metrics: the provenance status, or ``refused``."""
-        return "refused" if self.refused else _tier_of(self.resolution)
+        return "refused" if self.refused else status_of(self.resolution)
 
 
 class Replay:
@@ -105,7 +71,7 @@ class Replay:
         store: The recording store (or a snapshot's, opened read-only).
         resolver: The resolver; a plain :class:`Resolver` over ``store`` when None.
         miss: Miss policy name, or a ready :class:`MissPolicy`.
-        settings: What the miss policy needs (upstreams, LLM URL); defaults to the store only.
+        settings: What the miss policy needs (the live forwarder, the LLM URL); defaults to the store only.
         snapshot: The snapshot id cited in every provenance record, when serving a snapshot.
         histories: Episode histories (the calls each episode made, per server).
         metrics: Where counts, latencies and misses go.
@@ -175,84 +141,13 @@ class Replay:
             if surface is None:
                 known = ", ".join(self.names()) or "none"
                 raise ConfigError(f"no recorded server {name!r} in {self.store.path} (recorded: {known})")
-            self._servers[name] = self._build(surface)
+            self._servers[name] = build_server(surface, self.answer)
         return self._servers[name]
-
-    def _build(self, surface: Surface) -> Server[Any]:
-        info, caps, listings = surface.record.info, surface.record.capabilities, surface.listings
-        name = surface.record.name
-
-        def listing(method: str) -> Any:
-            async def handler(ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
-                return hand_over(ctx, dict(listings.get(method) or {LISTING_FIELDS[method]: []}))
-
-            return handler
-
-        def replayed(method: str) -> Any:
-            async def handler(ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
-                return hand_over(ctx, await self.answer(name, method, ctx))
-
-            return handler
-
-        handlers: dict[str, Any] = {}
-        if "tools" in caps or "tools/list" in listings:
-            handlers |= {"on_list_tools": listing("tools/list"), "on_call_tool": replayed("tools/call")}
-        if "resources" in caps or "resources/list" in listings:
-            handlers |= {
-                "on_list_resources": listing("resources/list"),
-                "on_list_resource_templates": listing("resources/templates/list"),
-                "on_read_resource": replayed("resources/read"),
-            }
-        if "prompts" in caps or "prompts/list" in listings:
-            handlers |= {"on_list_prompts": listing("prompts/list"), "on_get_prompt": replayed("prompts/get")}
-        if "completions" in caps:
-            handlers["on_completion"] = replayed("completion/complete")
-        # Modern-era clients need freshness hints on listings; "immediately stale" is always true.
-        hints: Any = {method: CacheHint() for method in CACHEABLE_METHODS}
-        server: Server[Any] = Server(
-            str(info.get("name") or name),
-            version=str(info.get("version") or ""),
-            title=info.get("title"),
-            description=info.get("description"),
-            instructions=surface.record.instructions,
-            website_url=info.get("websiteUrl"),
-            icons=[types.Icon.model_validate(i) for i in info.get("icons") or []] or None,
-            cache_hints=hints,
-            on_list_tools=handlers.get("on_list_tools"),
-            on_call_tool=handlers.get("on_call_tool"),
-            on_list_resources=handlers.get("on_list_resources"),
-            on_list_resource_templates=handlers.get("on_list_resource_templates"),
-            on_read_resource=handlers.get("on_read_resource"),
-            on_list_prompts=handlers.get("on_list_prompts"),
-            on_get_prompt=handlers.get("on_get_prompt"),
-            on_completion=handlers.get("on_completion"),
-        )
-
-        async def empty(ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
-            return {}
-
-        async def discover(ctx: ServerRequestContext[Any, Any], params: Any) -> types.DiscoverResult:
-            return types.DiscoverResult(
-                supported_versions=list(MODERN_PROTOCOL_VERSIONS),
-                capabilities=types.ServerCapabilities.model_validate(caps),
-                instructions=surface.record.instructions,
-            )
-
-        server.add_request_handler("server/discover", types.RequestParams, discover)
-        if "logging" in caps:
-            server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, empty)
-        if (caps.get("resources") or {}).get("subscribe"):
-            server.add_request_handler("resources/subscribe", types.SubscribeRequestParams, empty)
-            server.add_request_handler("resources/unsubscribe", types.UnsubscribeRequestParams, empty)
-        # Tracing middleware costs more than a replayed answer; the recorded identity answers initialize.
-        server.middleware = [Initialize(surface), PassThrough()]
-        return server
 
     async def enter(self, stack: contextlib.AsyncExitStack) -> None:
         """Start what the miss policy holds open (the ``live`` upstream connections) on ``stack``."""
-        forward = self.settings.forward
-        if isinstance(forward, contextlib.AbstractAsyncContextManager):
-            await stack.enter_async_context(forward)
+        if self.settings.connections is not None:
+            await stack.enter_async_context(self.settings.connections)
 
     async def serve_stdio(self, name: str) -> None:
         """Replay server ``name`` to one client over this process's stdin/stdout until it hangs up.
@@ -298,14 +193,14 @@ class Replay:
         if answer.resolution.recording is not None:
             answer = await self._converse(ctx, server, method, params, answer, trail or ())
         if answer.pending:  # the client retries the call with its answers: that is the call
-            assert isinstance(answer.outcome, dict)
-            return answer.outcome
+            assert isinstance(answer.reply, dict)
+            return answer.reply
         if trail is not None and not answer.refused:  # a refusal changed nothing on the real server
             self.resolver.advance(trail, answer.resolution)
         self.metrics.observe(server, method, answer.name, answer.status, time.perf_counter() - started)
-        if isinstance(answer.outcome, MCPError):
-            raise answer.outcome
-        return answer.outcome
+        if isinstance(answer.reply, MCPError):
+            raise answer.reply
+        return answer.reply
 
     async def resolve(
         self, server: str, method: str, params: dict[str, Any], history: Sequence[str] | Trail = ()
@@ -340,7 +235,7 @@ class Replay:
             except ReplaySimError as exc:  # an upstream or LLM failure is the client's miss, not a crash
                 failed = f"{miss.reason}; miss policy {self.miss_policy_name!r} failed: {exc}".lstrip("; ")
                 resolution = dataclasses.replace(miss, reason=failed)
-        answer = Answer(name, resolution, self.render(server, method, name, resolution))
+        answer = Answer(name, resolution, self._reply(server, method, name, resolution))
         if not miss.hit:
             self._record_miss(server, method, name, arguments, answer, miss)
         return answer
@@ -355,10 +250,12 @@ class Replay:
             return None  # the real server's own answer to this very call was recorded
         kind = Problem.UNKNOWN_TOOL if name not in surface.tools else Problem.INVALID_ARGUMENTS
         resolution = Resolution(Tier.MISS, 0.0, reason=problem, key=key, problem=kind)
-        outcome = surface.refuse_tool_call(name, arguments, {MATCH_META_KEY: self.provenance(resolution)})
-        if outcome is None:
+        reply = surface.refuse_tool_call(
+            name, arguments, {MATCH_META_KEY: provenance(resolution, self.snapshot)}
+        )
+        if reply is None:
             return None
-        answer = Answer(name, resolution, outcome, refused=True)
+        answer = Answer(name, resolution, reply, refused=True)
         self._record_miss(surface.record.name, method, name, arguments, answer, resolution)
         return answer
 
@@ -387,12 +284,12 @@ class Replay:
             return self._answered_otherwise(server, method, params, answer, why)
         if chosen is not hit.recording:
             hit = dataclasses.replace(hit, recording=chosen, step=chosen.key)
-            answer = Answer(answer.name, hit, self.render(server, method, answer.name, hit))
+            answer = Answer(answer.name, hit, self._reply(server, method, answer.name, hit))
         # A 2026-era request has no stream to ask on: one input_required round per question.
         modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and bool(questions(chosen.notifications))
         rounds = self.rounds.next(chosen, ctx.params or {}) if modern else None
         if isinstance(rounds, dict):
-            asking = {**rounds, "_meta": {MATCH_META_KEY: self.provenance(hit)}}
+            asking = {**rounds, "_meta": {MATCH_META_KEY: provenance(hit, self.snapshot)}}
             return Answer(answer.name, hit, asking, pending=True)
         otherwise = rounds or await reenact(ctx, chosen.notifications, ask=not modern)
         if otherwise is not None:
@@ -417,7 +314,7 @@ class Replay:
             Tier.MISS, 0.0, candidates=[Candidate(hit.recording.id, hit.score)], key=hit.key, step=step,
             reason=f"recording {hit.recording.id} answers this call, but {why}",
         )  # fmt: skip
-        missed = Answer(answer.name, miss, self.render(server, method, answer.name, miss))
+        missed = Answer(answer.name, miss, self._reply(server, method, answer.name, miss))
         self._record_miss(server, method, answer.name, arguments, missed, miss)
         return missed
 
@@ -438,48 +335,6 @@ class Replay:
             )
         )
 
-    def provenance(self, resolution: Resolution) -> dict[str, Any]:
-        """The ``_meta["replay-sim/match"]`` record of a resolution."""
-        match: dict[str, Any] = {
-            "status": _tier_of(resolution),
-            "score": round(float(resolution.score), 6),
-            "recording": resolution.recording.id if resolution.recording else None,
-            "snapshot": self.snapshot,
-        }
-        if not resolution.hit or resolution.tier == Tier.NEAREST:
-            match["candidates"] = [candidate_json(c) for c in resolution.candidates]
-        if resolution.differences:  # what a canonical or semantic hit's recording was asked otherwise
-            match["differences"] = differences_json(resolution.differences)
-        return match
-
-    def render(self, server: str, method: str, name: str, resolution: Resolution) -> Outcome:
-        """The answer for a resolution: the recorded JSON plus provenance, the recorded error, or the miss."""
-        match = self.provenance(resolution)
-        recording = resolution.recording
-        if recording is not None and recording.error is not None:
-            error = recording.error
-            return MCPError(
-                int(error.get("code", types.INTERNAL_ERROR)), str(error.get("message", "")), error.get("data")
-            )
-        if recording is not None and recording.result is not None:
-            result = dict(recording.result)
-            result["_meta"] = {**(result.get("_meta") or {}), MATCH_META_KEY: match}
-            return result
-        message = miss_message(server, method, name, resolution)
-        if method == "tools/call":
-            return {
-                "content": [{"type": "text", "text": message}],
-                "isError": True,
-                "_meta": {MATCH_META_KEY: match},
-            }
-        if method == "completion/complete":
-            return {"completion": {"values": [], "hasMore": False}, "_meta": {MATCH_META_KEY: match}}
-        code = RESOURCE_NOT_FOUND if method == "resources/read" else types.INVALID_PARAMS
-        return MCPError(code, message, {MATCH_META_KEY: match})
-
-
-def _tier_of(resolution: Resolution) -> str:
-    """The provenance status: a synthetic recording is never passed off as exact."""
-    if resolution.recording is not None and resolution.recording.origin == Origin.SYNTHETIC:
-        return Tier.SYNTHETIC.value
-    return resolution.tier.value
+    def _reply(self, server: str, method: str, name: str, resolution: Resolution) -> Reply:
+        """The reply for a resolution, citing this replay's snapshot in its provenance."""
+        return render(server, method, name, resolution, self.snapshot)

@@ -12,13 +12,11 @@ from typing import Any
 
 from mcp.shared.exceptions import MCPError
 
+from replay_sim.replay.provenance import Reply
 from replay_sim.schema import tool_schemas
 from replay_sim.store import Recording, ServerRecord, Store
 
-__all__ = ["Outcome", "Surface"]
-
-Outcome = dict[str, Any] | MCPError
-"""What a request gets: a result's wire JSON, or a JSON-RPC error."""
+__all__ = ["Surface"]
 
 _CAPABILITY_LISTINGS = {
     "tools": ("tools/list",),
@@ -91,7 +89,7 @@ class Surface:
             self._refusals = found
         return self._refusals
 
-    def refuse_tool_call(self, name: str, arguments: dict[str, Any], meta: dict[str, Any]) -> Outcome | None:
+    def refuse_tool_call(self, name: str, arguments: dict[str, Any], meta: dict[str, Any]) -> Reply | None:
         """The real server's refusal of an unknown tool or invalid arguments; None when the call is fine.
 
         Args:

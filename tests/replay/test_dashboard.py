@@ -10,7 +10,7 @@ import pytest
 from replay_helpers import call_tools, make_replay
 
 from replay_sim.listener import serving_in_thread
-from replay_sim.replay.admin import create_app
+from replay_sim.replay.app import create_app
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 

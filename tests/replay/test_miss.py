@@ -20,7 +20,9 @@ from replay_helpers import build_store, match_of
 from replay_sim.errors import ConfigError
 from replay_sim.listener import serving_in_thread
 from replay_sim.record.config import RecorderConfig, UpstreamSpec
-from replay_sim.replay.miss import MISS_POLICIES, MissPolicyName, MissSettings, Upstreams, make_policy
+from replay_sim.record.forward import Forwarder
+from replay_sim.replay.miss import MissPolicyName, MissSettings
+from replay_sim.replay.policies import MISS_POLICIES, make_policy
 from replay_sim.replay.replay import Replay
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.store import Origin, ServerRecord, Store
@@ -86,8 +88,8 @@ def _echo_store(path: Path) -> Store:
 def test_live_forwards_a_miss_to_the_real_server_records_it_and_serves_it(tmp_path: Path) -> None:
     store = _echo_store(tmp_path / "live.db")
     spec = UpstreamSpec(command=sys.executable, args=(str(ROOT / "fixtures/echo_server.py"),))
-    upstreams = Upstreams(RecorderConfig(servers={"echo": spec}))
-    replay = _replay(store, "live", forward=upstreams)
+    forwarder = Forwarder(RecorderConfig(servers={"echo": spec}))
+    replay = _replay(store, "live", forward=forwarder, connections=forwarder)
 
     async def main() -> tuple[Any, Any, Any]:
         async with AsyncExitStack() as stack:

@@ -217,7 +217,7 @@ async def test_the_same_call_sequence_yields_byte_identical_results(tmp_path: Pa
             trail = replay.histories.trail("demo", "ep")
             answer = await replay.resolve("demo", method, params, trail)
             replay.resolver.advance(trail, answer.resolution)
-            out.append(json.dumps(answer.outcome, sort_keys=False))
+            out.append(json.dumps(answer.reply, sort_keys=False))
         return out
 
     assert await run(tmp_path / "a.db") == await run(tmp_path / "b.db")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from replay_sim.errors import ConfigError, SnapshotError
-from replay_sim.replay.admin import open_replay
+from replay_sim.replay.factory import open_replay
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.store import Store, snapshot
 

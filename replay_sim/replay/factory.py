@@ -1,0 +1,101 @@
+"""Opening a replay: a store (or a verified snapshot), its resolver, redactor and miss policy, wired up.
+
+Everything the replay needs from elsewhere comes in built: the redaction rules and secret values
+the recorder used, and — for the ``live`` miss policy — the callable that forwards a call to the real
+server (``replay_sim.record.forward.Forwarder`` builds one from a recorder config). The replay
+side never reads a recorder config itself.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import Any
+
+from replay_sim.errors import ConfigError
+from replay_sim.redaction import RULES_META_KEY, Redactor
+from replay_sim.replay.miss import Forward, MissPolicyName, MissSettings
+from replay_sim.replay.replay import Replay
+from replay_sim.resolve.calibration import MatchConfig
+from replay_sim.resolve.resolver import Resolver
+from replay_sim.resolve.snapshot import match_config as frozen_match_config
+from replay_sim.store import Store
+from replay_sim.store.snapshot import open_snapshot
+
+__all__ = ["open_replay"]
+
+
+def open_replay(
+    db: str | Path | None = None,
+    *,
+    snapshot: str | Path | None = None,
+    miss: str = MissPolicyName.ERROR,
+    redactor: Redactor | None = None,
+    forward: Forward | None = None,
+    llm_url: str | None = None,
+    llm_model: str | None = None,
+    llm_api_key: str | None = None,
+    index_dir: str | Path | None = None,
+    match_config: MatchConfig | None = None,
+) -> Replay:
+    """Open a store (or a verified snapshot) and build the replay servers over it.
+
+    Args:
+        db: The recording store (default ``cache/replay.db``; ignored with ``snapshot``).
+        snapshot: A snapshot bundle; verified first, served read-only, its id cited in provenance.
+        miss: Miss policy name.
+        redactor: The redaction rules and secret values the recordings were made with, beyond the
+            rules the store records (the secret values only the recorder config knows). Applied to
+            incoming calls, so a call carrying a secret finds its redacted recording.
+        forward: How the ``live`` miss policy reaches the real servers. When it is an async context
+            manager too (as ``Forwarder`` is), it is entered around serving: it holds the connections.
+        llm_url: OpenAI-compatible endpoint (miss policy ``synthesize``).
+        llm_model: Model name for ``llm_url``.
+        llm_api_key: Bearer token for ``llm_url``, if it needs one.
+        index_dir: Where the vector index lives (default: the resolver's; a snapshot's own).
+        match_config: Thresholds and per-tool overrides (a snapshot brings the one it was frozen with).
+
+    Returns:
+        The replay, ready for :func:`~replay_sim.replay.app.create_app` or :meth:`Replay.serve_stdio`.
+
+    Raises:
+        ConfigError: Inconsistent options (a writing miss policy on a read-only snapshot, ``live``
+            without ``forward`` …).
+        SnapshotError: The snapshot is missing or tampered with.
+        StoreError: The store cannot be opened.
+    """
+    policy = MissPolicyName(miss)
+    snapshot_id: str | None = None
+    resolver_options: dict[str, Any] = {}
+    if snapshot is not None:
+        if policy in (MissPolicyName.LIVE, MissPolicyName.SYNTHESIZE):
+            raise ConfigError(f"--miss {policy} records new answers, but snapshot {snapshot} is read-only")
+        opened = open_snapshot(snapshot)
+        frozen_with = frozen_match_config(opened)
+        if match_config is not None and match_config != frozen_with:
+            raise ConfigError(
+                f"snapshot {snapshot} is served with the matching config it was frozen with; "
+                "drop --match-config or freeze a new snapshot with it"
+            )
+        snapshot_id, match_config = opened.id, frozen_with
+        store = Store(opened.store_path, readonly=True)
+        resolver_options["index_dir"] = Path(index_dir) if index_dir else opened.index_dir
+    else:
+        store = Store(db) if db is not None else Store()
+        if index_dir is not None:
+            resolver_options["index_dir"] = Path(index_dir)
+    connections = forward if isinstance(forward, AbstractAsyncContextManager) else None
+    settings = MissSettings(
+        store=store,
+        forward=forward,
+        connections=connections,
+        llm_url=llm_url,
+        llm_model=llm_model,
+        llm_api_key=llm_api_key,
+    )
+    resolver = Resolver(store, config=match_config, **resolver_options)
+    recorded_with = Redactor.from_rules(store.meta(RULES_META_KEY))
+    redactor = recorded_with if redactor is None else recorded_with.merged(redactor)
+    return Replay(
+        store, resolver=resolver, miss=policy, settings=settings, snapshot=snapshot_id, redactor=redactor
+    )

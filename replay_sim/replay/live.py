@@ -1,0 +1,61 @@
+"""The ``live`` miss policy: forward the call to the real server, record its answer, serve it.
+
+How the real servers are reached is injected (:attr:`MissSettings.forward`): the replay side
+never opens an upstream itself, so it does not depend on the recorder.
+"""
+
+from __future__ import annotations
+
+import time
+
+from replay_sim.errors import ConfigError
+from replay_sim.replay.miss import Miss, MissSettings
+from replay_sim.resolve.resolution import Resolution, Tier
+from replay_sim.store import Origin
+
+__all__ = ["LivePolicy"]
+
+
+def _live_session(server: str) -> str:
+    return f"live-{server}"
+
+
+class LivePolicy:
+    """Forward to the real server, record its answer (origin ``live``) and serve it."""
+
+    def __init__(self, settings: MissSettings) -> None:
+        if settings.forward is None:
+            raise ConfigError("miss policy 'live' needs a recorder config naming the real servers (--config)")
+        self.store = settings.store
+        self.forward = settings.forward
+
+    async def answer(self, miss: Miss) -> Resolution:
+        """Forward the call upstream and return the stored recording of the answer.
+
+        Raises:
+            UpstreamError: The real server could not be reached or broke mid-call.
+        """
+        started = time.perf_counter()
+        answer = await self.forward(miss.server, miss.method, miss.params)
+        session = self.store.start_session(miss.server, _live_session(miss.server))
+        recording_id = self.store.record_call(
+            miss.server,
+            miss.method,
+            answer.get("params", miss.params),
+            result=answer.get("result"),
+            error=answer.get("error"),
+            session=session,
+            latency_ms=answer.get("latency_ms", (time.perf_counter() - started) * 1000),
+            origin=Origin.LIVE,
+            notifications=answer.get("notifications") or None,
+        )
+        recording = self.store.recording(recording_id)
+        return Resolution(
+            Tier.LIVE,
+            1.0,
+            recording,
+            miss.resolution.candidates,
+            reason="forwarded to the real server",
+            key=miss.resolution.key,
+            step=miss.resolution.step,
+        )

@@ -1,0 +1,34 @@
+"""The miss policies by name: the registry ``--miss`` chooses from."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from replay_sim.errors import ConfigError
+from replay_sim.replay.live import LivePolicy
+from replay_sim.replay.miss import ErrorPolicy, MissPolicy, MissPolicyName, MissSettings, NearestPolicy
+from replay_sim.replay.synthesize import SynthesizePolicy
+
+__all__ = ["MISS_POLICIES", "make_policy"]
+
+MISS_POLICIES: dict[MissPolicyName, Callable[[MissSettings], MissPolicy]] = {
+    MissPolicyName.ERROR: ErrorPolicy,
+    MissPolicyName.NEAREST: NearestPolicy,
+    MissPolicyName.LIVE: LivePolicy,
+    MissPolicyName.SYNTHESIZE: SynthesizePolicy,
+}
+"""Miss policies by name."""
+
+
+def make_policy(name: str | MissPolicyName, settings: MissSettings) -> MissPolicy:
+    """Build the named miss policy.
+
+    Raises:
+        ConfigError: Unknown policy name, or settings the policy needs are missing.
+    """
+    try:
+        factory = MISS_POLICIES[MissPolicyName(name)]
+    except ValueError:
+        known = ", ".join(MissPolicyName)
+        raise ConfigError(f"unknown miss policy {name!r}; choose one of {known}") from None
+    return factory(settings)
