@@ -19,7 +19,7 @@ from replay_sim.replay.replay import Replay
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.resolve.snapshot import match_config as frozen_match_config
-from replay_sim.store import Store
+from replay_sim.store import DEFAULT_DB, Store
 from replay_sim.store.snapshot import open_snapshot
 
 __all__ = ["open_replay"]
@@ -38,7 +38,7 @@ def open_replay(
     index_dir: str | Path | None = None,
     match_config: MatchConfig | None = None,
 ) -> Replay:
-    """Open a store (or a verified snapshot) and build the replay servers over it.
+    """Open an existing store (or a verified snapshot) and build the replay servers over it.
 
     Args:
         db: The recording store (default ``cache/replay.db``; ignored with ``snapshot``).
@@ -62,7 +62,7 @@ def open_replay(
         ConfigError: Inconsistent options (a writing miss policy on a read-only snapshot, ``live``
             without ``forward`` …).
         SnapshotError: The snapshot is missing or tampered with.
-        StoreError: The store cannot be opened.
+        StoreError: The store does not exist or cannot be opened.
     """
     policy = MissPolicyName(miss)
     snapshot_id: str | None = None
@@ -81,7 +81,8 @@ def open_replay(
         store = Store(opened.store_path, readonly=True)
         resolver_options["index_dir"] = Path(index_dir) if index_dir else opened.index_dir
     else:
-        store = Store(db) if db is not None else Store()
+        # A mistyped path must not replay an empty store: refuse to create one.
+        store = Store(db if db is not None else DEFAULT_DB, create=False)
         if index_dir is not None:
             resolver_options["index_dir"] = Path(index_dir)
     connections = forward if isinstance(forward, AbstractAsyncContextManager) else None

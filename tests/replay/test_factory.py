@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 from replay_helpers import build_store
 
-from replay_sim.errors import ConfigError
+from replay_sim.errors import ConfigError, StoreError
 from replay_sim.redaction import REDACTED, Redactor
 from replay_sim.replay.factory import open_replay
 
@@ -16,6 +17,13 @@ from replay_sim.replay.factory import open_replay
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+def test_opening_a_store_that_does_not_exist_is_refused_naming_the_path(tmp_path: Path) -> None:
+    typo = tmp_path / "typo.db"
+    with pytest.raises(StoreError, match=re.escape(f"{typo}: no such recording store")):
+        open_replay(typo)
+    assert not typo.exists()  # nothing was created in its place
 
 
 def test_the_live_policy_needs_a_forwarder(tmp_path: Path) -> None:
