@@ -1,7 +1,6 @@
 """The MCP vocabulary both sides of the product share, and what they say on the wire besides plain MCP.
 
 The methods replay-sim records and replays, the listing methods and the item field of each;
-
 replay-sim's additions — how a client names an episode, and provenance — and asking the client
 something in the middle of its call (a server→client request: sampling, elicitation, roots). The
 recorder groups a modern-era client's requests by episode and forwards a real server's

@@ -14,7 +14,7 @@ from replay_sim.errors import ConfigError
 from replay_sim.record.config import RecorderConfig, UpstreamSpec, load_config
 from replay_sim.record.http import record_http
 from replay_sim.record.recorder import record_stdio
-from replay_sim.redaction import DEFAULT_KEY_GLOBS, Redactor
+from replay_sim.redaction import Redactor
 
 
 def _env(values: tuple[str, ...]) -> dict[str, str]:
@@ -171,4 +171,4 @@ def _config(
             cwd=str(cwd) if cwd else None,
             timeout=timeout,
         )
-    return RecorderConfig({name or spec.default_name(): spec}, Redactor(key_globs=DEFAULT_KEY_GLOBS))
+    return RecorderConfig({name or spec.default_name(): spec})  # the default redaction rules
