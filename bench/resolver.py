@@ -23,9 +23,11 @@ from pathlib import Path
 import numpy as np
 
 from replay_sim.canonical import call_key
+from replay_sim.resolve.build import build_index
 from replay_sim.resolve.embedding import CachedEmbedder, default_embedder
-from replay_sim.resolve.index import FaissIndex, build_index
-from replay_sim.resolve.resolver import Resolver, Tier
+from replay_sim.resolve.resolution import Tier
+from replay_sim.resolve.resolver import Resolver
+from replay_sim.resolve.vectors import FaissIndex
 from replay_sim.store import Store
 from replay_sim.store.interchange import import_jsonl
 

@@ -7,8 +7,8 @@ Every error names the thing it is about (server, tool, path, recording id) and w
     ├── StoreError           the SQLite store cannot be read or written (names the database path)
     ├── UpstreamError        a real MCP server failed to start or broke mid-call (names the command/URL)
     ├── InterchangeError     a JSONL file is malformed (names the file and line)
-    ├── IndexError_          the vector index is missing, stale or unreadable (names the path)
-    └── SnapshotError        a snapshot bundle is missing, tampered or inconsistent (names the path)
+    ├── VectorIndexError     the vector index is missing, stale, unreadable or unwritable (names the path)
+    └── SnapshotError        a snapshot bundle is missing, tampered or unwritable (names the path)
 
 Tool failures are never exceptions on the wire: the replay server answers them as
 ``CallToolResult(isError=True)``, the way a real server does.
@@ -37,9 +37,9 @@ class InterchangeError(ReplaySimError):
     """A JSONL interchange file is malformed."""
 
 
-class IndexError_(ReplaySimError):
-    """The vector index is missing, stale or unreadable."""
+class VectorIndexError(ReplaySimError):
+    """The vector index is missing, stale, unreadable or cannot be written."""
 
 
 class SnapshotError(ReplaySimError):
-    """A snapshot bundle is missing, tampered with or inconsistent."""
+    """A snapshot bundle is missing, tampered with, inconsistent or cannot be written."""

@@ -24,7 +24,7 @@ from typing import Any
 
 from replay_sim.store import Recording, Store
 
-__all__ = ["DIVERGED", "Episodes", "Trail", "history_affinity"]
+__all__ = ["DIVERGED", "StateLookup", "Trail", "history_affinity"]
 
 DIVERGED = "!"
 """Prefix of the step of a state-changing call no recording answered."""
@@ -72,8 +72,8 @@ class Trail:
         return len(self.steps)
 
 
-class Episodes:
-    """Recording lookups by key and state-aware choice, with the caches that make them fast.
+class StateLookup:
+    """Recordings by key, and the one made from an episode's state, with the caches that make it fast.
 
     Args:
         store: The recording store.

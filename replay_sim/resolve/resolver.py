@@ -1,7 +1,6 @@
 """The resolver: which recording answers a call (exact → canonical → semantic → miss).
 
-This module holds the resolution types shared by the replay server and the evaluator, and the
-tiered lookup itself:
+The tiered lookup (its answers are :mod:`replay_sim.resolve.resolution` types):
 
 1. **exact** — the call's key equals a recorded call's key;
 2. **canonical** — equal after normalising the arguments against the tool's inputSchema;
@@ -20,99 +19,23 @@ same answers.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from replay_sim.canonical import call_identity, call_key, normalize
 from replay_sim.errors import ReplaySimError, StoreError
+from replay_sim.resolve.build import LiveIndex
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.embedding import MAX_TEXT_CHARS, CachedEmbedder, Embedder, default_embedder
-from replay_sim.resolve.index import DEFAULT_INDEX_DIR, IndexSet, build_index, call_text
-from replay_sim.resolve.lineage import DIVERGED, Episodes, Trail
+from replay_sim.resolve.index import DEFAULT_INDEX_DIR, IndexSet, call_text
+from replay_sim.resolve.lineage import DIVERGED, StateLookup, Trail
+from replay_sim.resolve.resolution import Candidate, FieldDiff, Problem, Resolution, Tier
+from replay_sim.resolve.schemas import RecordedSchemas
 from replay_sim.resolve.toolstate import ToolState, field_diffs
 from replay_sim.schema import ToolSchema
 from replay_sim.store import Recording, Store
 
-__all__ = ["Candidate", "FieldDiff", "Problem", "Resolution", "Resolver", "Tier", "Trail"]
-
-
-class Tier(StrEnum):
-    """How a call was answered (the ``status`` of ``_meta["replay-sim/match"]``)."""
-
-    EXACT = "exact"
-    """The call's canonical key equals a recorded call's key."""
-    CANONICAL = "canonical"
-    """Equal after normalising arguments against the tool's inputSchema (defaults, nulls, whitespace)."""
-    SEMANTIC = "semantic"
-    """Same non-free-text arguments; free text close enough by embedding, above the tool's threshold."""
-    NEAREST = "nearest"
-    """No certain match; the closest recording was served because the miss policy is `nearest`."""
-    LIVE = "live"
-    """No match; forwarded to the real server and recorded (miss policy `live`)."""
-    SYNTHETIC = "synthetic"
-    """No match; an LLM made the answer up (miss policy `synthesize`)."""
-    MISS = "miss"
-    """No recording answers the call."""
-
-
-class Problem(StrEnum):
-    """Why a call cannot be answered from any recording, when the reason is structural."""
-
-    UNKNOWN_TOOL = "unknown_tool"
-    """The tool (or server) is not in the recorded ``tools/list``; a real server would refuse it."""
-    INVALID_ARGUMENTS = "invalid_arguments"
-    """The arguments are not a JSON object or violate the tool's inputSchema."""
-    DIVERGED = "diverged"
-    """An earlier state-changing call of this episode was never recorded: later state is unknown."""
-    OTHER_STATE = "other_state"
-    """The call was recorded, but only after state changes this episode did not make."""
-
-
-@dataclass(frozen=True, slots=True)
-class FieldDiff:
-    """One argument that differs between a request and a candidate recording."""
-
-    name: str
-    recorded: Any
-    requested: Any
-
-
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """A near miss: a recording that almost answers the call, and why it does not."""
-
-    recording_id: int
-    score: float
-    differences: list[FieldDiff] = field(default_factory=list)
-
-
-@dataclass(frozen=True, slots=True)
-class Resolution:
-    """The resolver's answer for one call.
-
-    ``key`` is the requested call's exact key; ``step`` is what the call adds to the episode's
-    history (:meth:`Resolver.advance`): the answering recording's key, or for a miss the requested
-    key, marked as diverging when the call changed state. ``problem`` says why a miss is structural
-    (unknown tool, invalid arguments …), None otherwise. ``differences`` are the arguments in which
-    a canonical or semantic hit's recording differs from the call.
-    """
-
-    tier: Tier
-    score: float
-    recording: Recording | None = None
-    candidates: list[Candidate] = field(default_factory=list)
-    reason: str = ""
-    key: str = ""
-    problem: Problem | None = None
-    step: str = ""
-    differences: list[FieldDiff] = field(default_factory=list)
-
-    @property
-    def hit(self) -> bool:
-        """True when a recording answers the call."""
-        return self.recording is not None
+__all__ = ["Resolver"]
 
 
 class Resolver:
@@ -126,7 +49,7 @@ class Resolver:
         semantic: Enable the semantic tier.
         canonical: Enable the canonical tier.
         auto_index: Build or update a missing/stale index on first need; when False a missing or
-            stale index is an :class:`~replay_sim.errors.IndexError_` (reported in the miss reason).
+            stale index is a :class:`~replay_sim.errors.VectorIndexError` (reported in the miss reason).
         cache_size: Entries of the in-memory exact-key cache.
     """
 
@@ -146,14 +69,12 @@ class Resolver:
         self.config = config or MatchConfig()
         self._embedder = embedder
         self._cached: CachedEmbedder | None = None
-        self.index_dir = index_dir
         self.semantic = semantic and self.config.semantic
         self.canonical = canonical
-        self.auto_index = auto_index
-        self.episodes = Episodes(store, self.tool_schema, cache_size)
-        self._tools: dict[str, dict[str, ToolSchema] | None] = {}
+        self.schemas = RecordedSchemas(store, self.config)
+        self.lookup = StateLookup(store, self.schemas, cache_size)
+        self.live_index = LiveIndex(store, self.schemas, index_dir, auto_build=auto_index)
         self._states: dict[tuple[str, str], ToolState] = {}
-        self._index: IndexSet | None = None
         self._version: tuple[int, int] | None = None
 
     # -- caches -----------------------------------------------------------------------------
@@ -171,9 +92,9 @@ class Resolver:
             return
         if version != self._version:
             self._version = version
-            self._tools.clear()
+            self.schemas.clear()
             self._states.clear()
-            self.episodes.clear()
+            self.lookup.clear()
 
     @property
     def embedder(self) -> CachedEmbedder:
@@ -189,45 +110,15 @@ class Resolver:
 
     def tool_schema(self, server: str, tool: str) -> ToolSchema | None:
         """The recorded schema of a tool (config overrides applied), or None when unknown."""
-        tools = self._server_tools(server)
-        return None if tools is None else tools.get(tool)
-
-    def _server_tools(self, server: str) -> dict[str, ToolSchema] | None:
-        if server not in self._tools:
-            listing = self.store.listings(server).get("tools/list")
-            if listing is None:
-                self._tools[server] = None
-            else:
-                from replay_sim.schema import tool_schemas
-
-                self._tools[server] = {
-                    n: self.config.apply(server, s) for n, s in tool_schemas(listing).items()
-                }
-        return self._tools[server]
+        return self.schemas(server, tool)
 
     def index(self) -> IndexSet:
         """The vector index, current with the store (built or updated if needed and allowed).
 
         Raises:
-            IndexError_: The index is missing or stale and ``auto_index`` is False.
+            VectorIndexError: The index is missing or stale and ``auto_index`` is False.
         """
-        if self._index is not None and self._index.is_current(self.store):
-            return self._index
-        if not self.auto_index:
-            from replay_sim.errors import IndexError_
-
-            index = IndexSet.load(Path(self.index_dir or DEFAULT_INDEX_DIR))
-            if not index.is_current(self.store):
-                raise IndexError_(
-                    f"{self.index_dir}: index is stale for {self.store.path}; run `replay-sim index build`"
-                )
-            self._index = index
-            return index
-        try:
-            self._index = build_index(self.store, self.tool_schema, self.embedder, self.index_dir)
-        except OSError:  # index folder not writable (e.g. a read-only snapshot): keep it in memory
-            self._index = build_index(self.store, self.tool_schema, self.embedder, None)
-        return self._index
+        return self.live_index.current(self.embedder)
 
     def warm(self) -> None:
         """Do the slow first-use work now: bring the index up to date, load the embedding model.
@@ -250,7 +141,7 @@ class Resolver:
         if state is None:
             recordings = self.store.recordings(server, method="tools/call", name=tool)
             state = self._states[(server, tool)] = ToolState(
-                server, schema, recordings, self.config, self.episodes.state_of
+                server, schema, recordings, self.config, self.lookup.state_of
             )
         return state
 
@@ -259,7 +150,7 @@ class Resolver:
     def advance(self, trail: Trail, resolution: Resolution) -> None:
         """Add a resolved call to an episode's trail (what the next call is resolved against)."""
         if resolution.step:
-            self.episodes.advance(trail, resolution.step)
+            self.lookup.advance(trail, resolution.step)
 
     def alternatives(self, recording: Recording, history: Sequence[str] | Trail = ()) -> list[Recording]:
         """``recording`` and the other recordings of that very call made from the episode's state.
@@ -267,11 +158,11 @@ class Resolver:
         The same call may have been recorded for clients that answered the server's questions
         (sampling, elicitation) differently; :mod:`replay_sim.replay.conversation` picks among them.
         """
-        trail = self.episodes.trail(history)
-        same = self.episodes.by_key(recording.key)
+        trail = self.lookup.trail(history)
+        same = self.lookup.by_key(recording.key)
         if len(same) == 1:
             return [recording]
-        others = [r for r in self.episodes.from_state(same, trail) if r.id != recording.id]
+        others = [r for r in self.lookup.from_state(same, trail) if r.id != recording.id]
         return [recording, *others]
 
     # -- resolution ------------------------------------------------------------------------------
@@ -312,7 +203,7 @@ class Resolver:
                 problem=Problem.INVALID_ARGUMENTS,
             )
         try:
-            return self._resolve(server, method, name, arguments, key, self.episodes.trail(history))
+            return self._resolve(server, method, name, arguments, key, self.lookup.trail(history))
         except ReplaySimError as exc:
             return Resolution(Tier.MISS, 0.0, reason=str(exc), key=key)
 
@@ -327,9 +218,9 @@ class Resolver:
                 reason=f"no recording of {what} for this state: an earlier state-changing call "
                 f"({trail.diverged[:12]}) was never recorded, so the server's state is unknown",
             )  # fmt: skip
-        exact = self.episodes.by_key(key)
+        exact = self.lookup.by_key(key)
         if exact:
-            chosen = self.episodes.choose(exact, trail)
+            chosen = self.lookup.choose(exact, trail)
             if chosen is not None:
                 return Resolution(Tier.EXACT, 1.0, chosen, key=key, step=chosen.key)
         schema = self.tool_schema(server, name) if method == "tools/call" else None
@@ -345,7 +236,7 @@ class Resolver:
         same_state_miss = bool(exact)
         if self.canonical:
             found = state.canonical.get(call_key(server, method, name, normalised), [])
-            chosen = self.episodes.choose(found, trail)
+            chosen = self.lookup.choose(found, trail)
             if chosen is not None:
                 if chosen.key == key:
                     return Resolution(Tier.EXACT, 1.0, chosen, key=key, step=chosen.key)
@@ -401,7 +292,7 @@ class Resolver:
                 reason=f"{what} was recorded, but only after state changes this episode did not make",
             )  # fmt: skip
         if method == "tools/call":
-            tools = self._server_tools(server)
+            tools = self.schemas.tools(server)
             if tools is None:
                 reason = f"unknown tool {name!r}: server {server!r} has no recorded tools/list"
             else:
@@ -426,7 +317,7 @@ class Resolver:
         for recording_id, score in index.search(state.server, state.schema.name, vector, len(group), group):
             if score < threshold:
                 break
-            chosen = self.episodes.choose(state.same_call(recording_id), trail)
+            chosen = self.lookup.choose(state.same_call(recording_id), trail)
             if chosen is not None:
                 return chosen, round(score, 6)
         return None

@@ -11,7 +11,8 @@ from recording_helpers import NODE_BIN, proxy_stdio, run_script, stdio
 
 from replay_sim.canonical import answer_text
 from replay_sim.record.explore import Explorer, Variant
-from replay_sim.resolve.resolver import Resolver, Tier
+from replay_sim.resolve.resolution import Tier
+from replay_sim.resolve.resolver import Resolver
 from replay_sim.store import Origin, Store
 from replay_sim.variants import MIN_EVIDENCE, Transform
 

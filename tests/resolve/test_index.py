@@ -12,10 +12,12 @@ from resolver_helpers import (
     demo_store,
 )
 
-from replay_sim.errors import IndexError_
+from replay_sim.errors import VectorIndexError
+from replay_sim.resolve.build import build_index
 from replay_sim.resolve.embedding import CachedEmbedder, SentenceTransformerEmbedder
-from replay_sim.resolve.index import FaissIndex, IndexSet, build_index, call_text
+from replay_sim.resolve.index import IndexSet, call_text
 from replay_sim.resolve.resolver import Resolver
+from replay_sim.resolve.vectors import FaissIndex
 from replay_sim.store import Store
 
 
@@ -74,15 +76,15 @@ def test_an_index_of_another_store_is_rebuilt_not_extended(
 def test_a_missing_index_or_partition_is_a_clear_error(
     tmp_path: Path, embedder: SentenceTransformerEmbedder
 ) -> None:
-    with pytest.raises(IndexError_, match="replay-sim index build"):
+    with pytest.raises(VectorIndexError, match="replay-sim index build"):
         IndexSet.load(tmp_path / "nowhere")
     store = demo_store(tmp_path / "r.db")
     _build(store, tmp_path / "index", embedder)
     next((tmp_path / "index").glob("*.faiss")).unlink()
-    with pytest.raises(IndexError_, match="missing"):
+    with pytest.raises(VectorIndexError, match="missing"):
         IndexSet.load(tmp_path / "index")
     resolver = Resolver(store, index_dir=tmp_path / "index", auto_index=False)
-    with pytest.raises(IndexError_):
+    with pytest.raises(VectorIndexError):
         resolver.index()
 
 
@@ -104,3 +106,41 @@ def test_partitions_switch_to_hnsw_above_the_threshold_and_still_find_neighbours
 def test_call_text_is_the_free_text_or_else_the_canonical_arguments() -> None:
     assert call_text({"query": "  hi ", "limit": 3}, ["query"]) == "hi"
     assert call_text({"b": 1, "a": 2}, []) == '{"a":2,"b":1}'
+
+
+def test_a_build_removes_the_partition_files_its_manifest_no_longer_names(
+    tmp_path: Path, embedder: SentenceTransformerEmbedder
+) -> None:
+    folder = tmp_path / "index"
+    _build(demo_store(tmp_path / "a.db"), folder, embedder)
+    stray = folder / ("0" * 20 + ".faiss")  # e.g. the partition of a tool the old store had
+    stray.write_bytes(b"old")
+    (folder / "leftover.faiss.tmp").write_bytes(b"interrupted")
+    (folder / "notes.txt").write_text("not ours")
+    other = Store(tmp_path / "b.db")  # another store: the index is rebuilt with one partition
+    other.put_listing("demo", "tools/list", {"tools": []})
+    call(other, "echo", {"message": "solo"}, "Echo: solo")
+    _build(other, folder, embedder)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    named = {p["file"] for p in manifest["partitions"]}
+    assert len(named) == 1
+    assert {p.name for p in folder.glob("*.faiss*")} == named
+    assert (folder / "notes.txt").read_text() == "not ours"
+
+
+def test_an_index_folder_that_cannot_be_written_is_a_clear_error(
+    tmp_path: Path, embedder: SentenceTransformerEmbedder
+) -> None:
+    store = demo_store(tmp_path / "r.db")
+    (tmp_path / "taken").write_text("a file")
+    with pytest.raises(VectorIndexError, match=r"taken/index: cannot write the index"):
+        _build(store, tmp_path / "taken" / "index", embedder)
+
+
+def test_a_resolver_whose_index_folder_cannot_be_written_keeps_the_index_in_memory(
+    tmp_path: Path, embedder: SentenceTransformerEmbedder
+) -> None:
+    store = demo_store(tmp_path / "r.db")
+    (tmp_path / "taken").write_text("a file")
+    resolver = Resolver(store, embedder=embedder, index_dir=tmp_path / "taken" / "index")
+    assert resolver.index().is_current(store) and resolver.index().directory is None

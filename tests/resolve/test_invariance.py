@@ -10,7 +10,8 @@ import pytest
 from resolver_helpers import call
 
 from replay_sim.resolve.invariance import Observation, Verdict, apply, judge, learn
-from replay_sim.resolve.resolver import FieldDiff, Resolver, Tier
+from replay_sim.resolve.resolution import FieldDiff, Tier
+from replay_sim.resolve.resolver import Resolver
 from replay_sim.store import Store
 from replay_sim.variants import Transform
 

@@ -14,7 +14,9 @@ from resolver_helpers import (
 
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.embedding import SentenceTransformerEmbedder
-from replay_sim.resolve.resolver import Problem, Resolver, Tier, Trail
+from replay_sim.resolve.lineage import Trail
+from replay_sim.resolve.resolution import Problem, Tier
+from replay_sim.resolve.resolver import Resolver
 from replay_sim.store import Store
 
 REPO = "/srv/repo"
