@@ -160,3 +160,21 @@ def test_a_store_from_another_schema_version_is_refused(tmp_path: Path) -> None:
     conn.close()
     with pytest.raises(StoreError, match="schema version 99"):
         Store(path)
+
+
+def test_a_store_opened_without_create_refuses_a_missing_file_or_a_folder(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match=r"typo\.db: no such recording store; record or import first"):
+        Store(tmp_path / "typo.db", create=False)
+    assert not (tmp_path / "typo.db").exists()
+    with pytest.raises(StoreError, match="is a folder"):
+        Store(tmp_path, create=False)
+    Store(tmp_path / "r.db").close()  # recording and import create the store
+    with Store(tmp_path / "r.db", create=False) as store:
+        _call(store, 1)  # an existing store opens for writing (e.g. the embedding cache)
+        assert len(store.recordings()) == 1
+
+
+def test_a_store_whose_folder_cannot_be_created_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "taken").write_text("a file")
+    with pytest.raises(StoreError, match=r"taken/r\.db: cannot create its folder"):
+        Store(tmp_path / "taken" / "r.db")

@@ -1,0 +1,195 @@
+"""The SQLite file under a recording store: its tables, opening it, transactions and errors.
+
+One file in WAL mode: writers commit in short immediate transactions serialised by a lock (and by
+SQLite's between processes), readers never block writers. All sqlite3 errors are translated to
+:class:`~replay_sim.errors.StoreError` naming the file here, and nowhere else. What is recorded in
+the tables is :class:`replay_sim.store.Store`'s business.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Self
+
+import sqlite_utils
+
+from replay_sim.errors import StoreError
+
+__all__ = ["SCHEMA_VERSION", "Database"]
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS servers (
+    name TEXT PRIMARY KEY, info TEXT NOT NULL, capabilities TEXT NOT NULL,
+    protocol_version TEXT, instructions TEXT);
+CREATE TABLE IF NOT EXISTS listings (
+    server TEXT NOT NULL, method TEXT NOT NULL, result TEXT NOT NULL, PRIMARY KEY (server, method));
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY, server TEXT NOT NULL, started_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS calls (
+    id INTEGER PRIMARY KEY, server TEXT NOT NULL, method TEXT NOT NULL, name TEXT NOT NULL,
+    arguments TEXT NOT NULL, params TEXT NOT NULL, key TEXT NOT NULL,
+    result TEXT, error TEXT, notifications TEXT,
+    session TEXT, seq INTEGER, latency_ms REAL, recorded_at TEXT NOT NULL, origin TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS calls_key ON calls (key);
+CREATE INDEX IF NOT EXISTS calls_tool ON calls (server, method, name);
+CREATE INDEX IF NOT EXISTS calls_session ON calls (session, seq);
+CREATE TABLE IF NOT EXISTS embeddings (
+    model TEXT NOT NULL, text_sha TEXT NOT NULL, vector BLOB NOT NULL, PRIMARY KEY (model, text_sha));
+"""
+
+
+class Database:
+    """One store file, opened for reading and writing, or read-only.
+
+    Args:
+        path: The database file.
+        readonly: Open an existing file read-only (snapshots); writing raises :class:`StoreError`.
+        create: Create the file (and its folder) when it does not exist; when False a missing
+            file is a :class:`StoreError`, so a mistyped path is never mistaken for an empty store.
+            A read-only store is never created.
+        timeout: Seconds to wait for another writer's lock before giving up.
+
+    Raises:
+        StoreError: The file is missing (and may not be created), unreadable, or of another
+            schema version.
+    """
+
+    def __init__(
+        self, path: str | Path, *, readonly: bool = False, create: bool = True, timeout: float = 30.0
+    ) -> None:
+        self.path = Path(path)
+        self.readonly = readonly
+        self._lock = threading.RLock()
+        self._depth = 0  # transaction nesting of the thread holding the lock
+        self.generation = 0
+        """Counts this object's commits of recorded content: caches compare it instead of querying."""
+        if not create or readonly:
+            if not self.path.exists():
+                raise StoreError(f"{self.path}: no such recording store; record or import first")
+            if not self.path.is_file():
+                raise StoreError(f"{self.path}: is a folder, not a recording store; give the store's file")
+        with self._translate("open"):
+            if readonly:
+                conn = sqlite3.connect(
+                    f"file:{self.path}?mode=ro", uri=True, check_same_thread=False, timeout=timeout
+                )
+            else:
+                try:
+                    self.path.parent.mkdir(parents=True, exist_ok=True)
+                except OSError as exc:
+                    raise StoreError(
+                        f"{self.path}: cannot create its folder: {exc.strerror or exc}; choose another --db"
+                    ) from exc
+                conn = sqlite3.connect(
+                    self.path, check_same_thread=False, timeout=timeout, isolation_level=None
+                )
+                conn.execute("PRAGMA journal_mode=WAL")
+                # WAL + NORMAL survives a killed process (not a power cut) at a fraction of FULL's cost.
+                conn.execute("PRAGMA synchronous=NORMAL")
+                conn.executescript(_SCHEMA)
+                self._check_schema(conn)
+            self.conn = conn
+            self.db = sqlite_utils.Database(conn)
+
+    @contextmanager
+    def _translate(self, action: str) -> Iterator[None]:
+        """Turn sqlite3 errors into one clear :class:`StoreError` naming the file."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            text = str(exc)
+            hint = ""
+            if "locked" in text or "busy" in text:
+                hint = " (another process holds a write lock; retry, or stop the other writer)"
+            elif "full" in text:
+                hint = " (the disk is full; free space and retry — nothing partial was written)"
+            elif "readonly" in text:
+                hint = " (the store is read-only, e.g. a snapshot)"
+            raise StoreError(f"{self.path}: cannot {action}: {text}{hint}") from exc
+
+    def _check_schema(self, conn: sqlite3.Connection) -> None:
+        row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        if row is None:
+            conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        elif int(row[0]) != SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path}: schema version {row[0]}, this replay-sim reads {SCHEMA_VERSION}; "
+                "export with the matching version and re-import"
+            )
+
+    @contextmanager
+    def transaction(self, action: str = "write", *, content: bool = True) -> Iterator[sqlite3.Connection]:
+        """Run a block as one immediate transaction: all of it is committed or none of it.
+
+        Nested calls join the outer transaction (an import commits once, atomically).
+
+        Args:
+            action: What is being written, for error messages.
+            content: Whether the block changes recorded content (bumps :attr:`generation`); the
+                embedding cache does not.
+        """
+        with self._lock, self._translate(action):
+            if self._depth:
+                self._depth += 1
+                try:
+                    yield self.conn
+                finally:
+                    self._depth -= 1
+                return
+            self._depth = 1
+            try:
+                self.conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield self.conn
+                    self.conn.execute("COMMIT")
+                    if content:
+                        self.generation += 1
+                except BaseException:
+                    if self.conn.in_transaction:  # SQLite already rolled back on e.g. SQLITE_FULL
+                        self.conn.execute("ROLLBACK")
+                    raise
+            finally:
+                self._depth = 0
+
+    def copy_to(self, path: str | Path) -> None:
+        """Write a compact, self-contained copy of the store (``VACUUM INTO``) to a new file."""
+        with self._lock, self._translate(f"copy to {path}"):
+            self.conn.execute("VACUUM INTO ?", (str(path),))
+        # A single-file rollback-journal copy opens read-only anywhere (WAL would need a -shm file).
+        with self._translate(f"finish copy {path}"):
+            copy = sqlite3.connect(path)
+            try:
+                copy.execute("PRAGMA journal_mode=DELETE")
+            finally:
+                copy.close()
+
+    def close(self) -> None:
+        """Close the connection (idempotent)."""
+        with self._lock:
+            self.conn.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        with self._lock, self._translate("read"):
+            return self.conn.execute(sql, params).fetchall()
+
+    def _rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+        """Query rows as dicts keyed by column name (sqlite-utils), under the store's lock."""
+        with self._lock, self._translate("read"):
+            return list(self.db.query(sql, params))
+
+    def data_version(self) -> int:
+        """A number that changes when *another* connection commits to the file (``PRAGMA data_version``)."""
+        return int(self._query("PRAGMA data_version")[0][0])
