@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from replay_sim.cli import cli, db_option, match_config_option
+from replay_sim.resolve import snapshot as served
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.store import snapshot
 
@@ -25,7 +26,7 @@ def snapshot_group() -> None:
 @match_config_option
 def freeze_command(db: Path, out: Path, match_config: MatchConfig | None) -> None:
     """Write a read-only snapshot (store, index, manifest, matching config) and print its id."""
-    frozen = snapshot.freeze(db, out, config=match_config)
+    frozen = served.freeze(db, out, config=match_config)
     click.echo(frozen.id)
 
 

@@ -5,6 +5,11 @@ from it (``index/``) and ``manifest.json``. The snapshot id is a hash over the r
 (the store's JSONL export), the embedding model id, the matching config and the redaction rules, so
 the same recordings frozen twice get the same id, and any change to them — or a tampered file — is
 detected.
+
+The store stage knows nothing of indexes or matching: :func:`freeze` is given the function that
+builds the index (replay-sim's is wired in :mod:`replay_sim.resolve.snapshot`), and a snapshot's
+matching config is plain JSON data here. Every failure to write or read a bundle is a
+:class:`~replay_sim.errors.SnapshotError` naming the path.
 """
 
 from __future__ import annotations
@@ -15,13 +20,11 @@ import shutil
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 from replay_sim.errors import SnapshotError, StoreError
 from replay_sim.redaction import RULES_META_KEY
-from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.store import Store, utc_now
 from replay_sim.store.interchange import export_lines
 
@@ -32,8 +35,9 @@ STORE_FILE = "store.db"
 INDEX_DIR = "index"
 FORMAT = 1
 
-# Builds the vector index of a store into a folder; returns (embedding model id, matching config).
 IndexBuilder = Callable[[Store, Path], tuple[str, dict[str, Any]]]
+"""Builds the vector index of a (frozen, read-only) store into a folder; returns the embedding model
+id and the matching config, as JSON data, that the snapshot is served with."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,9 +59,15 @@ class Snapshot:
         return self.path / INDEX_DIR
 
     @property
-    def match_config(self) -> MatchConfig:
-        """The matching config the snapshot was frozen with (and must be served with)."""
-        return MatchConfig.from_dict(self.manifest["matching_config"], f"{self.path}/{MANIFEST}")
+    def manifest_path(self) -> Path:
+        """The bundle's ``manifest.json``."""
+        return self.path / MANIFEST
+
+    @property
+    def matching_config(self) -> dict[str, Any]:
+        """The matching config the snapshot was frozen with (and must be served with), as JSON data."""
+        config: dict[str, Any] = self.manifest["matching_config"]
+        return config
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,39 +106,48 @@ def _file_hashes(folder: Path) -> dict[str, str]:
     return hashes
 
 
-def freeze(
-    db: str | Path,
-    out: str | Path,
-    *,
-    config: MatchConfig | None = None,
-    build_index: IndexBuilder | None = None,
-) -> Snapshot:
+def freeze(db: str | Path, out: str | Path, build_index: IndexBuilder) -> Snapshot:
     """Write a read-only snapshot bundle of a store.
 
     Args:
-        db: The store to freeze.
+        db: The store to freeze (it must exist).
         out: The bundle folder to create; it must not exist yet.
-        config: The matching config the snapshot is served with (defaults when None).
-        build_index: Builds the vector index into the bundle; the default is replay-sim's index.
+        build_index: Builds the vector index into the bundle and says which embedding model and
+            matching config it used (see :data:`IndexBuilder`).
 
     Returns:
         The new snapshot.
 
     Raises:
-        SnapshotError: ``out`` exists already.
-        StoreError: The store cannot be read.
+        SnapshotError: ``out`` exists already or cannot be written.
+        StoreError: The store is missing or cannot be read.
     """
     out = Path(out)
     if out.exists():
         raise SnapshotError(f"{out}: already exists; choose a new path (snapshots are never overwritten)")
-    if build_index is None:
-        from replay_sim.resolve.index import build_snapshot_index
-
-        build_index = partial(build_snapshot_index, config=config)
-    out.mkdir(parents=True)
-    try:
-        with Store(db, readonly=True) as source:
+    with Store(db, readonly=True) as source:  # a missing store is refused before anything is written
+        _make_folder(out)
+        try:
             source.copy_to(out / STORE_FILE)
+            manifest = _finish(Path(db), out, build_index)
+        except BaseException:
+            shutil.rmtree(out, ignore_errors=True)
+            raise
+    return Snapshot(out, str(manifest["id"]), manifest)
+
+
+def _make_folder(out: Path) -> None:
+    try:
+        out.mkdir(parents=True)
+    except OSError as exc:
+        raise SnapshotError(
+            f"{out}: cannot create the snapshot folder: {exc.strerror or exc}; choose a writable path"
+        ) from exc
+
+
+def _finish(db: Path, out: Path, build_index: IndexBuilder) -> dict[str, Any]:
+    """Index the copied store, write the manifest and make the bundle read-only."""
+    try:
         with Store(out / STORE_FILE, readonly=True) as frozen:
             content = content_hash(frozen)
             (out / INDEX_DIR).mkdir()
@@ -143,18 +162,18 @@ def freeze(
             "matching_config": matching,
             "redaction": redaction,
             "created_at": utc_now(),
-            "source": str(Path(db)),
+            "source": str(db),
             "counts": counts,
             "files": _file_hashes(out),
         }
         (out / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    except BaseException:
-        shutil.rmtree(out, ignore_errors=True)
-        raise
-    for path in out.rglob("*"):
-        if path.is_file():
-            path.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
-    return Snapshot(out, str(manifest["id"]), manifest)
+        for path in out.rglob("*"):
+            if path.is_file():
+                path.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+    except OSError as exc:
+        where = exc.filename or out
+        raise SnapshotError(f"{where}: cannot write the snapshot: {exc.strerror or exc}") from exc
+    return manifest
 
 
 def read_manifest(path: str | Path) -> dict[str, Any]:
@@ -181,7 +200,10 @@ def verify(path: str | Path) -> Snapshot:
     """
     path = Path(path)
     manifest = read_manifest(path)
-    on_disk = _file_hashes(path)
+    try:
+        on_disk = _file_hashes(path)
+    except OSError as exc:
+        raise SnapshotError(f"{exc.filename or path}: unreadable: {exc.strerror or exc}") from exc
     on_disk.pop(MANIFEST, None)
     for name in sorted(set(manifest["files"]) | set(on_disk)):
         if manifest["files"].get(name) != on_disk.get(name):

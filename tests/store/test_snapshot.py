@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import sqlite3
 import stat
 import subprocess
@@ -10,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from replay_sim.errors import ConfigError, SnapshotError
+from replay_sim.errors import ConfigError, SnapshotError, StoreError
 from replay_sim.replay.factory import open_replay
 from replay_sim.resolve.calibration import MatchConfig
+from replay_sim.resolve.snapshot import freeze, match_config
 from replay_sim.store import Store, snapshot
 
 REPLAY_SIM = [sys.executable, "-m", "replay_sim"]
@@ -45,7 +47,7 @@ def _store(path: Path, texts: list[str]) -> Path:
 
 @pytest.fixture
 def frozen(tmp_path: Path) -> snapshot.Snapshot:
-    return snapshot.freeze(_store(tmp_path / "a.db", ["red apples", "green pears"]), tmp_path / "snap")
+    return freeze(_store(tmp_path / "a.db", ["red apples", "green pears"]), tmp_path / "snap")
 
 
 def test_a_frozen_bundle_verifies_and_is_read_only(frozen: snapshot.Snapshot) -> None:
@@ -59,7 +61,7 @@ def test_a_frozen_bundle_verifies_and_is_read_only(frozen: snapshot.Snapshot) ->
 
 
 def test_the_same_recordings_frozen_twice_get_the_same_id(tmp_path: Path, frozen: snapshot.Snapshot) -> None:
-    again = snapshot.freeze(tmp_path / "a.db", tmp_path / "snap2")
+    again = freeze(tmp_path / "a.db", tmp_path / "snap2")
     assert again.id == frozen.id
 
 
@@ -82,13 +84,11 @@ def test_a_removed_index_file_is_refused(frozen: snapshot.Snapshot) -> None:
 
 def test_freeze_refuses_to_overwrite(tmp_path: Path, frozen: snapshot.Snapshot) -> None:
     with pytest.raises(SnapshotError, match="already exists"):
-        snapshot.freeze(tmp_path / "a.db", frozen.path)
+        freeze(tmp_path / "a.db", frozen.path)
 
 
 def test_diff_lists_changed_and_added_calls(tmp_path: Path, frozen: snapshot.Snapshot) -> None:
-    b = snapshot.freeze(
-        _store(tmp_path / "b.db", ["red apples", "green pears", "blue plums"]), tmp_path / "snap-b"
-    )
+    b = freeze(_store(tmp_path / "b.db", ["red apples", "green pears", "blue plums"]), tmp_path / "snap-b")
     result = snapshot.diff(frozen.path, b.path)
     assert len(result.added) == 1 and not result.removed and not result.changed
     assert snapshot.diff(frozen.path, frozen.path).identical
@@ -123,11 +123,62 @@ def test_a_snapshot_is_served_with_the_matching_config_it_was_frozen_with(tmp_pa
     config = MatchConfig.from_dict(
         {"defaults": {"floor": 0.95}, "tools": {"notes/search": {"free_text": ["query"]}}}
     )
-    frozen = snapshot.freeze(_store(tmp_path / "a.db", ["red apples"]), tmp_path / "snap", config=config)
-    assert frozen.match_config == config
-    assert (
-        frozen.id != snapshot.freeze(tmp_path / "a.db", tmp_path / "plain").id
-    )  # the config is part of the id
+    frozen = freeze(_store(tmp_path / "a.db", ["red apples"]), tmp_path / "snap", config=config)
+    assert match_config(frozen) == config
+    assert frozen.id != freeze(tmp_path / "a.db", tmp_path / "plain").id  # the config is part of the id
     assert open_replay(snapshot=frozen.path).resolver.config == config
     with pytest.raises(ConfigError, match="frozen with"):
         open_replay(snapshot=frozen.path, match_config=MatchConfig())
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*REPLAY_SIM, *args], capture_output=True, text=True)
+
+
+def test_the_store_stage_freezes_with_any_injected_index_builder(tmp_path: Path) -> None:
+    def build(store: Store, folder: Path) -> tuple[str, dict]:
+        (folder / "vectors.bin").write_bytes(b"x" * len(store.recordings()))
+        return "fake-model", {"floor": 1}
+
+    frozen = snapshot.freeze(_store(tmp_path / "a.db", ["red apples"]), tmp_path / "snap", build)
+    assert frozen.manifest["embedding_model"] == "fake-model"
+    assert frozen.matching_config == {"floor": 1}
+    assert snapshot.verify(frozen.path).id == frozen.id
+    assert (frozen.index_dir / "vectors.bin").read_bytes() == b"x"
+
+
+def test_the_store_stage_imports_no_later_stage() -> None:
+    package = Path(snapshot.__file__).parent
+    later = ("replay_sim.resolve", "replay_sim.replay", "replay_sim.record", "replay_sim.cli")
+    found = []
+    for source in package.glob("*.py"):
+        for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names += [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            found += [f"{source.name}: {name}" for name in names if name.startswith(later)]
+    assert found == []
+
+
+def test_freezing_a_missing_store_writes_nothing(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="no such recording store"):
+        freeze(tmp_path / "typo.db", tmp_path / "snap")
+    assert not (tmp_path / "snap").exists()
+
+
+def test_freeze_onto_a_file_or_under_one_is_a_one_line_error(tmp_path: Path) -> None:
+    db = _store(tmp_path / "a.db", ["one"])
+    (tmp_path / "taken").write_text("not a folder")
+    onto = _run("snapshot", "freeze", "--db", str(db), "--out", str(tmp_path / "taken"))
+    assert onto.returncode == 1 and onto.stderr.count("\n") == 1
+    assert f"{tmp_path / 'taken'}: already exists" in onto.stderr
+    under = _run("snapshot", "freeze", "--db", str(db), "--out", str(tmp_path / "taken" / "snap"))
+    assert under.returncode == 1 and under.stderr.count("\n") == 1, under.stderr
+    assert f"{tmp_path / 'taken' / 'snap'}: cannot create the snapshot folder" in under.stderr
+    assert (tmp_path / "taken").read_text() == "not a folder"
+
+
+def test_freeze_of_a_mistyped_store_is_a_one_line_error(tmp_path: Path) -> None:
+    failed = _run("snapshot", "freeze", "--db", str(tmp_path / "typo.db"), "--out", str(tmp_path / "s"))
+    assert failed.returncode == 1 and failed.stderr.count("\n") == 1
+    assert "typo.db: no such recording store" in failed.stderr
+    assert not (tmp_path / "s").exists() and not (tmp_path / "typo.db").exists()

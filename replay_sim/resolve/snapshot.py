@@ -1,0 +1,68 @@
+"""Snapshots served by replay-sim: frozen with its vector index, served with their matching config.
+
+The store stage writes and verifies bundles (:mod:`replay_sim.store.snapshot`) without knowing
+how an index is built or what a matching config means; this module supplies both.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from replay_sim.resolve.build import build_index
+from replay_sim.resolve.calibration import MatchConfig
+from replay_sim.resolve.embedding import CachedEmbedder, default_embedder
+from replay_sim.resolve.schemas import RecordedSchemas
+from replay_sim.store import Store
+from replay_sim.store import snapshot as bundle
+from replay_sim.store.snapshot import Snapshot
+
+__all__ = ["build_snapshot_index", "freeze", "match_config"]
+
+
+def build_snapshot_index(
+    store: Store, directory: Path, config: MatchConfig | None = None
+) -> tuple[str, dict[str, Any]]:
+    """Build a snapshot's index (the :data:`~replay_sim.store.snapshot.IndexBuilder` replay-sim uses).
+
+    Args:
+        store: The frozen (read-only) store; cached embeddings are read from it.
+        directory: The bundle's index folder.
+        config: The matching config to record (defaults when None).
+
+    Returns:
+        ``(embedding model id, matching config as JSON data)``.
+    """
+    config = config or MatchConfig()
+    embedder = CachedEmbedder(default_embedder(), store)
+    build_index(store, RecordedSchemas(store, config), embedder, directory)
+    return embedder.model_id, config.as_dict()
+
+
+def freeze(db: str | Path, out: str | Path, *, config: MatchConfig | None = None) -> Snapshot:
+    """Write a read-only snapshot bundle of a store, with replay-sim's vector index.
+
+    Args:
+        db: The store to freeze (it must exist).
+        out: The bundle folder to create; it must not exist yet.
+        config: The matching config the snapshot is served with (defaults when None).
+
+    Returns:
+        The new snapshot.
+
+    Raises:
+        SnapshotError: ``out`` exists already or cannot be written.
+        StoreError: The store is missing or cannot be read.
+        VectorIndexError: The index cannot be built.
+    """
+    return bundle.freeze(db, out, partial(build_snapshot_index, config=config))
+
+
+def match_config(snapshot: Snapshot) -> MatchConfig:
+    """The matching config a snapshot was frozen with (and must be served with).
+
+    Raises:
+        ConfigError: The manifest's matching config is malformed (names the manifest).
+    """
+    return MatchConfig.from_dict(snapshot.matching_config, str(snapshot.manifest_path))
