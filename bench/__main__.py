@@ -8,10 +8,12 @@ import sys
 import time
 
 import bench
+from replay_sim.resolve.runtime import configure_runtime
 
 
 def main() -> int:
     """Run all benchmark modules (or those named on the command line); returns the exit status."""
+    configure_runtime()  # measure replay-sim as its entry points run it
     wanted = set(sys.argv[1:])
     failed = 0
     for module_info in sorted(pkgutil.iter_modules(bench.__path__), key=lambda m: m.name):

@@ -11,12 +11,12 @@ The public API is listed in ``__all__``; the CLI (``replay-sim``) is a thin laye
 from replay_sim.canonical import call_key, canonical_json
 from replay_sim.errors import (
     ConfigError,
-    IndexError_,
     InterchangeError,
     ReplaySimError,
     SnapshotError,
     StoreError,
     UpstreamError,
+    VectorIndexError,
 )
 from replay_sim.record.config import RecorderConfig, UpstreamSpec, load_config
 from replay_sim.record.http import record_http
@@ -26,13 +26,17 @@ from replay_sim.replay.app import create_app
 from replay_sim.replay.factory import open_replay
 from replay_sim.replay.miss import MissPolicy, MissPolicyName
 from replay_sim.replay.replay import Replay
+from replay_sim.resolve.build import build_index
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.embedding import CachedEmbedder, Embedder, SentenceTransformerEmbedder
-from replay_sim.resolve.index import VectorIndex, build_index
-from replay_sim.resolve.resolver import Candidate, FieldDiff, Resolution, Resolver, Tier
+from replay_sim.resolve.resolution import Candidate, FieldDiff, Resolution, Tier
+from replay_sim.resolve.resolver import Resolver
+from replay_sim.resolve.runtime import configure_runtime
+from replay_sim.resolve.snapshot import freeze
+from replay_sim.resolve.vectors import VectorIndex
 from replay_sim.store import Origin, Recording, ServerRecord, Store
 from replay_sim.store.interchange import export_jsonl, import_jsonl, merge
-from replay_sim.store.snapshot import Snapshot, freeze, open_snapshot, verify
+from replay_sim.store.snapshot import Snapshot, open_snapshot, verify
 
 __all__ = [
     "CachedEmbedder",
@@ -40,7 +44,6 @@ __all__ = [
     "ConfigError",
     "Embedder",
     "FieldDiff",
-    "IndexError_",
     "InterchangeError",
     "MatchConfig",
     "MissPolicy",
@@ -64,9 +67,11 @@ __all__ = [
     "UpstreamError",
     "UpstreamSpec",
     "VectorIndex",
+    "VectorIndexError",
     "build_index",
     "call_key",
     "canonical_json",
+    "configure_runtime",
     "create_app",
     "export_jsonl",
     "freeze",

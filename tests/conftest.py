@@ -5,6 +5,12 @@ from __future__ import annotations
 import pytest
 
 from replay_sim.resolve.embedding import SentenceTransformerEmbedder, default_embedder
+from replay_sim.resolve.runtime import configure_runtime
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The test process runs replay-sim the way its entry points do (one thread each for faiss and torch)."""
+    configure_runtime()
 
 
 @pytest.fixture(scope="session")

