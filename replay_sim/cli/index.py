@@ -8,12 +8,14 @@ import click
 from tqdm import tqdm
 
 from replay_sim.cli import cli, db_option, match_config_option
+from replay_sim.resolve.build import build_index
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.embedding import CachedEmbedder, default_embedder
 from replay_sim.resolve.evaluate import compare, load_probes, render
 from replay_sim.resolve.evaluate import explain as explain_report
-from replay_sim.resolve.index import DEFAULT_INDEX_DIR, build_index
+from replay_sim.resolve.index import DEFAULT_INDEX_DIR
 from replay_sim.resolve.resolver import Resolver
+from replay_sim.resolve.schemas import RecordedSchemas
 from replay_sim.store import Store
 
 index_dir_option = click.option(
@@ -36,8 +38,8 @@ def index_group() -> None:
 @match_config_option
 def build_command(db: Path, index_dir: Path, match_config: MatchConfig | None) -> None:
     """Embed new recordings and bring the index up to date (incremental)."""
-    with Store(db) as store:
-        resolver = Resolver(store, config=match_config, index_dir=index_dir)
+    with Store(db, create=False) as store:
+        schemas = RecordedSchemas(store, match_config)
         embedder = CachedEmbedder(default_embedder(), store)
         with tqdm(total=0, unit="call", desc="indexing", disable=None) as bar:
 
@@ -45,7 +47,7 @@ def build_command(db: Path, index_dir: Path, match_config: MatchConfig | None) -
                 bar.total = total
                 bar.update(done - bar.n)
 
-            index = build_index(store, resolver.tool_schema, embedder, index_dir, progress=progress)
+            index = build_index(store, schemas, embedder, index_dir, progress=progress)
     parts = len(index.partitions)
     vectors = sum(len(p) for p in index.partitions.values())
     click.echo(
@@ -67,7 +69,7 @@ def eval_command(
     probes: Path, db: Path, index_dir: Path, match_config: MatchConfig | None, baselines: bool, explain: bool
 ) -> None:
     """Score the resolver on PROBES.jsonl (live truth) against exact-only and naive baselines."""
-    with Store(db) as store:
+    with Store(db, create=False) as store:
         resolver = Resolver(store, config=match_config, index_dir=index_dir)
         embedder = CachedEmbedder(default_embedder(), store) if baselines else None
         reports = compare(store, load_probes(probes), resolver, embedder)

@@ -70,3 +70,44 @@ def test_commands_on_a_missing_store_fail_with_one_line(tmp_path: Path) -> None:
     failed = _run("stats", "--db", str(tmp_path / "none.db"))
     assert failed.returncode == 1
     assert failed.stderr.count("\n") == 1 and "none.db: no such recording store" in failed.stderr
+
+
+def test_every_reading_command_refuses_a_missing_store_and_creates_none(tmp_path: Path) -> None:
+    typo = tmp_path / "typo.db"
+    probes = tmp_path / "probes.jsonl"
+    probes.write_text('{"id": "p1", "category": "c", "server": "s", "steps": []}\n')
+    for args in (
+        ["index", "build", "--db", str(typo), "--index-dir", str(tmp_path / "index")],
+        ["eval", str(probes), "--db", str(typo), "--index-dir", str(tmp_path / "index")],
+        ["stats", "--db", str(typo)],
+        ["sessions", "--db", str(typo)],
+        ["export", "--db", str(typo)],
+        ["snapshot", "freeze", "--db", str(typo), "--out", str(tmp_path / "snap")],
+    ):
+        failed = _run(*args)
+        assert failed.returncode == 1, args
+        assert failed.stderr.count("\n") == 1 and "typo.db: no such recording store" in failed.stderr, args
+        assert "precision" not in failed.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["probes.jsonl"]
+
+
+def test_import_still_creates_the_store(tmp_path: Path) -> None:
+    source = tmp_path / "one.jsonl"
+    line = {"type": "listing", "server": "echo", "method": "tools/list", "result": {"tools": []}}
+    source.write_text(json.dumps(line) + "\n")
+    done = _run("import", str(source), "--db", str(tmp_path / "new" / "r.db"))
+    assert done.returncode == 0 and (tmp_path / "new" / "r.db").is_file()
+
+
+def test_index_build_into_an_unwritable_folder_is_a_one_line_error(tmp_path: Path) -> None:
+    db = tmp_path / "r.db"
+    with Store(db) as store:
+        store.put_listing("echo", "tools/list", {"tools": [{"name": "echo", "inputSchema": {}}]})
+        store.record_call(
+            "echo", "tools/call", {"name": "echo", "arguments": {"x": 1}}, result={"content": []}
+        )
+    (tmp_path / "taken").write_text("a file")
+    failed = _run("index", "build", "--db", str(db), "--index-dir", str(tmp_path / "taken" / "index"))
+    assert failed.returncode == 1
+    assert failed.stderr.count("\n") == 1 and "Traceback" not in failed.stderr, failed.stderr
+    assert f"{tmp_path / 'taken' / 'index'}: cannot write the index" in failed.stderr
