@@ -58,6 +58,10 @@ def main() -> None:
     except ReplaySimError as exc:
         click.echo(f"replay-sim: error: {exc}", err=True)
         sys.exit(1)
+    except OSError as exc:  # a path given on the command line (e.g. export -o) the library never saw
+        where = f"{exc.filename}: " if exc.filename else ""
+        click.echo(f"replay-sim: error: {where}{exc.strerror or exc}", err=True)
+        sys.exit(1)
 
 
 # Command modules register themselves on `cli`; imported last so `cli` exists.

@@ -111,3 +111,10 @@ def test_index_build_into_an_unwritable_folder_is_a_one_line_error(tmp_path: Pat
     assert failed.returncode == 1
     assert failed.stderr.count("\n") == 1 and "Traceback" not in failed.stderr, failed.stderr
     assert f"{tmp_path / 'taken' / 'index'}: cannot write the index" in failed.stderr
+
+
+def test_export_into_a_missing_folder_is_a_one_line_error(tmp_path: Path) -> None:
+    Store(tmp_path / "r.db").close()
+    failed = _run("export", "--db", str(tmp_path / "r.db"), "-o", str(tmp_path / "no" / "out.jsonl"))
+    assert failed.returncode == 1 and failed.stderr.count("\n") == 1, failed.stderr
+    assert f"{tmp_path / 'no' / 'out.jsonl'}: No such file or directory" in failed.stderr
