@@ -31,6 +31,7 @@ lint: install
 	$(BIN)/ruff check replay_sim tests bench fixtures
 	$(BIN)/ruff format --check replay_sim tests bench fixtures
 	$(BIN)/mypy
+	$(BIN)/lint-imports  # the import contracts of DESIGN.md "Layout" (pyproject.toml)
 
 bench: install
 	$(BIN)/python -m bench
