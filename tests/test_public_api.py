@@ -17,9 +17,6 @@ import uvicorn
 from mcp import Client
 
 from replay_sim import (
-    CachedEmbedder,
-    Resolver,
-    SentenceTransformerEmbedder,
     Store,
     UpstreamSpec,
     build_index,
@@ -48,9 +45,7 @@ async def test_a_user_records_indexes_replays_over_http_and_freezes_with_the_pub
 
         # 2. Index the recordings.
         with Store(db) as store:
-            embedder = CachedEmbedder(SentenceTransformerEmbedder(), store)
-            schemas = Resolver(store, index_dir=index_dir).tool_schema
-            build_index(store, schemas, embedder, index_dir)
+            build_index(store, directory=index_dir)
         assert (index_dir / "manifest.json").is_file()
 
         # 3. Replay over real HTTP: uvicorn in this event loop, on a port the OS picks.

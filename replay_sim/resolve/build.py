@@ -14,8 +14,9 @@ from pathlib import Path
 import numpy as np
 
 from replay_sim.errors import VectorIndexError
-from replay_sim.resolve.embedding import Embedder
+from replay_sim.resolve.embedding import CachedEmbedder, Embedder, default_embedder
 from replay_sim.resolve.index import DEFAULT_INDEX_DIR, MANIFEST, IndexSet, call_text, fields_token
+from replay_sim.resolve.schemas import RecordedSchemas
 from replay_sim.resolve.vectors import HNSW_THRESHOLD, FaissIndex
 from replay_sim.schema import ToolSchema
 from replay_sim.store import Store
@@ -50,8 +51,8 @@ def _existing(
 
 def build_index(
     store: Store,
-    schemas: Schemas,
-    embedder: Embedder,
+    schemas: Schemas | None = None,
+    embedder: Embedder | None = None,
     directory: Path | None = DEFAULT_INDEX_DIR,
     *,
     progress: Callable[[int, int], None] | None = None,
@@ -62,9 +63,9 @@ def build_index(
 
     Args:
         store: The recording store.
-        schemas: ``(server, tool) -> ToolSchema`` (decides each tool's free-text fields), e.g. a
-            :class:`~replay_sim.resolve.schemas.RecordedSchemas`.
-        embedder: Embeds call texts (pass a :class:`~replay_sim.resolve.embedding.CachedEmbedder`).
+        schemas: ``(server, tool) -> ToolSchema`` (decides each tool's free-text fields); the
+            store's recorded schemas with the default matching config when None.
+        embedder: Embeds call texts; the packaged model, cached in the store, when None.
         directory: Index folder; None keeps the index in memory. Partition files its new manifest
             no longer names are removed.
         progress: Called as ``progress(done, total)`` after each batch.
@@ -78,6 +79,8 @@ def build_index(
         VectorIndexError: The folder cannot be written.
     """
     directory = None if directory is None else Path(directory)
+    schemas = schemas or RecordedSchemas(store)
+    embedder = embedder or CachedEmbedder(default_embedder(), store)
     index = _existing(store, embedder, directory, hnsw_threshold) or IndexSet(
         directory, embedder.model_id, embedder.dimension, hnsw_threshold
     )

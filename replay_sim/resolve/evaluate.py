@@ -46,7 +46,7 @@ from replay_sim.resolve.toolstate import answer_of
 from replay_sim.schema import ToolSchema
 from replay_sim.store import Recording, Store
 
-__all__ = ["Finding", "Outcome", "Probe", "Report", "compare", "evaluate", "explain", "load_probes", "render"]
+__all__ = ["Finding", "Grade", "Probe", "Report", "compare", "evaluate", "explain", "load_probes", "render"]
 
 # (server, method, params, history) -> (served recording or None, step to append to history, why)
 ResolveFn = Callable[[str, str, dict[str, Any], list[str]], tuple[Recording | None, str, str]]
@@ -54,7 +54,7 @@ ResolveFn = Callable[[str, str, dict[str, Any], list[str]], tuple[Recording | No
 SchemaFn = Callable[[str, str], ToolSchema | None]
 
 
-class Outcome(StrEnum):
+class Grade(StrEnum):
     """How one probe step was scored."""
 
     CORRECT_HIT = "correct_hit"
@@ -115,33 +115,31 @@ class Finding:
     probe: str
     step: int
     category: str
-    outcome: Outcome
+    grade: Grade
     call: str
     reason: str
 
 
 @dataclass
 class Report:
-    """Outcome counts per probe category, with precision, truth recall and design recall."""
+    """Grade counts per probe category, with precision, truth recall and design recall."""
 
-    counts: dict[str, dict[Outcome, int]] = field(
-        default_factory=lambda: defaultdict(lambda: defaultdict(int))
-    )
+    counts: dict[str, dict[Grade, int]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(int)))
     # category -> [design-answerable steps, correct hits among them]
     design: dict[str, list[int]] = field(default_factory=lambda: defaultdict(lambda: [0, 0]))
     findings: list[Finding] = field(default_factory=list)
 
-    def add(self, category: str, outcome: Outcome, design_answerable: bool = False) -> None:
+    def add(self, category: str, grade: Grade, design_answerable: bool = False) -> None:
         """Count one scored step (and whether it was design-answerable)."""
-        self.counts[category][outcome] += 1
+        self.counts[category][grade] += 1
         if design_answerable:
             self.design[category][0] += 1
-            self.design[category][1] += outcome is Outcome.CORRECT_HIT
+            self.design[category][1] += grade is Grade.CORRECT_HIT
 
-    def total(self, category: str | None = None) -> dict[Outcome, int]:
+    def total(self, category: str | None = None) -> dict[Grade, int]:
         """Counts of one category, or of all."""
         cats = [category] if category else list(self.counts)
-        return {o: sum(self.counts[c][o] for c in cats) for o in Outcome}
+        return {o: sum(self.counts[c][o] for c in cats) for o in Grade}
 
     def design_recall(self, category: str | None = None) -> tuple[int, int, float]:
         """``(correct hits, design-answerable steps, design recall)`` of one category, or of all."""
@@ -151,10 +149,10 @@ class Report:
         return correct, answerable, (correct / answerable if answerable else 1.0)
 
     @staticmethod
-    def rates(counts: dict[Outcome, int]) -> tuple[float, float]:
+    def rates(counts: dict[Grade, int]) -> tuple[float, float]:
         """``(precision, truth recall)``; 1.0 when undefined (nothing served / nothing answerable)."""
-        correct, wrong = counts[Outcome.CORRECT_HIT], counts[Outcome.WRONG_HIT]
-        answerable = correct + counts[Outcome.NEEDLESS_MISS]
+        correct, wrong = counts[Grade.CORRECT_HIT], counts[Grade.WRONG_HIT]
+        answerable = correct + counts[Grade.NEEDLESS_MISS]
         # A wrong hit is always counted against precision; it is answerable only if the truth was recorded.
         return (correct / (correct + wrong) if correct + wrong else 1.0), (
             correct / answerable if answerable else 1.0
@@ -207,17 +205,17 @@ def evaluate(
             served, key, why = resolve(probe.server, step["method"], step["params"], history)
             history.append(key)
             if served is None:
-                outcome = Outcome.NEEDLESS_MISS if answerable else Outcome.CORRECT_MISS
+                grade = Grade.NEEDLESS_MISS if answerable else Grade.CORRECT_MISS
             else:
-                outcome = Outcome.CORRECT_HIT if answer_of(served) == truth else Outcome.WRONG_HIT
-            report.add(probe.category, outcome, design_answerable)
-            if outcome in (Outcome.WRONG_HIT, Outcome.NEEDLESS_MISS):
+                grade = Grade.CORRECT_HIT if answer_of(served) == truth else Grade.WRONG_HIT
+            report.add(probe.category, grade, design_answerable)
+            if grade in (Grade.WRONG_HIT, Grade.NEEDLESS_MISS):
                 call = f"{name} {canonical_json(arguments)}"
                 if served is not None:
                     why = (
                         f"served recording #{served.id} ({why})" if why else f"served recording #{served.id}"
                     )
-                report.findings.append(Finding(probe.id, number, probe.category, outcome, call, why))
+                report.findings.append(Finding(probe.id, number, probe.category, grade, call, why))
     return report
 
 
@@ -310,7 +308,7 @@ def render(reports: dict[str, Report], by_category: str | None = "replay-sim") -
         counts = report.total(category)
         precision, recall = Report.rates(counts)
         hits, answerable, design = report.design_recall(category)
-        cells = " | ".join(str(counts[o]) for o in Outcome)
+        cells = " | ".join(str(counts[o]) for o in Grade)
         return f"| {label} | {cells} | {precision:.1%} | {recall:.1%} | {design:.1%} ({hits}/{answerable}) |"
 
     for name, report in reports.items():
@@ -328,6 +326,6 @@ def explain(report: Report) -> str:
         return "No wrong hit and no needless miss."
     lines = []
     for f in report.findings:
-        outcome = f.outcome.value.replace("_", " ")
-        lines.append(f"- {f.probe} step {f.step} ({f.category}) {outcome}: `{f.call[:160]}` — {f.reason}")
+        grade = f.grade.value.replace("_", " ")
+        lines.append(f"- {f.probe} step {f.step} ({f.category}) {grade}: `{f.call[:160]}` — {f.reason}")
     return "\n".join(lines)

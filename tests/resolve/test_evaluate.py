@@ -13,7 +13,7 @@ from resolver_helpers import (
 
 from replay_sim.errors import InterchangeError
 from replay_sim.resolve.embedding import SentenceTransformerEmbedder
-from replay_sim.resolve.evaluate import Outcome, Report, compare, evaluate, explain, load_probes, render
+from replay_sim.resolve.evaluate import Grade, Report, compare, evaluate, explain, load_probes, render
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.store import Store
 from replay_sim.store.interchange import import_jsonl
@@ -50,22 +50,22 @@ def test_each_outcome_is_scored_from_the_truth(tmp_path: Path, embedder: Sentenc
         ),
     )
     assert report.total("exact") == {
-        Outcome.CORRECT_HIT: 1,
-        Outcome.WRONG_HIT: 1,
-        Outcome.CORRECT_MISS: 0,
-        Outcome.NEEDLESS_MISS: 0,
+        Grade.CORRECT_HIT: 1,
+        Grade.WRONG_HIT: 1,
+        Grade.CORRECT_MISS: 0,
+        Grade.NEEDLESS_MISS: 0,
     }
     assert report.total("new") == {
-        Outcome.CORRECT_HIT: 0,
-        Outcome.WRONG_HIT: 0,
-        Outcome.CORRECT_MISS: 1,
-        Outcome.NEEDLESS_MISS: 1,
+        Grade.CORRECT_HIT: 0,
+        Grade.WRONG_HIT: 0,
+        Grade.CORRECT_MISS: 1,
+        Grade.NEEDLESS_MISS: 1,
     }
     assert Report.rates(report.total()) == (0.5, 0.5)
     # The wrong hit and the needless miss are listed with the resolver's reason.
-    assert [(f.probe, f.outcome) for f in report.findings] == [
-        ("p2", Outcome.WRONG_HIT),
-        ("p4", Outcome.NEEDLESS_MISS),
+    assert [(f.probe, f.grade) for f in report.findings] == [
+        ("p2", Grade.WRONG_HIT),
+        ("p4", Grade.NEEDLESS_MISS),
     ]
     listed = explain(report)
     assert '- p4 step 1 (new) needless miss: `echo {"message":"hi world"}`' in listed
@@ -99,7 +99,7 @@ def test_design_recall_counts_only_steps_a_same_identifier_recording_answers(
         lambda s, m, p, h: (resolver.resolve(s, m, p, h).recording, "", ""),
         resolver.tool_schema,
     )
-    assert report.total("c")[Outcome.CORRECT_HIT] == 1
+    assert report.total("c")[Grade.CORRECT_HIT] == 1
     assert Report.rates(report.total())[1] == 1 / 4  # truth: p1-p4 answerable
     assert report.design_recall() == (1, 2, 0.5)  # design: only p1 and p2 (limit 5 is the default)
     table = render({"replay-sim": report})
@@ -113,7 +113,7 @@ def test_without_schemas_design_answerable_needs_equal_arguments(tmp_path: Path)
     path = tmp_path / "probes.jsonl"
     path.write_text(json.dumps(lines[0]) + "\n")
     report = evaluate(store, load_probes(path), lambda s, m, p, h: (None, "", ""))
-    assert report.total()[Outcome.NEEDLESS_MISS] == 1
+    assert report.total()[Grade.NEEDLESS_MISS] == 1
     assert report.design_recall() == (0, 0, 1.0)
 
 
@@ -134,23 +134,23 @@ def test_the_dev_probe_set_scores_what_the_readme_claims_with_no_wrong_hit(
     ours, exact = reports["replay-sim"].total(), reports["exact-only cache"].total()
     precision, recall = Report.rates(ours)
     assert precision >= 0.995
-    assert ours[Outcome.CORRECT_HIT] > exact[Outcome.CORRECT_HIT]
+    assert ours[Grade.CORRECT_HIT] > exact[Grade.CORRECT_HIT]
     assert recall > Report.rates(exact)[1]
     assert "| replay-sim |" in render(reports)
     # What README's "Resolver quality" table claims, exactly: no wrong hit, and these counts.
     assert ours == {
-        Outcome.CORRECT_HIT: 207,
-        Outcome.WRONG_HIT: 0,
-        Outcome.CORRECT_MISS: 56,
-        Outcome.NEEDLESS_MISS: 41,
+        Grade.CORRECT_HIT: 207,
+        Grade.WRONG_HIT: 0,
+        Grade.CORRECT_MISS: 56,
+        Grade.NEEDLESS_MISS: 41,
     }
     assert exact == {
-        Outcome.CORRECT_HIT: 168,
-        Outcome.WRONG_HIT: 33,
-        Outcome.CORRECT_MISS: 49,
-        Outcome.NEEDLESS_MISS: 54,
+        Grade.CORRECT_HIT: 168,
+        Grade.WRONG_HIT: 33,
+        Grade.CORRECT_MISS: 49,
+        Grade.NEEDLESS_MISS: 54,
     }
     assert reports["replay-sim"].design_recall()[:2] == (207, 240)
     assert reports["replay-sim"].findings and all(
-        f.outcome is Outcome.NEEDLESS_MISS for f in reports["replay-sim"].findings
+        f.grade is Grade.NEEDLESS_MISS for f in reports["replay-sim"].findings
     )
