@@ -48,10 +48,13 @@ def inspect_command(path: Path) -> None:
 @click.argument("a", type=_bundle)
 @click.argument("b", type=_bundle)
 def diff_command(a: Path, b: Path) -> None:
-    """List calls added, removed or answered differently in B compared with A (exit 1 if any)."""
+    """List calls added, removed or answered differently in B compared with A, and the matching
+    settings that differ (exit 1 if any)."""
     result = snapshot.diff(a, b)
     for label, keys in (("+", result.added), ("-", result.removed), ("~", result.changed)):
         for key in keys:
             click.echo(f"{label} {key}")
+    for setting in result.settings:
+        click.echo(f"* {setting} differs")
     if not result.identical:
         raise SystemExit(1)

@@ -19,7 +19,7 @@ import sqlite_utils
 
 from replay_sim.errors import StoreError
 
-__all__ = ["SCHEMA_VERSION", "Database"]
+__all__ = ["SCHEMA_VERSION", "Database", "drop_embedding_cache"]
 
 SCHEMA_VERSION = 1
 
@@ -193,3 +193,20 @@ class Database:
     def data_version(self) -> int:
         """A number that changes when *another* connection commits to the file (``PRAGMA data_version``)."""
         return int(self._query("PRAGMA data_version")[0][0])
+
+
+def drop_embedding_cache(path: str | Path) -> None:
+    """Empty the embedding cache of a store copy (a snapshot's) and compact the file.
+
+    Raises:
+        StoreError: The file cannot be written (names it).
+    """
+    try:
+        conn = sqlite3.connect(path, isolation_level=None)
+        try:
+            conn.execute("DELETE FROM embeddings")
+            conn.execute("VACUUM")
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        raise StoreError(f"{path}: cannot drop the embedding cache of the copy: {exc}") from exc

@@ -2,9 +2,13 @@
 
 A bundle is a folder holding ``store.db`` (written with ``VACUUM INTO``), the vector index built
 from it (``index/``) and ``manifest.json``. The snapshot id is a hash over the recorded content
-(the store's JSONL export), the embedding model id, the matching config and the redaction rules, so
-the same recordings frozen twice get the same id, and any change to them — or a tampered file — is
-detected.
+(the store's JSONL export), the embedding model id, the matching config, the redaction rules and
+the index files (the vectors semantic answers are decided by), so one id always gives the same
+answers: the same recordings frozen twice get the same id, and any change to them — or a tampered
+file, even with its hash in the manifest rewritten — is detected. The index build is deterministic
+for a given model build; a store frozen with another torch or CPU may get other vectors, and then
+another id. The bundle's store carries no embedding cache: query vectors are always computed by the
+model, never read from a table the id does not cover.
 
 The store stage knows nothing of indexes or matching: :func:`freeze` is given the function that
 builds the index (replay-sim's is wired in :mod:`replay_sim.resolve.snapshot`), and a snapshot's
@@ -19,13 +23,14 @@ import json
 import shutil
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from replay_sim.errors import SnapshotError, StoreError
 from replay_sim.redaction import RULES_META_KEY
 from replay_sim.store import Store, utc_now
+from replay_sim.store.database import drop_embedding_cache
 from replay_sim.store.interchange import export_lines
 
 __all__ = ["Snapshot", "SnapshotDiff", "diff", "freeze", "open_snapshot", "verify"]
@@ -33,7 +38,7 @@ __all__ = ["Snapshot", "SnapshotDiff", "diff", "freeze", "open_snapshot", "verif
 MANIFEST = "manifest.json"
 STORE_FILE = "store.db"
 INDEX_DIR = "index"
-FORMAT = 1
+FORMAT = 2  # 2: the id covers the index; the bundle store has no embedding cache
 
 IndexBuilder = Callable[[Store, Path], tuple[str, dict[str, Any]]]
 """Builds the vector index of a (frozen, read-only) store into a folder; returns the embedding model
@@ -72,16 +77,18 @@ class Snapshot:
 
 @dataclass(frozen=True, slots=True)
 class SnapshotDiff:
-    """What differs between the recorded calls of two snapshots (by call key and result)."""
+    """What differs between two snapshots: recorded calls (by call key and result), and the settings
+    that decide how calls are matched (embedding model, matching config, redaction rules, index)."""
 
     added: list[str]
     removed: list[str]
     changed: list[str]
+    settings: list[str] = field(default_factory=list)
 
     @property
     def identical(self) -> bool:
-        """True when both snapshots answer every call the same way."""
-        return not (self.added or self.removed or self.changed)
+        """True when both snapshots answer every call the same way (their ids are equal)."""
+        return not (self.added or self.removed or self.changed or self.settings)
 
 
 def content_hash(store: Store) -> str:
@@ -92,11 +99,19 @@ def content_hash(store: Store) -> str:
     return digest.hexdigest()
 
 
-def _snapshot_id(content: str, model: str, config: dict[str, Any], redaction: Any) -> str:
+def _snapshot_id(content: str, model: str, config: dict[str, Any], redaction: Any, index: str) -> str:
     material = json.dumps(
-        {"content": content, "model": model, "config": config, "redaction": redaction}, sort_keys=True
+        {"content": content, "model": model, "config": config, "redaction": redaction, "index": index},
+        sort_keys=True,
     )
     return "snap-" + hashlib.sha256(material.encode("utf-8")).hexdigest()[:16]
+
+
+def _index_hash(files: dict[str, str]) -> str:
+    """sha256 over the index folder's files (names and content hashes, from :func:`_file_hashes`)."""
+    prefix = INDEX_DIR + "/"
+    listed = {name: sha for name, sha in files.items() if name.startswith(prefix)}
+    return hashlib.sha256(json.dumps(listed, sort_keys=True).encode("utf-8")).hexdigest()
 
 
 def _file_hashes(folder: Path) -> dict[str, str]:
@@ -151,20 +166,24 @@ def _finish(db: Path, out: Path, build_index: IndexBuilder) -> dict[str, Any]:
         with Store(out / STORE_FILE, readonly=True) as frozen:
             content = content_hash(frozen)
             (out / INDEX_DIR).mkdir()
-            model, matching = build_index(frozen, out / INDEX_DIR)
+            model, matching = build_index(frozen, out / INDEX_DIR)  # reads the copied embedding cache
             counts = {"calls": len(frozen.recordings()), "servers": len(frozen.servers())}
             redaction = frozen.meta(RULES_META_KEY)
+        drop_embedding_cache(out / STORE_FILE)  # the id does not cover it: a served query never reads it
+        files = _file_hashes(out)
+        index = _index_hash(files)
         manifest = {
             "format": FORMAT,
-            "id": _snapshot_id(content, model, matching, redaction),
+            "id": _snapshot_id(content, model, matching, redaction, index),
             "content_sha256": content,
+            "index_sha256": index,
             "embedding_model": model,
             "matching_config": matching,
             "redaction": redaction,
             "created_at": utc_now(),
             "source": str(db),
             "counts": counts,
-            "files": _file_hashes(out),
+            "files": files,
         }
         (out / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         for path in out.rglob("*"):
@@ -193,7 +212,10 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
 
 
 def verify(path: str | Path) -> Snapshot:
-    """Check a bundle against its manifest: every file hash, the content hash and the id.
+    """Check a bundle against its manifest: every file hash, the content and index hashes, and the id.
+
+    The id is recomputed from what the bundle holds, so a file rewritten together with its hash in
+    the manifest is refused too.
 
     Raises:
         SnapshotError: Naming the first file or hash that does not match.
@@ -217,12 +239,27 @@ def verify(path: str | Path) -> Snapshot:
         with Store(path / STORE_FILE, readonly=True) as store:
             content = content_hash(store)
             redaction = store.meta(RULES_META_KEY)
+            cached = store.embedding_cache_size()
     except StoreError as exc:
         raise SnapshotError(f"{path}: store unreadable: {exc}") from exc
-    expected = _snapshot_id(content, manifest["embedding_model"], manifest["matching_config"], redaction)
+    if cached:
+        raise SnapshotError(
+            f"{path}: {STORE_FILE} holds {cached} cached embeddings, which a frozen bundle never has; "
+            "the bundle was tampered with — re-freeze it"
+        )
+    index = _index_hash(on_disk)
+    if index != manifest.get("index_sha256"):
+        raise SnapshotError(
+            f"{path}: the {INDEX_DIR}/ files do not match the manifest's index hash; "
+            "the bundle was tampered with — re-freeze it"
+        )
+    expected = _snapshot_id(
+        content, manifest["embedding_model"], manifest["matching_config"], redaction, index
+    )
     if content != manifest["content_sha256"] or expected != manifest["id"]:
         raise SnapshotError(
-            f"{path}: content hash does not match manifest id {manifest['id']}; the bundle was tampered with"
+            f"{path}: content, index and settings do not hash to manifest id {manifest['id']}; "
+            "the bundle was tampered with — re-freeze it"
         )
     return Snapshot(path, manifest["id"], manifest)
 
@@ -241,11 +278,26 @@ def _answers(path: Path) -> dict[str, str]:
     return {key: json.dumps(values) for key, values in answers.items()}
 
 
+_SETTINGS = {
+    "embedding_model": "embedding_model",
+    "matching_config": "matching_config",
+    "redaction": "redaction",
+    "index": "index_sha256",
+}
+
+
 def diff(a: str | Path, b: str | Path) -> SnapshotDiff:
-    """Compare the recorded answers of two verified snapshots, call key by call key."""
-    left, right = _answers(verify(a).path), _answers(verify(b).path)
+    """Compare two verified snapshots: recorded answers call key by call key, and matching settings.
+
+    ``settings`` names what else decides answers and differs: ``embedding_model``,
+    ``matching_config``, ``redaction``, ``index`` (the vectors; alone, it means the same
+    recordings were embedded differently, e.g. by another model build).
+    """
+    first, second = verify(a), verify(b)
+    left, right = _answers(first.path), _answers(second.path)
     return SnapshotDiff(
         added=sorted(set(right) - set(left)),
         removed=sorted(set(left) - set(right)),
         changed=sorted(k for k in set(left) & set(right) if left[k] != right[k]),
+        settings=[name for name, key in _SETTINGS.items() if first.manifest[key] != second.manifest[key]],
     )

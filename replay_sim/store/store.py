@@ -304,6 +304,10 @@ class Store(Database):
                 found[sha] = vector
         return found
 
+    def embedding_cache_size(self) -> int:
+        """How many vectors the embedding cache holds, of every model."""
+        return int(self._query("SELECT COUNT(*) FROM embeddings")[0][0])
+
     def cache_embeddings(self, model: str, vectors: dict[str, bytes]) -> None:
         """Store embedding vectors (raw float32 bytes) by text hash for one model."""
         if self.readonly or not vectors:

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import ast
+import hashlib
+import json
 import sqlite3
 import stat
 import subprocess
 import sys
 from pathlib import Path
 
+import faiss
+import numpy as np
 import pytest
 
 from replay_sim.errors import ConfigError, SnapshotError, StoreError
@@ -182,3 +186,70 @@ def test_freeze_of_a_mistyped_store_is_a_one_line_error(tmp_path: Path) -> None:
     assert failed.returncode == 1 and failed.stderr.count("\n") == 1
     assert "typo.db: no such recording store" in failed.stderr
     assert not (tmp_path / "s").exists() and not (tmp_path / "typo.db").exists()
+
+
+def _rewrite_two_vectors(frozen: snapshot.Snapshot) -> None:
+    """What an attacker does to change semantic answers: swap two recordings' vectors, fix the manifest."""
+    (part_file,) = frozen.index_dir.glob("*.faiss")
+    index = faiss.read_index(str(part_file))
+    ids = faiss.vector_to_array(index.id_map).astype(np.int64)
+    vectors = np.stack([index.reconstruct(int(i)) for i in ids])
+    swapped = faiss.IndexIDMap2(faiss.IndexFlatIP(vectors.shape[1]))
+    swapped.add_with_ids(vectors[[1, 0]], ids)
+    part_file.chmod(0o644)
+    faiss.write_index(swapped, str(part_file))
+    manifest = json.loads(frozen.manifest_path.read_text())
+    name = part_file.relative_to(frozen.path).as_posix()
+    manifest["files"][name] = hashlib.sha256(part_file.read_bytes()).hexdigest()
+    frozen.manifest_path.chmod(0o644)
+    frozen.manifest_path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+
+
+def test_rewritten_index_vectors_are_refused_even_with_the_manifest_hash_fixed(
+    frozen: snapshot.Snapshot,
+) -> None:
+    _rewrite_two_vectors(frozen)
+    with pytest.raises(SnapshotError, match="index"):
+        snapshot.verify(frozen.path)
+
+
+def test_the_snapshot_id_covers_the_index_so_equal_ids_mean_equal_vectors(
+    tmp_path: Path, frozen: snapshot.Snapshot
+) -> None:
+    assert frozen.manifest["index_sha256"]
+    again = freeze(tmp_path / "a.db", tmp_path / "snap2")
+    assert again.manifest["index_sha256"] == frozen.manifest["index_sha256"] and again.id == frozen.id
+
+
+def test_a_bundle_store_carries_no_embedding_cache_a_query_could_be_answered_from(
+    tmp_path: Path, embedder: object
+) -> None:
+    db = _store(tmp_path / "a.db", ["red apples", "green pears"])
+    with Store(db) as store:  # a cache filled by `index build` or a served query
+        store.cache_embeddings("any-model", {"sha": b"\0" * 8})
+    frozen = freeze(db, tmp_path / "snap")
+    assert frozen.id == freeze(_store(tmp_path / "b.db", ["red apples", "green pears"]), tmp_path / "s2").id
+    frozen.store_path.chmod(0o644)
+    with Store(frozen.store_path) as store:
+        assert store.cached_embeddings("any-model", ["sha"]) == {}
+        store.cache_embeddings("any-model", {"sha": b"\1" * 8})  # smuggled in, manifest hash fixed
+    _fix_file_hash(frozen, frozen.store_path)
+    with pytest.raises(SnapshotError, match="embedding"):
+        snapshot.verify(frozen.path)
+
+
+def _fix_file_hash(frozen: snapshot.Snapshot, path: Path) -> None:
+    """Rewrite the manifest's hash of a tampered file, as an attacker would."""
+    manifest = json.loads(frozen.manifest_path.read_text())
+    name = path.relative_to(frozen.path).as_posix()
+    manifest["files"][name] = hashlib.sha256(path.read_bytes()).hexdigest()
+    frozen.manifest_path.chmod(0o644)
+    frozen.manifest_path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+
+
+def test_diff_reports_snapshots_of_the_same_calls_matched_differently(tmp_path: Path) -> None:
+    db = _store(tmp_path / "a.db", ["red apples"])
+    plain = freeze(db, tmp_path / "plain")
+    strict = freeze(db, tmp_path / "strict", config=MatchConfig.from_dict({"defaults": {"floor": 0.97}}))
+    result = snapshot.diff(plain.path, strict.path)
+    assert result.settings == ["matching_config"] and not result.identical
