@@ -3,11 +3,17 @@
 Three rules, applied to JSON values:
 
 * **secret values** — the values of env vars and HTTP headers handed to an upstream: every
-  occurrence inside any string is replaced (everywhere: params, results, listings, server info);
+  occurrence inside any string is replaced (everywhere: params, results, listings, server info), in
+  every form text commonly carries it (:func:`encodings`): raw, JSON-escaped once and twice (a JSON
+  document inside a result), URL-encoded, base64 and HTML-escaped;
 * **key globs** — object keys matching a glob (case-insensitive, ``*access*token``, ``authorization``)
   get their string values replaced whole (in call params, results, errors and notifications; not in
   listings, where keys are schema property names rather than values);
 * **patterns** — regular expressions; every match inside any string is replaced.
+
+What it cannot catch: a secret transformed otherwise (hashed, encrypted, split, re-cased, base64
+of a larger text that contains it) or a secret it was never told about — pass such values as
+``patterns``.
 
 The recorder hands the redacted params to :meth:`Store.record_call`, so the call key is computed
 on redacted arguments. A replay server that applies the same :class:`Redactor` to incoming
@@ -16,13 +22,17 @@ arguments finds the recording again.
 
 from __future__ import annotations
 
+import base64
 import fnmatch
+import html
+import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote, quote_plus
 
-__all__ = ["DEFAULT_KEY_GLOBS", "REDACTED", "RULES_META_KEY", "Redactor"]
+__all__ = ["DEFAULT_KEY_GLOBS", "REDACTED", "RULES_META_KEY", "Redactor", "encodings"]
 
 REDACTED = "[REDACTED]"
 RULES_META_KEY = "redaction"
@@ -54,6 +64,39 @@ DEFAULT_KEY_GLOBS: tuple[str, ...] = (
 MIN_SECRET_LENGTH = 6
 
 
+def _json_escaped(value: str) -> set[str]:
+    return {json.dumps(value, ensure_ascii=ascii_only)[1:-1] for ascii_only in (False, True)}
+
+
+def _lower_hex(value: str) -> str:
+    return re.sub(r"%[0-9A-F]{2}", lambda m: m.group().lower(), value)
+
+
+def encodings(secret: str) -> set[str]:
+    """The forms a secret value takes in text, each of which is redacted.
+
+    Raw; JSON-escaped (``"`` → ``\\"``, ``\\`` → ``\\\\``, non-ASCII kept or ``\\uXXXX``), once and
+    twice (a JSON document quoted inside a result, or inside a JSON string again); URL-encoded
+    (``%XX`` upper or lower case, ``+`` or ``%20`` for a space); base64 (standard and URL-safe,
+    with or without padding: an ``Authorization: Basic`` header, a token blob); HTML-escaped.
+    """
+    once = _json_escaped(secret)
+    twice = {form for escaped in once for form in _json_escaped(escaped)}
+    urls = {quote(secret, safe=""), quote(secret), quote_plus(secret)}
+    raw = secret.encode("utf-8")
+    b64 = {base64.b64encode(raw).decode(), base64.urlsafe_b64encode(raw).decode()}
+    return {
+        secret,
+        *once,
+        *twice,
+        *urls,
+        *(_lower_hex(u) for u in urls),
+        *b64,
+        *(b.rstrip("=") for b in b64),
+        html.escape(secret),
+    }
+
+
 @dataclass
 class Redactor:
     """Replaces secrets in JSON values; cheap when there is nothing to redact.
@@ -79,8 +122,10 @@ class Redactor:
         self._patterns = [p if isinstance(p, re.Pattern) else re.compile(p) for p in self.patterns]
         self.patterns = tuple(p.pattern for p in self._patterns)
         if self.secrets:
-            # Longest first, so a secret containing another is removed whole.
-            self._secret_re = re.compile("|".join(re.escape(s) for s in self.secrets))
+            forms = {form for secret in self.secrets for form in encodings(secret)}
+            # Longest first, so a secret (or form) containing another is removed whole.
+            ordered = sorted(forms, key=lambda form: (-len(form), form))
+            self._secret_re = re.compile("|".join(re.escape(form) for form in ordered))
         if self.key_globs:
             self._key_re = re.compile(
                 "|".join(f"(?:{fnmatch.translate(g.lower())})" for g in self.key_globs), re.IGNORECASE

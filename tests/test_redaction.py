@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
+from urllib.parse import quote, quote_plus
 
 import anyio
 import pytest
-from recording_helpers import ECHO_SERVER, PYTHON, raw_client
+from recording_helpers import ECHO_SERVER, PYTHON, echo_http, raw_client
 
 from replay_sim.canonical import call_key
 from replay_sim.record.config import UpstreamSpec, load_config
@@ -161,3 +163,74 @@ async def test_recording_again_into_a_store_redacts_with_the_rules_it_already_ho
         assert store.meta("redaction")["patterns"] == ["sk-[a-z0-9]{8,}"]
     assert call.arguments == {"text": f"key {REDACTED}"}
     assert call.result is not None and "sk-abcdef1234567890" not in json.dumps(call.result)
+
+
+QUOTED = 'pa"ss\\w0rd-\u00e9t\u00e9-42'  # a quote, a backslash and non-ASCII: JSON escapes all three
+BASIC_PASSWORD = 'b4sic"pw\\x-99'
+BASIC = base64.b64encode(f"alice:{BASIC_PASSWORD}".encode()).decode()
+
+
+def _json_escaped(value: str, *, ascii_only: bool = False) -> str:
+    return json.dumps(value, ensure_ascii=ascii_only)[1:-1]
+
+
+def _encodings(secret: str) -> set[str]:
+    """Every form a secret can be written in: raw, JSON-escaped (once and twice), URL, base64."""
+    once = {_json_escaped(secret), _json_escaped(secret, ascii_only=True)}
+    twice = {_json_escaped(e, ascii_only=a) for e in once for a in (False, True)}
+    return {
+        secret, *once, *twice, quote(secret, safe=""), quote_plus(secret),
+        base64.b64encode(secret.encode()).decode(),
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("encoding", sorted(_encodings(QUOTED)))
+def test_every_encoding_of_a_secret_is_redacted(encoding: str) -> None:
+    assert Redactor(secrets=[QUOTED]).redact({"text": f"<{encoding}>"}) == {"text": f"<{REDACTED}>"}
+
+
+def test_a_basic_auth_header_makes_its_decoded_credentials_secrets_too() -> None:
+    spec = UpstreamSpec(url="http://127.0.0.1:1/mcp", headers={"Authorization": f"Basic {BASIC}"})
+    assert {f"Basic {BASIC}", BASIC, f"alice:{BASIC_PASSWORD}", BASIC_PASSWORD} <= set(spec.secrets())
+
+
+@pytest.mark.anyio
+async def test_no_encoding_of_a_secret_with_quotes_or_backslashes_reaches_the_database_file(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "escaped.db"
+    texts = [
+        json.dumps({"config": {"pw": QUOTED}}),  # a JSON document inside a result: escaped once
+        json.dumps(json.dumps({"pw": QUOTED})),  # and twice
+        json.dumps({"pw": QUOTED}, ensure_ascii=True),
+        f"https://example.com/login?pw={quote(QUOTED, safe='')}&again={quote_plus(QUOTED)}",
+        f"blob {base64.b64encode(QUOTED.encode()).decode()} end",
+        f"header was Basic {BASIC}; user alice:{BASIC_PASSWORD}; {json.dumps(BASIC_PASSWORD)}",
+    ]
+    with anyio.fail_after(90):
+        async with echo_http() as url:
+            upstreams = {
+                "echo": UpstreamSpec(
+                    command=PYTHON, args=(str(ECHO_SERVER),), env={"ECHO_API_SECRET": QUOTED}
+                ),
+                "web": UpstreamSpec(url=url, headers={"Authorization": f"Basic {BASIC}"}),
+            }
+            async with recording(db, upstreams) as recorder:
+                async with raw_client(recorder.server("echo")) as client:
+                    assert (await client.call_tool("env", {"name": "ECHO_API_SECRET"})).content[
+                        0
+                    ].text == QUOTED
+                    for text in texts:
+                        await client.call_tool("echo", {"text": text})
+                async with raw_client(recorder.server("web")) as client:
+                    for text in texts:
+                        await client.call_tool("echo", {"text": text})
+                files = [p for p in tmp_path.iterdir() if p.name.startswith("escaped.db")]
+                assert any(p.name.endswith("-wal") for p in files)
+                forms = _encodings(QUOTED) | _encodings(BASIC_PASSWORD) | {BASIC}
+                for path in files:
+                    data = path.read_bytes()
+                    found = [form for form in forms if form.encode() in data]
+                    assert found == [], path.name
+    with Store(db, readonly=True) as store:
+        assert len(store.recordings()) == 1 + 2 * len(texts)

@@ -27,6 +27,7 @@ what is wrong.
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import shlex
@@ -93,6 +94,8 @@ class UpstreamSpec:
             scheme, _, credential = value.partition(" ")
             if credential and scheme.isalpha():  # "Bearer abc" -> also the bare credential
                 found.append(credential.strip())
+                if scheme.lower() == "basic":  # base64 of "user:password": both decoded forms too
+                    found += _basic_credentials(credential.strip())
         return found
 
     def default_name(self) -> str:
@@ -107,6 +110,16 @@ class UpstreamSpec:
             if base in interpreters:
                 base = next((Path(w).stem for w in words[1:] if not w.startswith("-")), base)
         return re.sub(r"[^A-Za-z0-9_.-]+", "-", base).strip("-") or "server"
+
+
+def _basic_credentials(credential: str) -> list[str]:
+    """``user:password`` and ``password`` of a Basic credential (none when it is not base64 text)."""
+    try:
+        decoded = base64.b64decode(credential, validate=True).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return []
+    _, colon, password = decoded.partition(":")
+    return [decoded, password] if colon and password else [decoded]
 
 
 @dataclass(frozen=True)
