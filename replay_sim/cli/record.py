@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 
 import anyio
 import click
@@ -41,6 +45,29 @@ def _headers(values: tuple[str, ...]) -> dict[str, str]:
     return headers
 
 
+@contextmanager
+def _sigterm_as_sigint() -> Iterator[Callable[[], bool]]:
+    """Let SIGTERM (``kill``, a supervisor, an MCP client closing its server) stop the recorder the
+    way Ctrl-C does: connections close and the store is closed, which checkpoints its WAL into the
+    main file. Without this SIGTERM ends the process at once (the HTTP server re-raises it after
+    its own graceful shutdown), leaving every call in the ``-wal`` file.
+
+    Yields:
+        Whether a SIGTERM arrived.
+    """
+    received: list[int] = []
+
+    def on_sigterm(signum: int, _frame: FrameType | None) -> None:
+        received.append(signum)
+        signal.raise_signal(signal.SIGINT)  # asyncio cancels the main task: cleanup runs
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield lambda: bool(received)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _address(value: str) -> tuple[str, int]:
     host, sep, port = value.rpartition(":")
     if not sep or not port.isdigit():
@@ -58,6 +85,14 @@ def _address(value: str) -> tuple[str, int]:
 )
 @click.option(
     "--config", "config_file", type=click.Path(dir_okay=False, path_type=Path), help="TOML file of upstreams."
+)
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="With --http: another Host name clients reach the recorder by (repeatable; '*' turns the "
+    "DNS-rebinding check off).",
 )
 @click.option("--url", help="Record a streamable HTTP upstream instead of a command.")
 @click.option(
@@ -86,6 +121,7 @@ def record_command(
     name: str | None,
     http: str | None,
     config_file: Path | None,
+    allowed_hosts: tuple[str, ...],
     url: str | None,
     env: tuple[str, ...],
     header: tuple[str, ...],
@@ -128,10 +164,17 @@ def record_command(
             for server in config.servers:
                 click.echo(f"replay-sim: recording {server} into {db} at {base_url}/mcp/{server}", err=True)
 
-        anyio.run(
+        _run_until_stopped(
+            db,
             lambda: record_http(
-                config.servers, store=db, host=host, port=port, redactor=config.redactor, on_ready=ready
-            )
+                config.servers,
+                store=db,
+                host=host,
+                port=port,
+                redactor=config.redactor,
+                on_ready=ready,
+                allowed_hosts=allowed_hosts,
+            ),
         )
         return
     if len(config.servers) != 1 and name not in config.servers:
@@ -142,7 +185,18 @@ def record_command(
     server = name if name in config.servers else next(iter(config.servers))
     click.echo(f"replay-sim: recording {server} into {db} (stdio)", err=True)
     spec = config.servers[server]
-    anyio.run(lambda: record_stdio(spec, store=db, name=server, redactor=config.redactor))
+    _run_until_stopped(db, lambda: record_stdio(spec, store=db, name=server, redactor=config.redactor))
+
+
+def _run_until_stopped(db: Path, main: Callable[[], Awaitable[None]]) -> None:
+    """Run the recorder; a SIGTERM stops it cleanly (exit status 0), as the client hanging up does."""
+    with _sigterm_as_sigint() as terminated:
+        try:
+            anyio.run(main)
+        except KeyboardInterrupt:
+            if not terminated():
+                raise
+            click.echo(f"replay-sim: stopped (SIGTERM); recordings saved in {db}", err=True)
 
 
 def _config(

@@ -57,8 +57,9 @@ class Database:
         timeout: Seconds to wait for another writer's lock before giving up.
 
     Raises:
-        StoreError: The file is missing (and may not be created), unreadable, or of another
-            schema version.
+        StoreError: The file is missing (and may not be created), unreadable, of another schema
+            version, not a replay-sim store (a SQLite file with other tables: nothing is added to
+            it), or damaged (``PRAGMA integrity_check`` fails).
     """
 
     def __init__(
@@ -80,6 +81,7 @@ class Database:
                 conn = sqlite3.connect(
                     f"file:{self.path}?mode=ro", uri=True, check_same_thread=False, timeout=timeout
                 )
+                self._check_file(conn)
             else:
                 try:
                     self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -90,6 +92,7 @@ class Database:
                 conn = sqlite3.connect(
                     self.path, check_same_thread=False, timeout=timeout, isolation_level=None
                 )
+                self._check_file(conn)  # before anything is written to it
                 conn.execute("PRAGMA journal_mode=WAL")
                 # WAL + NORMAL survives a killed process (not a power cut) at a fraction of FULL's cost.
                 conn.execute("PRAGMA synchronous=NORMAL")
@@ -113,6 +116,46 @@ class Database:
             elif "readonly" in text:
                 hint = " (the store is read-only, e.g. a snapshot)"
             raise StoreError(f"{self.path}: cannot {action}: {text}{hint}") from exc
+
+    def _check_file(self, conn: sqlite3.Connection) -> None:
+        """Refuse a SQLite file that is not a replay-sim store, or one that fails its integrity check.
+
+        Both are checked before anything is written, so neither file is changed. A damaged store
+        would otherwise be served with whatever parts still read (an index build that cannot read
+        every call leaves semantic matching off); the check reads the whole file once, about a
+        second per few hundred MB.
+        """
+        try:
+            tables = sorted(r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'"))
+            if not tables:
+                return  # a new (or empty) file: the schema is created
+            versioned = (
+                "meta" in tables and conn.execute("SELECT 1 FROM meta WHERE key='schema_version'").fetchone()
+            )
+            if not versioned:
+                raise StoreError(
+                    f"{self.path}: a SQLite file but not a replay-sim store (its tables: "
+                    f"{', '.join(tables[:8])}{', …' if len(tables) > 8 else ''}); "
+                    "give a replay-sim store or a new path with --db"
+                )
+            problem = conn.execute("PRAGMA integrity_check(1)").fetchone()[0]
+        except sqlite3.DatabaseError as exc:
+            if "not a database" in str(exc):
+                conn.close()
+                raise StoreError(
+                    f"{self.path}: not a SQLite file ({exc}); give a replay-sim store or a new path with --db"
+                ) from exc
+            problem = str(exc)
+        except BaseException:
+            conn.close()
+            raise
+        if problem != "ok":
+            conn.close()
+            raise StoreError(
+                f"{self.path}: the store fails its integrity check ({problem}); see "
+                f"`sqlite3 {self.path} 'PRAGMA integrity_check'`, and restore it from a copy or an "
+                "export (`sqlite3 FILE .recover` may save what is left)"
+            )
 
     def _check_schema(self, conn: sqlite3.Connection) -> None:
         row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()

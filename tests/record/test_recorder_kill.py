@@ -1,4 +1,5 @@
-"""SIGKILL the recording proxy while 8 sessions record: nothing acknowledged is lost, the file is sound."""
+"""Stopping the recording proxy: a SIGKILL while 8 sessions record loses nothing acknowledged and
+leaves a sound file; a SIGTERM stops it cleanly, with every call in the main database file."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import anyio
 import httpx2
 import mcp_types as types
 import pytest
+from anyio.streams.text import TextReceiveStream
 from mcp.shared.exceptions import MCPError
-from recording_helpers import ECHO_SERVER, PYTHON, proxy_http, raw_client
+from recording_helpers import ECHO_SERVER, PYTHON, REPLAY_SIM, proxy_http, raw_client
 
 pytestmark = [pytest.mark.slow, pytest.mark.anyio]
 
@@ -76,3 +78,55 @@ def _broken_connection(exc: BaseException) -> bool:
     if isinstance(exc, MCPError):
         return exc.error.code == types.CONNECTION_CLOSED  # e.g. "SSE stream ended without a response"
     return isinstance(exc, httpx2.TransportError)  # e.g. ReadError, ConnectError
+
+
+def _main_file_alone(db: Path, tmp_path: Path) -> list[str]:
+    """The texts of the calls the main database file holds by itself (a copy without -wal/-shm)."""
+    alone = tmp_path / "alone.db"
+    alone.write_bytes(db.read_bytes())
+    conn = sqlite3.connect(alone)
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        return [json.loads(a)["text"] for (a,) in conn.execute("SELECT arguments FROM calls ORDER BY id")]
+    finally:
+        conn.close()
+
+
+async def test_a_sigterm_stops_the_http_recorder_with_everything_in_the_main_file(tmp_path: Path) -> None:
+    db = tmp_path / "term.db"
+    with anyio.fail_after(60):
+        async with proxy_http(db, "--name", "echo", "--", PYTHON, ECHO_SERVER) as (base, proxy):
+            async with raw_client(f"{base}/mcp/echo") as client:
+                assert (await client.call_tool("echo", {"text": "kept"})).content[0].text == "kept"
+            proxy.process.send_signal(signal.SIGTERM)  # the README's `kill %1`
+            assert await proxy.process.wait() == 0
+            await proxy.wait_for("stopped")
+    assert not (tmp_path / "term.db-wal").exists()
+    assert _main_file_alone(db, tmp_path) == ["kept"]
+
+
+async def test_a_sigterm_stops_the_stdio_recorder_with_everything_in_the_main_file(tmp_path: Path) -> None:
+    db = tmp_path / "term.db"
+    command = [REPLAY_SIM, "record", "--db", str(db), "--name", "echo", "--", PYTHON, str(ECHO_SERVER)]
+    call = {"name": "echo", "arguments": {"text": "kept"}}
+    with anyio.fail_after(60):
+        async with await anyio.open_process(command) as process:
+            assert process.stdin is not None and process.stdout is not None
+            lines = TextReceiveStream(process.stdout)
+            await process.stdin.send(
+                b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18",'
+                b'"capabilities":{},"clientInfo":{"name":"t","version":"1"}}}\n'
+                b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n'
+                + json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call}).encode()
+                + b"\n"
+            )
+            received = ""
+            async for chunk in lines:
+                received += chunk
+                if '"id":2' in received.replace(" ", "") and received.endswith("\n"):
+                    break
+            assert '"kept"' in received
+            process.send_signal(signal.SIGTERM)
+            assert await process.wait() == 0
+    assert not (tmp_path / "term.db-wal").exists()
+    assert _main_file_alone(db, tmp_path) == ["kept"]

@@ -178,3 +178,52 @@ def test_a_store_whose_folder_cannot_be_created_is_a_clear_error(tmp_path: Path)
     (tmp_path / "taken").write_text("a file")
     with pytest.raises(StoreError, match=r"taken/r\.db: cannot create its folder"):
         Store(tmp_path / "taken" / "r.db")
+
+
+def _corrupt(path: Path) -> None:
+    """Overwrite the middle of a page of the calls table, as a bad disk or a stray write would."""
+    with Store(path) as store:
+        for n in range(300):
+            store.record_call("echo", "tools/call", {"name": "echo", "arguments": {"text": f"{n} " * 200}})
+    data = bytearray(path.read_bytes())
+    page = 4096
+    middle = (len(data) // page // 2) * page
+    data[middle + 8 : middle + 200] = b"\xa5" * 192
+    path.write_bytes(bytes(data))
+
+
+def test_a_store_failing_its_integrity_check_is_refused_naming_the_check(tmp_path: Path) -> None:
+    db = tmp_path / "broken.db"
+    _corrupt(db)
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA integrity_check").fetchone() != ("ok",)
+    conn.close()
+    for opening in (
+        lambda: Store(db, create=False),
+        lambda: Store(db, readonly=True),
+        lambda: Store(db),  # a recorder appending to it would make it worse
+    ):
+        with pytest.raises(StoreError, match=r"fails its integrity check") as refused:
+            opening()
+        assert str(db) in str(refused.value)
+        assert f"sqlite3 {db} 'PRAGMA integrity_check'" in str(refused.value)
+
+
+def test_a_sqlite_file_that_is_not_a_store_is_refused_and_left_unchanged(tmp_path: Path) -> None:
+    other = tmp_path / "app.db"
+    conn = sqlite3.connect(other)
+    conn.execute("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)")
+    conn.execute("INSERT INTO users VALUES (1, 'ada')")
+    conn.commit()
+    conn.close()
+    before = other.read_bytes()
+    for opening in (
+        lambda: Store(other),
+        lambda: Store(other, create=False),
+        lambda: Store(other, readonly=True),
+    ):
+        with pytest.raises(StoreError, match="not a replay-sim store") as refused:
+            opening()
+        assert str(other) in str(refused.value) and "users" in str(refused.value)
+    assert other.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["app.db"]  # no -wal, no -shm
