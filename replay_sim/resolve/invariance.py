@@ -1,12 +1,13 @@
 """Argument invariances: which changes of an argument the real server ignores, as the recordings show.
 
 The canonical tier may equate two calls that differ in an argument only when that difference
-cannot change the answer. Three differences are considered, each a *transform* of one top-level
-argument:
-
-- ``space`` — surrounding whitespace of a string (``"  chess "`` vs ``"chess"``);
-- ``case`` — letter case of a string (``"Chess"`` vs ``"chess"``);
-- ``order`` — the order of an array's items (``["Bob", "Alice"]`` vs ``["Alice", "Bob"]``).
+cannot change the answer. The differences considered are the registry in :mod:`replay_sim.variants`,
+each a *transform* of one top-level argument: surrounding whitespace and letter case of a string,
+spellings of a path (repeated separators, a ``./`` prefix, ``..`` segments, a trailing separator),
+of a number (``1`` vs ``"1"``), of a date or time (a date vs the same date at midnight, with and
+without zero seconds, ``9:00`` vs ``09:00``), repeated and reordered array items — and one of
+presence: the argument left out vs given with the value the server assumes without it
+(:class:`Default`; defaults the schema declares are filled before any of this).
 
 A transform applies to an argument when the recordings *show* the server ignores it: recorded
 calls of the tool, made from the same state and equal in every other argument, whose values of
@@ -14,7 +15,9 @@ the argument differ yet are equal once transformed, got the same successful answ
 pair ever got different answers. The agreeing pairs must have given at least
 :data:`MIN_EVIDENCE` *different* answers: ``"quantum"`` and ``"QUANTUM"`` both finding nothing
 is what a case-sensitive search says too, but a case-sensitive search cannot also find the same
-things for ``"Acme"`` and ``"ACME"``. Errors never count as agreement.
+things for ``"Acme"`` and ``"ACME"``. Errors never count as agreement. A default is learned the
+same way, from pairs of a call without the argument and one with it: exactly one value must be
+shown that way (two would mean the argument is ignored somewhere, not that it has a default).
 
 The design's default (surrounding whitespace of read-only free text that the tool does not echo
 is insignificant) holds unless the recordings refute it.
@@ -23,14 +26,14 @@ is insignificant) holds unless the recordings refute it.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from enum import StrEnum
 from typing import Any, NamedTuple
 
-from replay_sim.canonical import canonical_json
+from replay_sim.canonical import canonical_json, normalize
 from replay_sim.variants import MIN_EVIDENCE, Transform
 
-__all__ = ["Invariances", "Observation", "Verdict", "apply", "judge", "learn"]
+__all__ = ["Default", "Invariances", "Observation", "Verdict", "apply", "judge", "learn"]
 
 
 class Verdict(StrEnum):
@@ -44,8 +47,14 @@ class Verdict(StrEnum):
     """Too little evidence either way."""
 
 
-Invariances = dict[str, tuple[Transform, ...]]
-"""Argument name -> the transforms that apply to it, in :class:`Transform` order."""
+class Default(NamedTuple):
+    """A learned default: a call without the argument is answered as if it passed ``value``."""
+
+    value: Any
+
+
+Invariances = dict[str, tuple[Default | Transform, ...]]
+"""Argument name -> what applies to it, in :class:`Transform` order (a :class:`Default` first)."""
 
 
 class Observation(NamedTuple):
@@ -63,6 +72,8 @@ class Observation(NamedTuple):
 
 def judge(calls: Sequence[Observation], name: str, transform: Transform) -> Verdict:
     """What the recorded calls of one tool say about ignoring ``transform`` on argument ``name``."""
+    if transform is Transform.DEFAULT:
+        return _judge_default(calls, name)[0]
     return _judge(_rows(calls, name), transform)
 
 
@@ -106,6 +117,38 @@ def _judge(rows: list[_Row], transform: Transform) -> Verdict:
     return Verdict.SHOWN if len(support) >= MIN_EVIDENCE else Verdict.UNKNOWN
 
 
+def _judge_default(calls: Sequence[Observation], name: str) -> tuple[Verdict, Any]:
+    """Whether leaving ``name`` out is shown to mean one value (and which), refuted, or unknown."""
+    # group -> the argument's value, canonical ("" when absent) -> answers
+    groups: dict[tuple[Hashable, str], dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    values: dict[str, Any] = {}
+    failures = set()
+    for c in calls:
+        key = canonical_json(c.arguments[name]) if name in c.arguments else ""
+        values.setdefault(key, c.arguments.get(name))
+        groups[(c.state, canonical_json(_without(c.arguments, name)))][key].add(c.answer)
+        if c.failed:
+            failures.add(c.answer)
+    support: dict[str, set[str]] = defaultdict(set)
+    refuted: set[str] = set()
+    for answers in groups.values():
+        if "" not in answers:
+            continue  # no call without the argument to pair with
+        for key, given in answers.items():
+            if key:
+                both = answers[""] | given
+                if len(both) > 1:
+                    refuted.add(key)
+                else:
+                    support[key] |= both - failures
+    shown = [key for key, agreed in support.items() if key not in refuted and len(agreed) >= MIN_EVIDENCE]
+    if len(shown) == 1:
+        return Verdict.SHOWN, values[shown[0]]
+    if refuted and not set(support) - refuted:
+        return Verdict.REFUTED, None  # every value paired with its absence got another answer
+    return Verdict.UNKNOWN, None
+
+
 def learn(calls: Sequence[Observation], assumed_space: Iterable[str] = ()) -> Invariances:
     """The invariances the recorded calls of one read-only tool show.
 
@@ -114,15 +157,20 @@ def learn(calls: Sequence[Observation], assumed_space: Iterable[str] = ()) -> In
         assumed_space: Arguments whose surrounding whitespace is insignificant unless refuted.
 
     Returns:
-        Argument name -> transforms to apply, for every argument with at least one.
+        Argument name -> what to apply, for every argument with at least one.
     """
     names = sorted({name for call in calls for name in call.arguments} | set(assumed_space))
     assumed = set(assumed_space)
     found: Invariances = {}
     for name in names:
         rows = _rows(calls, name)
-        applies = []
+        applies: list[Default | Transform] = []
         for transform in Transform:
+            if transform is Transform.DEFAULT:
+                verdict, value = _judge_default(calls, name)
+                if verdict is Verdict.SHOWN:
+                    applies.append(Default(value))
+                continue
             verdict = _judge(rows, transform)
             if verdict is Verdict.SHOWN or (
                 verdict is Verdict.UNKNOWN and transform is Transform.SPACE and name in assumed
@@ -133,11 +181,15 @@ def learn(calls: Sequence[Observation], assumed_space: Iterable[str] = ()) -> In
     return found
 
 
-def apply(arguments: dict[str, Any], invariances: Invariances) -> dict[str, Any]:
+def apply(
+    arguments: dict[str, Any], invariances: Mapping[str, Sequence[Default | Transform]]
+) -> dict[str, Any]:
     """The arguments with every ignored difference taken out (a new object)."""
     out = dict(arguments)
-    for name, transforms in invariances.items():
-        if name in out:
-            for transform in transforms:
-                out[name] = transform.apply(out[name])
+    for name, rules in invariances.items():
+        for rule in rules:
+            if isinstance(rule, Default):
+                out.setdefault(name, normalize(rule.value))  # a copy: recordings share no values
+            elif name in out:
+                out[name] = rule.apply(out[name])
     return out

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from resolver_helpers import call
 
-from replay_sim.resolve.invariance import Observation, Verdict, apply, judge, learn
+from replay_sim.resolve.invariance import Default, Observation, Verdict, apply, judge, learn
 from replay_sim.resolve.resolution import FieldDiff, Tier
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.store import Store
@@ -80,6 +80,81 @@ def test_apply_takes_out_only_the_learned_differences() -> None:
     assert arguments["q"] == "  Chess "  # the caller's object is left alone
 
 
+# Per kind of difference: two pairs that differ only by it, each pair with its own answer, and a
+# third pair that differs only by it and got another answer.
+_PAIRS = [
+    (Transform.PATH_SEP, ("src/a", "src//a"), ("lib/b", "lib///b"), ("x/y", "x//y")),
+    (Transform.PATH_DOT, ("src/a", "./src/a"), ("lib/b", "././lib/b"), ("x/y", "./x/y")),
+    (Transform.PATH_UP, ("src/a", "src/../src/a"), ("lib/b", "lib/c/../b"), ("x/y", "x/../x/y")),
+    (Transform.PATH_SLASH, ("src/a", "src/a/"), ("/srv/lib", "/srv/lib/"), ("x/y", "x/y/")),
+    (Transform.NUMBER, (1, "1"), ("2.50", 2.5), (3, "3.0")),
+    (Transform.MIDNIGHT, ("2026-01-15", "2026-01-15T00:00:00"), ("2026-02-01", "2026-02-01T00:00:00"),
+     ("2026-03-01", "2026-03-01T00:00:00")),
+    (Transform.SECONDS, ("09:00", "09:00:00"), ("2026-01-15T10:30Z", "2026-01-15T10:30:00Z"), ("11:00", "11:00:00")),
+    (Transform.HOUR_PAD, ("9:00", "09:00"), ("7:30:00", "07:30:00"), ("8:00", "08:00")),
+    (Transform.DUPLICATES, (["a", "b"], ["a", "a", "b"]), (["c"], ["c", "c"]), (["d", "e"], ["d", "e", "d"])),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("transform", "first", "second", "third"), _PAIRS, ids=[p[0].value for p in _PAIRS])
+def test_each_kind_of_spelling_is_learned_from_agreeing_pairs_and_refuted_by_one_disagreeing(
+    transform: Transform, first: tuple[Any, Any], second: tuple[Any, Any], third: tuple[Any, Any]
+) -> None:
+    agreeing = [seen(f"answer {n}", v=value) for n, pair in enumerate([first, second]) for value in pair]
+    assert judge(agreeing, "v", transform) is Verdict.SHOWN
+    assert learn(agreeing) == {"v": (transform,)}
+    assert judge(agreeing[:2], "v", transform) is Verdict.UNKNOWN  # one pair is one answer
+    disagreeing = [*agreeing, seen("one answer", v=third[0]), seen("another", v=third[1])]
+    assert judge(disagreeing, "v", transform) is Verdict.REFUTED
+    assert learn(disagreeing) == {}
+    failed = [*agreeing, seen("E", failed=True, v=third[0]), seen("ok", v=third[1])]
+    assert judge(failed, "v", transform) is Verdict.REFUTED  # an error for one spelling refutes
+
+
+def test_a_spelling_is_not_learned_from_pairs_that_differ_otherwise() -> None:
+    # "src/a" vs "src/a/" in two states, or with another limit: no pair differs only by the slash.
+    calls = [seen("A", path="src/a"), seen("B", state="s1", path="src/a/"),
+             seen("C", path="lib", limit=1), seen("D", path="lib/", limit=2)]  # fmt: skip
+    assert judge(calls, "path", Transform.PATH_SLASH) is Verdict.UNKNOWN
+
+
+@pytest.mark.parametrize(
+    ("calls", "verdict", "default"),
+    [
+        # Leaving limit out answered like limit=10, for two different queries: 10 is the default.
+        ([seen("A10", q="a"), seen("A10", q="a", limit=10), seen("B10", q="b"), seen("B10", q="b", limit=10),
+          seen("A5", q="a", limit=5)], Verdict.SHOWN, 10),
+        # One pair is not enough.
+        ([seen("A10", q="a"), seen("A10", q="a", limit=10)], Verdict.UNKNOWN, None),
+        # Absent and 10 disagreed once: 10 is not what absence means.
+        ([seen("A10", q="a"), seen("A10", q="a", limit=10), seen("B10", q="b"), seen("B10", q="b", limit=10),
+          seen("C", q="c"), seen("C10", q="c", limit=10)], Verdict.REFUTED, None),
+        # Errors never support.
+        ([seen("E", failed=True, q="a"), seen("E", failed=True, q="a", limit=10), seen("B10", q="b"),
+          seen("B10", q="b", limit=10)], Verdict.UNKNOWN, None),
+        # Two values each answered like absence: the argument is ignored there, not defaulted.
+        ([seen("A", q="a"), seen("A", q="a", limit=10), seen("B", q="b"), seen("B", q="b", limit=10),
+          seen("A", q="a", limit=20), seen("B", q="b", limit=20)], Verdict.UNKNOWN, None),
+        # Calls from another state do not pair.
+        ([seen("A10", q="a"), seen("A10", state="s1", q="a", limit=10), seen("B10", q="b"),
+          seen("B10", state="s1", q="b", limit=10)], Verdict.UNKNOWN, None),
+    ],
+)  # fmt: skip
+def test_a_default_the_schema_does_not_declare_is_learned_from_absent_and_explicit_pairs(
+    calls: list[Observation], verdict: Verdict, default: Any
+) -> None:
+    assert judge(calls, "limit", Transform.DEFAULT) is verdict
+    learned = learn(calls).get("limit", ())
+    assert learned == ((Default(default),) if verdict is Verdict.SHOWN else ())
+
+
+def test_a_learned_default_fills_the_argument_before_its_spelling_is_taken_out() -> None:
+    invariances = {"path": (Default("Src/"), Transform.CASE, Transform.PATH_SLASH)}
+    assert apply({}, invariances) == {"path": "src"}
+    assert apply({"path": "SRC"}, invariances) == {"path": "src"}
+    assert apply({"q": 1}, {"limit": (Default([10]),)}) == {"q": 1, "limit": [10]}
+
+
 _TOOLS = [
     {
         "name": "find",
@@ -140,3 +215,34 @@ def test_the_resolver_answers_what_the_recordings_show_is_ignored(tmp_path: Path
     after = [_resolve(resolver, "save", query="chess").step]
     found = _resolve(resolver, "find", after, query="Chess")
     assert found.recording.result["content"][0]["text"] == "Alice and Carol like chess"
+
+
+def test_the_resolver_answers_a_path_spelling_and_an_omitted_default_the_recordings_show(
+    tmp_path: Path,
+) -> None:
+    store = Store(tmp_path / "r.db")
+    schema = {
+        "type": "object",
+        "properties": {"path": {"type": "string"}, "max_count": {"type": "integer"}},  # no declared default
+        "required": ["path"],
+    }
+    store.put_listing("demo", "tools/list", {"tools": [
+        {"name": "log", "inputSchema": schema, "annotations": {"readOnlyHint": True}},
+    ]})  # fmt: skip
+    recorded: list[tuple[dict[str, Any], str]] = [
+        ({"path": "src"}, "3 commits in src"), ({"path": "src/"}, "3 commits in src"),
+        ({"path": "docs"}, "1 commit in docs"), ({"path": "docs/"}, "1 commit in docs"),
+        ({"path": "lib"}, "2 commits in lib"), ({"path": "lib", "max_count": 10}, "2 commits in lib"),
+        ({"path": "docs", "max_count": 10}, "1 commit in docs"), ({"path": "src", "max_count": 1}, "1 commit in src"),
+    ]  # fmt: skip
+    for arguments, answer in recorded:
+        call(store, "log", arguments, answer)
+    resolver = Resolver(store, index_dir=None, semantic=False)
+
+    found = _resolve(resolver, "log", path="lib/")
+    assert (found.tier, found.recording.result["content"][0]["text"]) == (Tier.CANONICAL, "2 commits in lib")
+    found = _resolve(resolver, "log", path="src", max_count=10)
+    assert (found.tier, found.recording.result["content"][0]["text"]) == (Tier.CANONICAL, "3 commits in src")
+    # Another count is another call, and a spelling nobody showed is not taken out.
+    assert _resolve(resolver, "log", path="src", max_count=2).tier is Tier.MISS
+    assert _resolve(resolver, "log", path="./src").tier is Tier.MISS
