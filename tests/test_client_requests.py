@@ -42,16 +42,20 @@ class User:
         return types.ElicitResult(action="accept", content={"name": self.name})
 
 
-async def greet(target: Any, user: User | None, mode: Any = "legacy") -> tuple[str, bool, Any]:
+async def greet(
+    target: Any, user: User | None, mode: Any = "legacy", meta: Any = None
+) -> tuple[str, bool, Any]:
     """Call ``greet`` with a client that can (``user``) or cannot (None) be asked."""
-    return await greet_with(target, "greet", user, mode)
+    return await greet_with(target, "greet", user, mode, meta)
 
 
-async def greet_with(target: Any, tool: str, user: User | None, mode: Any = "auto") -> tuple[str, bool, Any]:
+async def greet_with(
+    target: Any, tool: str, user: User | None, mode: Any = "auto", meta: Any = None
+) -> tuple[str, bool, Any]:
     """Call ``tool`` with a client that can (``user``) or cannot (None) be asked."""
     async with Client(target, mode=mode, cache=None, elicitation_callback=user) as client:
         assert (client.protocol_version in MODERN_PROTOCOL_VERSIONS) == (mode == "auto")
-        result = await client.call_tool(tool, {})
+        result = await client.call_tool(tool, {}, meta=meta)
     assert isinstance(result.content[0], types.TextContent)
     return result.content[0].text, bool(result.is_error), result
 
@@ -92,11 +96,13 @@ async def test_the_question_is_forwarded_recorded_and_asked_again_on_replay(tmp_
         # The client that cannot be asked gets what the real server told such a client.
         assert (await greet(endpoint, None))[:2] == ("I cannot ask this client anything", True)
         # A 2026-07-28 client is asked in an input_required result and retries with its answer.
-        modern = User("Ada")
-        text, failed, result = await greet(endpoint, modern, mode="auto")
+        # (Over HTTP it has no session: greet may change state, so it names an episode.)
+        modern, episode = User("Ada"), {"replay-sim/episode": "modern-ada"}
+        text, failed, result = await greet(endpoint, modern, mode="auto", meta=episode)
         assert (text, failed, modern.asked) == ("Hello, Ada!", False, ["What is your name?"])
         assert match_of(result)["status"] == "exact"
-        text, failed, result = await greet(endpoint, User("Bob"), mode="auto")
+        episode = {"replay-sim/episode": "modern-bob"}
+        text, failed, result = await greet(endpoint, User("Bob"), mode="auto", meta=episode)
         assert failed and "answered elicitation/create otherwise" in text and '"Bob"' in text
     store.close()
 

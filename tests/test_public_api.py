@@ -59,7 +59,10 @@ async def test_a_user_records_indexes_replays_over_http_and_freezes_with_the_pub
                 tg.start_soon(lambda: server.serve(sockets=[sock]))
                 try:
                     async with Client(f"http://127.0.0.1:{port}/mcp/echo") as client:
-                        replayed = await client.call_tool("echo", {"text": "hello, replay"})
+                        # The SDK's default (2026-era) client has no session, and echo is not
+                        # annotated read-only (it may change state): a rollout names its episode.
+                        episode = {"replay-sim/episode": "rollout-1"}
+                        replayed = await client.call_tool("echo", {"text": "hello, replay"}, meta=episode)
                 finally:
                     server.should_exit = True
 

@@ -25,10 +25,11 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from replay_sim.canonical import call_identity, call_key
 from replay_sim.errors import ConfigError, ReplaySimError
-from replay_sim.protocol import MATCH_META_KEY, declared, episode_id
+from replay_sim.protocol import MATCH_META_KEY, declared
 from replay_sim.redaction import RULES_META_KEY, Redactor
 from replay_sim.replay.conversation import Rounds, questions, reenact, suited
-from replay_sim.replay.histories import Histories
+from replay_sim.replay.histories import Histories, needs_history, one_client
+from replay_sim.replay.histories import scope as history_scope
 from replay_sim.replay.metrics import Metrics, MissRecord
 from replay_sim.replay.miss import Miss, MissPolicy, MissPolicyName, MissSettings
 from replay_sim.replay.policies import make_policy
@@ -159,21 +160,15 @@ class Replay:
         async with contextlib.AsyncExitStack() as stack:
             await self.enter(stack)
             await anyio.to_thread.run_sync(self.resolver.warm)
+            stack.enter_context(one_client())  # before the stream's tasks start: they inherit it
             read_stream, write_stream = await stack.enter_async_context(native_stdio())
             await server.run(read_stream, write_stream, server.create_initialization_options())
 
     # -- answering ------------------------------------------------------------------------------
 
     def scope(self, ctx: ServerRequestContext[Any, Any]) -> str | Hashable | None:
-        """Whose history a request extends: its episode id, else its MCP connection (handshake era)."""
-        raw_meta = (ctx.params or {}).get("_meta")
-        named = episode_id(raw_meta, getattr(ctx.request, "headers", None))
-        if named is not None:
-            return named
-        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
-            return None  # the 2026-07-28 era has no sessions: no episode id, no history
-        # One Connection object per MCP session (HTTP) or process (stdio); the SDK keeps it private.
-        return getattr(ctx.session, "_connection", None)
+        """Whose history a request extends (see :func:`~replay_sim.replay.histories.scope`)."""
+        return history_scope(ctx)
 
     async def answer(self, server: str, method: str, ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
         """Answer one replayed request of an MCP client (the handlers' common body).
@@ -189,7 +184,7 @@ class Replay:
         params = {k: v for k, v in (ctx.params or {}).items() if k != "_meta"}
         scope = self.scope(ctx)
         trail = self.histories.trail(server, scope)
-        answer = await self.resolve(server, method, params, trail if trail is not None else ())
+        answer = await self.resolve(server, method, params, trail)
         if answer.resolution.recording is not None:
             answer = await self._converse(ctx, server, method, params, answer, trail or ())
         if answer.pending:  # the client retries the call with its answers: that is the call
@@ -203,7 +198,7 @@ class Replay:
         return answer.reply
 
     async def resolve(
-        self, server: str, method: str, params: dict[str, Any], history: Sequence[str] | Trail = ()
+        self, server: str, method: str, params: dict[str, Any], history: Sequence[str] | Trail | None = ()
     ) -> Answer:
         """Resolve a call and render its answer (usable without an MCP connection).
 
@@ -212,6 +207,8 @@ class Replay:
             method: One of ``tools/call``, ``resources/read``, ``prompts/get``, ``completion/complete``.
             params: Request params, wire JSON without ``_meta``.
             history: The episode's trail (or its steps so far, oldest first); not advanced here.
+                None when the request has no history at all (no episode, no session): a call
+                whose answer depends on the server's state is then a miss naming the fix.
 
         Returns:
             The resolution and what to answer with.
@@ -221,12 +218,18 @@ class Replay:
         # a miss policy the real params (a live upstream needs the real credentials).
         redacted = self.redactor.redact(params)
         name, arguments = call_identity(method, redacted)
-        resolution = self.resolver.resolve(server, method, redacted, history)
+        resolution = self.resolver.resolve(server, method, redacted, () if history is None else history)
         if not resolution.hit and method == "tools/call":
             # Checked only when nothing answers: a recorded answer is the real server's own verdict.
             refusal = self._refusal(surface, method, name, arguments)
             if refusal is not None:
                 return refusal
+        if history is None:  # answered from the initial state: a guess when the state matters
+            sessionless = needs_history(self.resolver, server, method, name, arguments, resolution)
+            if sessionless is not None:
+                answer = Answer(name, sessionless, self._reply(server, method, name, sessionless))
+                self._record_miss(server, method, name, arguments, answer, sessionless)
+                return answer
         miss = resolution
         if not resolution.hit:
             tool = surface.tools.get(name) if method == "tools/call" else surface.prompts.get(name)

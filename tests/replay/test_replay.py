@@ -104,8 +104,10 @@ async def test_an_episode_id_in_meta_shares_history_between_sessions(replay: Any
 async def test_modern_era_requests_have_history_only_with_an_episode_id(replay: Any) -> None:
     async with Client(replay.server("demo")) as client:
         assert client.protocol_version == "2026-07-28"
-        await client.call_tool("increment", {})
-        assert (await client.call_tool("counter", {})).content[0].text == "0"  # no session, no history
+        wrote, read = await client.call_tool("increment", {}), await client.call_tool("counter", {})
+        # No session, no history: a state-dependent call is a miss naming the fix, never the pre-write "0".
+        assert wrote.is_error and read.is_error and match_of(read)["status"] == "miss"
+        assert "X-Replay-Episode" in read.content[0].text
         meta = {"replay-sim/episode": "modern-1"}
         await client.call_tool("increment", {}, meta=meta)
         counted = await client.call_tool("counter", {}, meta=meta)
