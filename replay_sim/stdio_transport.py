@@ -4,32 +4,152 @@ The SDK's ``stdio_server`` reads and writes through worker threads (three thread
 request), which alone costs the recording proxy most of its latency budget. This one polls
 non-blocking duplicates of fds 0 and 1 on the event loop. Like the SDK's, it points fd 0 at the
 null device and fd 1 at stderr while serving, so stray output of handlers cannot corrupt the wire.
+
+Bad input is answered, never left hanging: a line that is not JSON gets a ``-32700`` parse error
+(id null), JSON that is not a JSON-RPC message ``-32600`` (with its id when it has one). Lines are
+framed in time linear in their length (:class:`LineSplitter`), and capped: a line longer than
+:data:`DEFAULT_MAX_LINE` bytes (32 MiB, or ``REPLAY_SIM_MAX_LINE_BYTES``) is dropped as it arrives —
+never held whole — and answered with ``-32600`` naming the cap; the next line is served as usual.
+32 MiB holds a base64-encoded file or image of 24 MB, more than MCP clients send in practice, while
+bounding what one line can make the process hold to a few hundred MB while it is parsed.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 
 import anyio
 import mcp_types as types
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
+from pydantic import ValidationError
 
-__all__ = ["native_stdio"]
+__all__ = ["DEFAULT_MAX_LINE", "MAX_LINE_ENV", "LineSplitter", "TooLong", "native_stdio"]
 
 _CHUNK = 1 << 16
+DEFAULT_MAX_LINE = 32 << 20
+MAX_LINE_ENV = "REPLAY_SIM_MAX_LINE_BYTES"
+"""Environment variable overriding :data:`DEFAULT_MAX_LINE` (bytes) for every stdio face."""
+_HEAD = 256  # bytes of a dropped line kept to find its request id
+# The id of a request line, when it is the first member (or follows "jsonrpc"), as SDKs write it.
+_LEADING_ID = re.compile(rb'^\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")')
+
+
+@dataclass(frozen=True, slots=True)
+class TooLong:
+    """A line longer than the cap, dropped: its length and its first bytes."""
+
+    size: int
+    head: bytes
+
+
+class LineSplitter:
+    """Splits a byte stream into lines in linear time; lines over ``max_line`` bytes are dropped.
+
+    Each byte is scanned once (only the new chunk is searched for a newline) and copied at most
+    once, so a long line costs time linear in its length; once a line passes the cap, its bytes
+    are counted and discarded, so it costs no memory either.
+
+    Args:
+        max_line: The longest line kept, in bytes (without its newline).
+    """
+
+    def __init__(self, max_line: int) -> None:
+        self.max_line = max_line
+        self._buffer = bytearray()
+        self._dropped: int | None = None  # bytes of the line being dropped, None when keeping
+        self._head = b""
+
+    def feed(self, chunk: bytes) -> list[bytes | TooLong]:
+        """The lines (or dropped lines) that ``chunk`` completes, in order."""
+        done: list[bytes | TooLong] = []
+        view = memoryview(chunk)
+        start = 0
+        while True:
+            end = chunk.find(b"\n", start)
+            piece = view[start:] if end < 0 else view[start:end]
+            if self._dropped is not None:
+                self._dropped += len(piece)
+                if len(self._head) < _HEAD:
+                    self._head += bytes(piece[: _HEAD - len(self._head)])
+            elif len(self._buffer) + len(piece) > self.max_line:
+                self._head = bytes(self._buffer[:_HEAD]) + bytes(piece[: max(0, _HEAD - len(self._buffer))])
+                self._dropped = len(self._buffer) + len(piece)
+                self._buffer = bytearray()
+            else:
+                self._buffer += piece
+            if end < 0:
+                return done
+            if self._dropped is not None:
+                done.append(TooLong(self._dropped, self._head))
+                self._dropped, self._head = None, b""
+            else:
+                done.append(bytes(self._buffer))
+                self._buffer.clear()
+            start = end + 1
+
+
+def _max_line() -> int:
+    value = os.environ.get(MAX_LINE_ENV, "")
+    return int(value) if value.isdigit() and int(value) > 0 else DEFAULT_MAX_LINE
+
+
+def _error(id_: int | str | None, code: int, message: str) -> SessionMessage:
+    return SessionMessage(
+        types.JSONRPCError(jsonrpc="2.0", id=id_, error=types.ErrorData(code=code, message=message))
+    )
+
+
+def _leading_id(line: bytes) -> int | str | None:
+    """The id of a request line that cannot be read whole, if it leads the line."""
+    match = _LEADING_ID.match(line)
+    if match is None:
+        return None
+    value = json.loads(match.group(1))
+    return value if isinstance(value, int | str) else None
+
+
+def _refusal(line: bytes | TooLong, max_line: int) -> SessionMessage:
+    """The error answering a line that is not a JSON-RPC message."""
+    if isinstance(line, TooLong):
+        return _error(
+            _leading_id(line.head),
+            types.INVALID_REQUEST,
+            f"request too large: a {line.size}-byte line is over the {max_line}-byte limit of this "
+            f"stdio server (set {MAX_LINE_ENV} to raise it); it was not read",
+        )
+    try:
+        data = json.loads(line)
+    except ValueError as exc:
+        return _error(None, types.PARSE_ERROR, f"Parse error: not JSON ({exc})")
+    id_ = data.get("id") if isinstance(data, dict) else None
+    return _error(
+        id_ if isinstance(id_, int | str) and not isinstance(id_, bool) else None,
+        types.INVALID_REQUEST,
+        "Invalid Request: not a JSON-RPC 2.0 request, notification or response",
+    )
 
 
 @asynccontextmanager
-async def native_stdio() -> AsyncIterator[
+async def native_stdio(
+    max_line: int | None = None,
+) -> AsyncIterator[
     tuple[MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage]]
 ]:
     """Yield ``(read_stream, write_stream)`` of JSON-RPC messages over stdin/stdout.
 
-    Falls back to the SDK's thread-based ``stdio_server`` on Windows.
+    Lines that are not messages are answered here (see the module docstring) and never reach
+    ``read_stream``. Falls back to the SDK's thread-based ``stdio_server`` on Windows.
+
+    Args:
+        max_line: The longest request line read, in bytes; default ``REPLAY_SIM_MAX_LINE_BYTES``
+            from the environment, else :data:`DEFAULT_MAX_LINE`.
     """
     if sys.platform == "win32":  # pragma: no cover
         from mcp.server.stdio import stdio_server
@@ -48,10 +168,12 @@ async def native_stdio() -> AsyncIterator[
     os.set_blocking(wire_out, False)
     read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
+    answers = write_stream.clone()  # the reader's own answers to lines that are not messages
+    limit = max_line or _max_line()
 
     async def reader() -> None:
-        buffer = b""
-        async with read_writer:
+        splitter = LineSplitter(limit)
+        async with read_writer, answers:
             while True:
                 await anyio.wait_readable(wire_in)
                 try:
@@ -60,16 +182,18 @@ async def native_stdio() -> AsyncIterator[
                     continue
                 if not chunk:
                     return
-                *lines, buffer = (buffer + chunk).split(b"\n")
-                for line in lines:
-                    if not line.strip():
+                for line in splitter.feed(chunk):
+                    if isinstance(line, bytes) and not line.strip():
                         continue
-                    try:
-                        message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
-                    except Exception as exc:
-                        await read_writer.send(exc)
-                        continue
-                    await read_writer.send(SessionMessage(message))
+                    if isinstance(line, bytes):
+                        try:
+                            message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+                        except ValidationError:
+                            pass
+                        else:
+                            await read_writer.send(SessionMessage(message))
+                            continue
+                    await answers.send(_refusal(line, limit))
 
     async def writer() -> None:
         async with write_reader:
