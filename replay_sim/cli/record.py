@@ -15,7 +15,7 @@ import click
 
 from replay_sim.cli import cli, db_option
 from replay_sim.errors import ConfigError
-from replay_sim.record.config import RecorderConfig, UpstreamSpec, load_config
+from replay_sim.record.config import DEFAULT_TIMEOUT, RecorderConfig, UpstreamSpec, load_config
 from replay_sim.record.http import record_http
 from replay_sim.record.recorder import record_stdio
 from replay_sim.redaction import Redactor
@@ -108,7 +108,13 @@ def _address(value: str) -> tuple[str, int]:
     "--redact-key", multiple=True, metavar="GLOB", help="Extra object-key glob whose values are redacted."
 )
 @click.option("--redact-pattern", multiple=True, metavar="REGEX", help="Regex whose matches are redacted.")
-@click.option("--timeout", type=float, help="Seconds to wait for one upstream answer.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0),
+    help=f"Seconds to wait for one upstream answer, restarted by progress on it (default "
+    f"{DEFAULT_TIMEOUT:g}; 0: no limit; overrides the config's). A request that times out is "
+    "answered with an error naming the upstream, and not recorded.",
+)
 @click.option(
     "--explore",
     is_flag=True,
@@ -212,17 +218,22 @@ def _config(
     if config_file is not None:
         if command or url:
             raise ConfigError("give either --config FILE or an upstream (-- COMMAND... or --url), not both")
-        return load_config(config_file)
+        config = load_config(config_file)
+        if timeout is None:
+            return config
+        servers = {n: dataclasses.replace(s, timeout=timeout or None) for n, s in config.servers.items()}
+        return RecorderConfig(servers, config.redactor)  # --timeout overrides the file's
     if bool(command) == bool(url):
         raise ConfigError("nothing to record: give -- COMMAND ARGS..., --url URL, or --config FILE")
+    limit = DEFAULT_TIMEOUT if timeout is None else (timeout or None)  # 0: no limit
     if url is not None:
-        spec = UpstreamSpec(url=url, headers=_headers(header), timeout=timeout)
+        spec = UpstreamSpec(url=url, headers=_headers(header), timeout=limit)
     else:
         spec = UpstreamSpec(
             command=command[0],
             args=tuple(command[1:]),
             env=_env(env),
             cwd=str(cwd) if cwd else None,
-            timeout=timeout,
+            timeout=limit,
         )
     return RecorderConfig({name or spec.default_name(): spec})  # the default redaction rules

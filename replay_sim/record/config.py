@@ -19,6 +19,7 @@ Example (``server/record.example.toml`` is the annotated version)::
     [servers.remote]
     url = "http://127.0.0.1:9000/mcp"
     headers = { Authorization = "Bearer ${REMOTE_TOKEN}" }
+    timeout = 300          # seconds per request (default 60, restarted by progress; 0: no limit)
 
 ``${NAME}`` in ``env``/``headers`` values is read from the recorder's environment, so secrets need
 not live in the file. Every mistake raises :class:`ConfigError` naming the file, the entry and
@@ -40,12 +41,16 @@ from typing import Any
 from replay_sim.errors import ConfigError
 from replay_sim.redaction import DEFAULT_KEY_GLOBS, REDACTED, Redactor
 
-__all__ = ["RecorderConfig", "UpstreamSpec", "load_config", "parse_config"]
+__all__ = ["DEFAULT_TIMEOUT", "RecorderConfig", "UpstreamSpec", "load_config", "parse_config"]
 
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _SERVER_KEYS = {"command", "args", "env", "cwd", "url", "headers", "timeout", "startup_timeout", "explore"}
 _REDACTION_KEYS = {"keys", "patterns", "replacement"}
+DEFAULT_TIMEOUT = 60.0
+"""Seconds an upstream may take to answer one request (or to report progress on it) by default:
+the request timeout of the TypeScript MCP SDK's clients, so a proxied client gets an answer before
+most would give up on their own."""
 
 
 @dataclass(frozen=True)
@@ -60,7 +65,9 @@ class UpstreamSpec:
         cwd: Working directory for ``command``.
         url: Streamable HTTP endpoint; exclusive with ``command``.
         headers: HTTP headers sent to ``url``; the values are redacted from recordings.
-        timeout: Seconds to wait for one answer (None: no limit).
+        timeout: Seconds to wait for one answer, restarted by each progress notification the
+            server sends about it (None: no limit). A request that times out is answered with a
+            ``REQUEST_TIMEOUT`` error naming the server and is not recorded.
         startup_timeout: Seconds to wait for the server to answer ``initialize``.
         explore: While recording, ask the server which argument differences its read-only tools
             ignore (:mod:`replay_sim.record.explore`).
@@ -72,7 +79,7 @@ class UpstreamSpec:
     cwd: str | None = None
     url: str | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
-    timeout: float | None = None
+    timeout: float | None = DEFAULT_TIMEOUT
     startup_timeout: float = 30.0
     explore: bool = False
 
@@ -201,7 +208,7 @@ def _server(name: str, entry: Any, where: str) -> UpstreamSpec:
         return UpstreamSpec(
             url=url,
             headers=_strings(entry, "headers", where),
-            timeout=_seconds(entry, "timeout", where),
+            timeout=_timeout(entry, where),
             startup_timeout=_seconds(entry, "startup_timeout", where) or 30.0,
             explore=explore,
         )
@@ -216,7 +223,7 @@ def _server(name: str, entry: Any, where: str) -> UpstreamSpec:
         args=tuple(args),
         env=_strings(entry, "env", where),
         cwd=cwd,
-        timeout=_seconds(entry, "timeout", where),
+        timeout=_timeout(entry, where),
         startup_timeout=_seconds(entry, "startup_timeout", where) or 30.0,
         explore=explore,
     )
@@ -258,6 +265,15 @@ def _seconds(entry: dict[str, Any], key: str, where: str) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
         raise ConfigError(f"{where}: {key!r} must be a positive number of seconds")
     return float(value)
+
+
+def _timeout(entry: dict[str, Any], where: str) -> float | None:
+    """An upstream's request timeout: :data:`DEFAULT_TIMEOUT` when absent, none at all for 0."""
+    value = entry.get("timeout")
+    if value == 0 and not isinstance(value, bool):
+        return None
+    given = _seconds(entry, "timeout", where)
+    return DEFAULT_TIMEOUT if given is None else given
 
 
 def _redactor(table: Any, where: str) -> Redactor:

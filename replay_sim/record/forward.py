@@ -12,6 +12,7 @@ from typing import Any
 import anyio
 import anyio.abc
 import mcp_types as types
+from mcp.shared.exceptions import MCPError
 
 from replay_sim.errors import UpstreamError
 from replay_sim.record.config import RecorderConfig
@@ -91,7 +92,10 @@ class Forwarder:
             notes.clear()
             request_id = upstream.next_request_id()
             out = {**params, "_meta": {"progressToken": request_id}}
-            answer = await upstream.exchange(method, out, request_id=request_id)
+            try:
+                answer = await upstream.exchange(method, out, request_id=request_id)
+            except MCPError as exc:  # timed out
+                raise UpstreamError(f"live: {exc.error.message}") from exc
             if answer.error is not None and answer.error["code"] == types.CONNECTION_CLOSED:
                 raise UpstreamError(f"live: {answer.error['message']}")
             return {

@@ -168,9 +168,16 @@ class Session:
         ctx: ServerRequestContext[Any, Any],
     ) -> None:
         """The upstream side of a 2026-era call: exchange, record, hand the outcome to the client."""
-        call = await self._exchange(method, params, meta, ctx, round_)
+        call: Call | MCPError
+        try:
+            call = await self._exchange(method, params, meta, ctx, round_)
+        except MCPError as exc:  # the upstream timed out: nothing to record, the client is told
+            call = exc
         for token in [t for t, r in self.rounds.items() if r is round_]:  # a question nobody answered
             del self.rounds[token]
+        if isinstance(call, MCPError):
+            await round_.events.send(("failed", call))
+            return
         try:
             await self._recorded(method, params, call)
         except MCPError as exc:  # not recorded, so not answered

@@ -8,7 +8,10 @@ byte-exact pass-through. That is why it drives the SDK's ``JSONRPCDispatcher`` d
 later-revision fields and would reject a server's quirks) or
 ``mcp.Client`` (whose response cache could answer without asking the server).
 
-Every transport failure is translated into :class:`UpstreamError` here, and nowhere else.
+Every transport failure is translated into :class:`UpstreamError` here, and nowhere else. A request
+the server leaves unanswered for its :attr:`~replay_sim.record.config.UpstreamSpec.timeout` (each
+progress notification about it restarts the clock) is an :class:`UpstreamTimeout`: the client is
+told, naming the server and the timeout, and nothing is recorded — it is not the server's answer.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from replay_sim.errors import UpstreamError
 from replay_sim.protocol import error_json
 from replay_sim.record.config import UpstreamSpec
 
-__all__ = ["Exchange", "Upstream"]
+__all__ = ["Exchange", "Upstream", "UpstreamTimeout"]
 
 NotificationHandler = Callable[[str, dict[str, Any]], Awaitable[None]]
 """Called with ``(method, params)`` for every notification the server sends."""
@@ -53,6 +56,10 @@ _ELICIT_RESULT: TypeAdapter[Any] = TypeAdapter(types.ElicitResult)
 _ROOTS_RESULT: TypeAdapter[Any] = TypeAdapter(types.ListRootsResult)
 _STDERR_TAIL = 2000
 _CLIENT_INFO = types.Implementation(name="replay-sim-recorder", version="0.1.0")
+
+
+class UpstreamTimeout(MCPError):
+    """The server neither answered a request nor reported progress on it within its timeout."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +103,7 @@ class Upstream:
         self._done = anyio.Event()
         self._broken = False
         self._next_id = 0
+        self._deadlines: dict[str, anyio.CancelScope] = {}  # by request id: progress extends them
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -222,7 +230,8 @@ class Upstream:
 
         Raises:
             MCPError: The server answered with a JSON-RPC error, or the connection broke (code
-                ``CONNECTION_CLOSED``, message naming the server and its stderr tail) or timed out.
+                ``CONNECTION_CLOSED``, message naming the server and its stderr tail).
+            UpstreamTimeout: No answer (nor progress) within the spec's timeout.
         """
         if self._dispatcher is None:
             raise MCPError(
@@ -231,10 +240,28 @@ class Upstream:
         opts: dict[str, Any] = {"headers": {MCP_PROTOCOL_VERSION_HEADER: self.protocol_version}}
         if request_id is not None:
             opts["request_id"] = request_id
-        if self.spec.timeout is not None:
-            opts["timeout"] = self.spec.timeout
+        timeout = self.spec.timeout
         try:
-            return await self._dispatcher.send_raw_request(method, params, opts)  # type: ignore[arg-type]
+            if timeout is None:
+                return await self._dispatcher.send_raw_request(method, params, opts)  # type: ignore[arg-type]
+            # Our own deadline rather than the dispatcher's: progress about the request extends it.
+            # Cancelling the request sends the server a courtesy notifications/cancelled.
+            with anyio.CancelScope(deadline=anyio.current_time() + timeout) as scope:
+                if request_id is not None:
+                    self._deadlines[request_id] = scope
+                try:
+                    return await self._dispatcher.send_raw_request(method, params, opts)  # type: ignore[arg-type]
+                finally:
+                    self._deadlines.pop(request_id or "", None)
+            raise UpstreamTimeout(
+                code=types.REQUEST_TIMEOUT,
+                message=(
+                    f"upstream {self.spec.describe()} did not answer {method} within {timeout:g}s "
+                    "(nor report progress on it); the call was not recorded. Give it longer with "
+                    "`replay-sim record --timeout SECONDS`, or `timeout = SECONDS` for this server in "
+                    "the recorder config (0: no limit)"
+                ),
+            )
         except MCPError as exc:
             if exc.error.code != types.CONNECTION_CLOSED:
                 raise
@@ -248,11 +275,16 @@ class Upstream:
         """Send one request (see :meth:`request`); its result or error as recorded, and its latency.
 
         The notifications the server sent before its answer have been handled when this returns.
+
+        Raises:
+            UpstreamTimeout: No answer to record (see :meth:`request`).
         """
         result = error = None
         started = time.perf_counter()
         try:
             result = await self.request(method, params, request_id=request_id)
+        except UpstreamTimeout:
+            raise
         except MCPError as exc:
             error = error_json(exc)
         latency_ms = (time.perf_counter() - started) * 1000
@@ -263,9 +295,13 @@ class Upstream:
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, Exception):
             return  # transport faults surface as failed requests
+        wire = message.model_dump(by_alias=True, mode="json", exclude_none=True)
+        if wire.get("method") == "notifications/progress":
+            scope = self._deadlines.get(str((wire.get("params") or {}).get("progressToken")))
+            if scope is not None and self.spec.timeout is not None:  # still working on it
+                scope.deadline = anyio.current_time() + self.spec.timeout
         if self.on_notification is None:
             return
-        wire = message.model_dump(by_alias=True, mode="json", exclude_none=True)
         await self.on_notification(wire["method"], wire.get("params") or {})
 
     # -- server→client requests ------------------------------------------------------------

@@ -10,11 +10,20 @@ import mcp_types as types
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
-from recording_helpers import ECHO_SERVER, PYTHON, REPLAY_SIM, proxy_http, raw_client, raw_request, spawn
+from recording_helpers import (
+    ECHO_SERVER,
+    PYTHON,
+    REPLAY_SIM,
+    proxy_http,
+    proxy_stdio,
+    raw_client,
+    raw_request,
+    spawn,
+)
 
 from replay_sim import open_replay
 from replay_sim.errors import ConfigError, UpstreamError
-from replay_sim.record.config import UpstreamSpec
+from replay_sim.record.config import DEFAULT_TIMEOUT, UpstreamSpec, load_config
 from replay_sim.record.recorder import Recorder, recording
 from replay_sim.store import Store
 
@@ -216,3 +225,59 @@ async def test_a_locked_store_is_a_clear_error_and_the_result_is_withheld(tmp_pa
             assert "locked" in answer["error"]["message"] and "locked.db" in answer["error"]["message"]
     assert [r.arguments["text"] for r in store.recordings("echo")] == ["first"]
     store.close()
+
+
+HANG_SERVER = ECHO_SERVER.parent / "hang_server.py"
+
+
+async def test_a_hung_upstream_answers_the_client_with_an_error_naming_it_and_the_timeout(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "hang.db"
+    with anyio.fail_after(60):
+        async with raw_client(proxy_stdio(db, "hang", [PYTHON, HANG_SERVER], "--timeout", "1.5")) as client:
+            with pytest.raises(MCPError) as caught:
+                await client.call_tool("hang", {})
+            assert caught.value.error.code == types.REQUEST_TIMEOUT
+            message = caught.value.error.message
+            assert "hang_server.py" in message and "1.5s" in message and "--timeout" in message
+            # The connection is still good: the next call is answered and recorded.
+            assert (await client.call_tool("quick", {})).content[0].text == "quick answer"
+    with Store(db, readonly=True) as store:  # a timeout is not the server's answer: not recorded
+        assert [r.name for r in store.recordings("hang")] == ["quick"]
+
+
+async def test_a_modern_era_client_of_a_hung_upstream_gets_the_timeout_error_too(tmp_path: Path) -> None:
+    spec = UpstreamSpec(command=PYTHON, args=(str(HANG_SERVER),), timeout=1.5)
+    with anyio.fail_after(60):
+        async with (
+            recording(tmp_path / "modern.db", {"hang": spec}) as recorder,
+            Client(recorder.server("hang"), cache=None) as client,  # 2026-07-28: calls run as rounds
+        ):
+            with pytest.raises(MCPError) as caught:
+                await client.call_tool("hang", {})
+            assert caught.value.error.code == types.REQUEST_TIMEOUT and "1.5s" in caught.value.error.message
+            assert (await client.call_tool("quick", {})).content[0].text == "quick answer"
+
+
+async def test_an_upstream_call_reporting_progress_outlives_the_timeout(tmp_path: Path) -> None:
+    spec = UpstreamSpec(command=PYTHON, args=(str(HANG_SERVER),), timeout=3)
+    with anyio.fail_after(60):
+        async with (
+            recording(tmp_path / "slow.db", {"hang": spec}) as recorder,
+            raw_client(recorder.server("hang")) as client,
+        ):
+            # 15 progress notifications 0.3 s apart: 4.5 s in all, never 3 s without a sign of life.
+            result = await client.call_tool("slow", {"steps": 15, "interval": 0.3})
+    assert result.content[0].text == "done after 15 steps"
+
+
+def test_upstream_requests_time_out_after_a_minute_unless_configured(tmp_path: Path) -> None:
+    assert UpstreamSpec(command="server").timeout == DEFAULT_TIMEOUT == 60
+    config = tmp_path / "record.toml"
+    config.write_text(
+        '[servers.a]\ncommand = "a"\n[servers.b]\ncommand = "b"\ntimeout = 5\n'
+        '[servers.c]\nurl = "http://127.0.0.1:1/mcp"\ntimeout = 0\n'
+    )
+    servers = load_config(config).servers
+    assert (servers["a"].timeout, servers["b"].timeout, servers["c"].timeout) == (60, 5, None)
