@@ -150,6 +150,7 @@ class Database:
             conn.close()
             raise
         if problem != "ok":
+            problem = " ".join(problem.replace("*** in database main ***", "").split())  # one line
             conn.close()
             raise StoreError(
                 f"{self.path}: the store fails its integrity check ({problem}); see "

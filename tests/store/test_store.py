@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import multiprocessing
 import sqlite3
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -227,3 +229,21 @@ def test_a_sqlite_file_that_is_not_a_store_is_refused_and_left_unchanged(tmp_pat
         assert str(other) in str(refused.value) and "users" in str(refused.value)
     assert other.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["app.db"]  # no -wal, no -shm
+
+
+def test_serving_a_damaged_store_or_a_foreign_sqlite_file_is_a_one_line_error(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.db"
+    _corrupt(broken)
+    foreign = tmp_path / "foreign.db"
+    sqlite3.connect(foreign).execute("CREATE TABLE t (x)").connection.close()
+    replay_sim = [sys.executable, "-m", "replay_sim"]
+    for db, said in ((broken, "fails its integrity check"), (foreign, "not a replay-sim store")):
+        run = subprocess.run(
+            [*replay_sim, "serve", "--stdio", "--server", "echo", "--db", str(db)],
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            timeout=120,
+        )
+        assert run.returncode == 1 and run.stderr.count("\n") == 1, run.stderr
+        assert str(db) in run.stderr and said in run.stderr
