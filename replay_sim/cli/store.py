@@ -1,4 +1,4 @@
-"""Store commands: ``import``, ``export``, ``sessions``, ``stats``."""
+"""Store commands: ``import``, ``export``, ``sessions``, ``stats`` (with the tools' effects)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from pathlib import Path
 import click
 
 from replay_sim.cli import cli, db_option
+from replay_sim.resolve.calibration import MatchConfig
+from replay_sim.resolve.lineage import store_effects
 from replay_sim.store import Store
 from replay_sim.store.interchange import export_jsonl, import_jsonl, merge
 
@@ -79,11 +81,27 @@ def sessions_command(db: Path, session_id: str | None) -> None:
 @cli.command("stats")
 @db_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def stats_command(db: Path, as_json: bool) -> None:
-    """Recorded calls per server, method, tool and origin."""
+@click.option(
+    "--match-config",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Matching config whose read_only overrides the learned effects.",
+)
+def stats_command(db: Path, as_json: bool, match_config: Path | None) -> None:
+    """Recorded calls per server, method, tool and origin, and each tool's effect with its evidence.
+
+    A tool's effect says whether replay counts its calls as state changes: ``none`` (annotated
+    read-only, or recorded reads were unchanged by it), ``changes`` (annotated so, or a recorded
+    answer changed after it) or ``unknown`` (no evidence: treated as changing state).
+    """
+    config = MatchConfig() if match_config is None else MatchConfig.load(match_config)
     with Store(db, readonly=True) as store:
         rows = store.stats()
+        effects = store_effects(store, config)
     if as_json:
+        for row in rows:
+            verdict = effects.get(row["server"], {}).get(row["name"])
+            if row["method"] == "tools/call" and verdict is not None:
+                row["effect"] = verdict.as_dict()
         click.echo(json.dumps(rows, indent=2))
         return
     click.echo("server\tmethod\tname\torigin\tcalls\terrors\tmean_latency_ms")
@@ -94,3 +112,9 @@ def stats_command(db: Path, as_json: bool) -> None:
                 for k in ("server", "method", "name", "origin", "calls", "errors", "mean_latency_ms")
             )
         )
+    called = {(r["server"], r["name"]) for r in rows if r["method"] == "tools/call"}
+    shown = [(s, t, v) for s, tools in effects.items() for t, v in tools.items() if (s, t) in called]
+    if shown:
+        click.echo("\nserver\ttool\teffect")
+        for server, tool, verdict in shown:
+            click.echo(f"{server}\t{tool}\t{verdict.describe()}")

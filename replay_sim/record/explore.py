@@ -12,6 +12,11 @@ Exploring costs a few calls per tool, not one per call: a (tool, argument, diffe
 about only until the answers settle it — refuted by one disagreeing pair, or shown by agreeing
 pairs with more different answers than the resolver needs — and at most :attr:`Explorer.budget`
 times.
+
+Which tools are read-only is itself asked first (:mod:`replay_sim.record.effect_probes`): a tool
+annotated read-only whose repeated call answers differently keeps hidden state, and its variants
+are never asked (each would change what the client sees next); a tool with no annotation that the
+answers show to change nothing has its variants asked too.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from replay_sim.record.effect_probes import EffectProbes
 from replay_sim.variants import MIN_EVIDENCE, Transform
 
 __all__ = ["Explorer", "Variant"]
@@ -42,9 +48,11 @@ class Explorer:
 
     Args:
         budget: Most variant calls per (tool, argument, difference).
+        effects: Which tools change state: the effect probes and what their answers show.
     """
 
     budget: int = 4
+    effects: EffectProbes = field(default_factory=EffectProbes)
     _asked: dict[tuple[str, str, Transform], int] = field(default_factory=lambda: defaultdict(int))
     _agreed: dict[tuple[str, str, Transform], set[str]] = field(default_factory=lambda: defaultdict(set))
     _settled: set[tuple[str, str, Transform]] = field(default_factory=set)

@@ -5,7 +5,8 @@ connection and store session. It forwards requests raw and records each answered
 notifications that belong to it; forwards the server's questions to the client (sampling,
 elicitation, roots) and records the exchanges — mid-call for a handshake-era client, through an
 ``input_required`` round (:class:`~replay_sim.record.inflight.Round`) for a 2026-era one; and, when
-exploring, asks the variants of a read-only call (:mod:`replay_sim.record.explore`). What it needs
+exploring, asks which tools change state and the variants of a read-only call
+(:mod:`replay_sim.record.effect_probes`, :mod:`replay_sim.record.explore`). What it needs
 from the proxy that owns it is a :class:`SessionHost`
 (:class:`~replay_sim.record.proxy.ServerProxy` is one).
 """
@@ -39,6 +40,7 @@ from replay_sim.record.explore import Explorer
 from replay_sim.record.inflight import Call, Round
 from replay_sim.record.upstream import Upstream
 from replay_sim.redaction import Redactor
+from replay_sim.schema import tool_schemas
 from replay_sim.store import Origin, Store
 
 __all__ = ["Session", "SessionHost"]
@@ -55,15 +57,13 @@ class SessionHost(Protocol):
         name: The recorded server name.
         store: Where the session's calls are recorded.
         redactor: Applied to everything recorded.
-        explorer: Decides which variant calls to make; None when not exploring.
-        read_only: The tools whose calls may be explored (their ``readOnlyHint`` is true).
+        explorer: Decides which effect probes and variant calls to make; None when not exploring.
     """
 
     name: str
     store: Store
     redactor: Redactor
     explorer: Explorer | None
-    read_only: frozenset[str]
 
     async def write(self, fn: Callable[[], T], what: str) -> T:
         """Run one store write; a failure becomes an ``MCPError`` naming ``what`` was not recorded."""
@@ -127,10 +127,44 @@ class Session:
         return result
 
     async def _recorded(self, method: str, params: dict[str, Any], call: Call) -> None:
-        """Record a client's answered call, then explore its variants (when exploring)."""
+        """Record a client's answered call, then explore its effect and variants (when exploring)."""
         await self._record(method, params, call, Origin.LIVE)
+        explorer = self.proxy.explorer
+        if explorer is None:
+            return
+        if not explorer.effects.declared:  # the listing is recorded before any client call
+            explorer.effects.declare(
+                tool_schemas(self.proxy.store.listings(self.proxy.name).get("tools/list"))
+            )
+        explorer.effects.observe(self.store_session, method, params, call.result, call.error)
         if method == "tools/call" and call.result is not None and not call.result.get("isError"):
+            await self._probe_effect(params)
             await self._explore(params, call.result)
+
+    async def _probe_effect(self, params: dict[str, Any]) -> None:
+        """Ask again what shows whether the call just answered changed state (its effect unsettled).
+
+        Like the variants, before the client gets its answer and only when no other call of this
+        session is in flight. A failure here costs the probe, never the client's answer.
+        """
+        assert self.proxy.explorer is not None
+        effects, name = self.proxy.explorer.effects, params.get("name")
+        arguments = params.get("arguments")
+        if self.inflight or not isinstance(name, str) or not isinstance(arguments, dict):
+            return
+        planned = effects.plan(self.store_session, name, arguments)
+        if not planned:
+            return
+        try:
+            for probe in planned:
+                answered = await self._exchange(probe.method, probe.params, {}, None)
+                await self._record(probe.method, probe.params, answered, Origin.EXPLORE)
+                effects.observe(
+                    self.store_session, probe.method, probe.params, answered.result, answered.error, True
+                )
+        except (MCPError, UpstreamError):
+            pass
+        effects.probed(name)
 
     async def _modern_call(
         self, ctx: ServerRequestContext[Any, Any], method: str, params: dict[str, Any], meta: dict[str, Any]
@@ -238,7 +272,8 @@ class Session:
         arguments = params.get("arguments")
         if (
             explorer is None
-            or name not in self.proxy.read_only
+            or not isinstance(name, str)
+            or not explorer.effects.read_only(name)  # annotated and not refuted, or shown
             or self.inflight
             or not isinstance(arguments, dict)
         ):
@@ -254,6 +289,7 @@ class Session:
             varied = {**params, "arguments": varied_arguments}
             call = await self._exchange("tools/call", varied, {}, None)
             await self._record("tools/call", varied, call, Origin.EXPLORE)
+            explorer.effects.observe(self.store_session, "tools/call", varied, call.result, call.error, True)
             return answer_text(call.result, call.error)
 
         try:

@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from replay_sim.replay.replay import Replay
 from replay_sim.store import Recording
 
-__all__ = ["admin_api", "recording_json"]
+__all__ = ["admin_api", "recording_json", "tool_effects"]
 
 
 def recording_json(rec: Recording, full: bool = False) -> dict[str, Any]:
@@ -41,6 +41,14 @@ def recording_json(rec: Recording, full: bool = False) -> dict[str, Any]:
         out |= {"key": rec.key, "params": rec.params, "result": rec.result, "error": rec.error}
         out["notifications"] = rec.notifications
     return out
+
+
+def tool_effects(replay: Replay) -> dict[str, dict[str, Any]]:
+    """Each served server's tools with their effect (none / changes / unknown) and its evidence."""
+    return {
+        name: {tool: v.as_dict() for tool, v in replay.resolver.lookup.effects(name).items()}
+        for name in replay.names()
+    }
 
 
 def admin_api(replay: Replay, is_ready: Callable[[], bool]) -> APIRouter:
@@ -97,6 +105,7 @@ def admin_api(replay: Replay, is_ready: Callable[[], bool]) -> APIRouter:
             "snapshot": replay.snapshot,
             "calls": replay.metrics.stats(),
             "timeline": replay.metrics.timeline(),
+            "effects": tool_effects(replay),
         }
 
     @api.get("/api/misses")

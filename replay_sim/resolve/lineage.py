@@ -1,10 +1,13 @@
 """Episode state: which recordings were made from the state an episode is in.
 
 A server's answers depend on the state-changing calls made before them. A recording is made from
-this episode's state when the *state-changing* calls before it in its recorded session (tools
-whose ``readOnlyHint`` is not true, and that did not fail) are exactly the ones this episode made,
-in order. Read-only calls never change state, so they are ignored when comparing; they only break
-ties (the longest common tail of the whole history wins, then the earliest recording).
+this episode's state when the *state-changing* calls before it in its recorded session (calls of
+tools not known to be effect-free, that did not fail) are exactly the ones this episode made, in
+order. Which tools are effect-free is declared (the matching config, ``readOnlyHint``) or learned
+from the recordings (:mod:`replay_sim.effects`: a read that gave the same answer before and after
+a tool's calls; a read-only hint is dropped when recordings of one call from one state disagree).
+Effect-free calls never change state, so they are ignored when comparing; they only break ties
+(the longest common tail of the whole history wins, then the earliest recording).
 
 Once an episode makes a state-changing call that no recording answers, the real server's state is
 unknown, and every later call of that episode is a miss: a stale answer would be something the
@@ -18,13 +21,19 @@ trail keeps its derived state up to date as it grows: a call costs the same at s
 
 from __future__ import annotations
 
-from collections import OrderedDict
+import dataclasses
+from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from replay_sim.canonical import answer_text
+from replay_sim.effects import Call, Declaration, Verdict, declare, learn
+from replay_sim.resolve.calibration import MatchConfig
+from replay_sim.resolve.schemas import RecordedSchemas
+from replay_sim.schema import ToolSchema
 from replay_sim.store import Recording, Store
 
-__all__ = ["DIVERGED", "StateLookup", "Trail", "history_affinity"]
+__all__ = ["DIVERGED", "StateLookup", "Trail", "history_affinity", "recorded_effects", "store_effects"]
 
 DIVERGED = "!"
 """Prefix of the step of a state-changing call no recording answered."""
@@ -72,23 +81,88 @@ class Trail:
         return len(self.steps)
 
 
+def _dry_run(tool: str, arguments: Any) -> bool:
+    """Whether a call asks for a dry run (:meth:`~replay_sim.schema.ToolSchema.changes_state`)."""
+    return not ToolSchema(tool, {}).changes_state(arguments)
+
+
+def recorded_effects(
+    store: Store, server: str, schema: Callable[[str, str], Any], config: MatchConfig | None = None
+) -> dict[str, Verdict]:
+    """Every tool's effect on one recorded server, declared or learned (:func:`replay_sim.effects.learn`).
+
+    Args:
+        store: The recording store.
+        server: Recorded server name.
+        schema: ``(server, tool) -> ToolSchema | None`` (annotations).
+        config: The matching config, whose ``read_only`` overrides any annotation or evidence.
+
+    Returns:
+        Verdicts by tool name: every listed tool and every tool recorded.
+    """
+    config = config or MatchConfig()
+    recordings = store.recordings(server)
+    succeeded: dict[str, bool] = defaultdict(bool)
+    for rec in recordings:
+        succeeded[rec.key] |= not rec.failed
+    sessions: dict[Any, list[tuple[int, Call]]] = defaultdict(list)
+    for rec in recordings:
+        inert = rec.method != "tools/call" or not succeeded[rec.key] or _dry_run(rec.name, rec.arguments)
+        call = Call(
+            rec.id, rec.method, rec.name, rec.key, answer_text(rec.result, rec.error), rec.failed, inert
+        )
+        # A call recorded outside any session is a session of its own, from the initial state.
+        sessions[rec.session if rec.session is not None else ("", rec.id)].append((rec.seq or 0, call))
+    runs = [
+        [c for _, c in sorted(calls, key=lambda sc: (sc[0], sc[1].id or 0))] for calls in sessions.values()
+    ]
+    names = {rec.name for rec in recordings if rec.method == "tools/call"}
+    listed = getattr(schema, "tools", None)
+    if callable(listed):  # every listed tool gets a verdict, called or not
+        names |= set(listed(server) or ())
+    declared: dict[str, Declaration] = {}
+    for name in names:
+        tool = schema(server, name)
+        declared[name] = declare(
+            None if tool is None else tool.annotations, config.override(server, name).read_only
+        )
+    return learn(runs, declared)
+
+
+def store_effects(store: Store, config: MatchConfig | None = None) -> dict[str, dict[str, Verdict]]:
+    """Every recorded server's tools and their effects (:func:`recorded_effects`), by server name."""
+    schemas = RecordedSchemas(store, config)
+    servers = sorted({s.name for s in store.servers()} | {row["server"] for row in store.stats()})
+    return {server: recorded_effects(store, server, schemas, config) for server in servers}
+
+
 class StateLookup:
     """Recordings by key, and the one made from an episode's state, with the caches that make it fast.
 
     Args:
         store: The recording store.
-        schema: ``(server, tool) -> ToolSchema | None`` (read-only annotations).
+        schema: ``(server, tool) -> ToolSchema | None`` (annotations; the config applied).
         cache_size: Entries of each LRU cache.
+        config: The matching config (its ``read_only`` overrides what the recordings show).
     """
 
-    def __init__(self, store: Store, schema: Callable[[str, str], Any], cache_size: int = 65536) -> None:
+    def __init__(
+        self,
+        store: Store,
+        schema: Callable[[str, str], Any],
+        cache_size: int = 65536,
+        config: MatchConfig | None = None,
+    ) -> None:
         self.store = store
         self.schema = schema
+        self.config = config or MatchConfig()
         self._keys = _LRU(cache_size)  # key -> recordings
         self._mutating: dict[str, bool] = {}
         self._sessions: dict[str, list[tuple[int, str]]] = {}
         self._prefixes: dict[int, list[str]] = {}
         self._prefix_mut: dict[int, tuple[str, ...]] = {}
+        self._effects: dict[str, dict[str, Verdict]] = {}
+        self._effective: dict[tuple[str, str], ToolSchema] = {}
 
     def clear(self) -> None:
         """Forget everything read from the store (it changed)."""
@@ -97,6 +171,35 @@ class StateLookup:
         self._sessions.clear()
         self._prefixes.clear()
         self._prefix_mut.clear()
+        self._effects.clear()
+        self._effective.clear()
+
+    def effects(self, server: str) -> dict[str, Verdict]:
+        """Every tool's effect on ``server``, declared or learned from its recordings (cached)."""
+        found = self._effects.get(server)
+        if found is None:
+            found = self._effects[server] = recorded_effects(self.store, server, self.schema, self.config)
+        return found
+
+    def effect(self, server: str, tool: str) -> Verdict:
+        """One tool's effect (a tool never listed nor recorded: unknown, so state-changing)."""
+        found = self.effects(server).get(tool)
+        return found if found is not None else learn([], {tool: declare(None)})[tool]
+
+    def changes_state(self, server: str, tool: str, arguments: Any) -> bool:
+        """Whether a call of ``tool`` with these arguments counts as a state change."""
+        return self.effect(server, tool).changes_state and not _dry_run(tool, arguments)
+
+    def effective(self, server: str, schema: ToolSchema) -> ToolSchema:
+        """``schema`` with ``read_only`` set to what the tool's effect says (learned or declared)."""
+        cached = self._effective.get((server, schema.name))
+        if cached is None or cached.input_schema is not schema.input_schema:
+            read_only = not self.effect(server, schema.name).changes_state
+            cached = (
+                schema if schema.read_only == read_only else dataclasses.replace(schema, read_only=read_only)
+            )
+            self._effective[(server, schema.name)] = cached
+        return cached
 
     def by_key(self, key: str) -> list[Recording]:
         """Recordings with this exact key, in recorded order (cached)."""
@@ -129,10 +232,8 @@ class StateLookup:
         if cached is None:
             found = self.by_key(key)
             cached = False
-            if found and found[0].method == "tools/call":
-                schema = self.schema(found[0].server, found[0].name)
-                if schema is None or schema.changes_state(found[0].arguments):
-                    cached = any(not r.failed for r in found)
+            if found and found[0].method == "tools/call" and any(not r.failed for r in found):
+                cached = self.changes_state(found[0].server, found[0].name, found[0].arguments)
             self._mutating[key] = cached
         return cached
 

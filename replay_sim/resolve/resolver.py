@@ -72,7 +72,7 @@ class Resolver:
         self.semantic = semantic and self.config.semantic
         self.canonical = canonical
         self.schemas = RecordedSchemas(store, self.config)
-        self.lookup = StateLookup(store, self.schemas, cache_size)
+        self.lookup = StateLookup(store, self.schemas, cache_size, self.config)
         self.live_index = LiveIndex(store, self.schemas, index_dir, auto_build=auto_index)
         self._states: dict[tuple[str, str], ToolState] = {}
         self._version: tuple[int, int] | None = None
@@ -109,8 +109,13 @@ class Resolver:
         return self._cached
 
     def tool_schema(self, server: str, tool: str) -> ToolSchema | None:
-        """The recorded schema of a tool (config overrides applied), or None when unknown."""
-        return self.schemas(server, tool)
+        """The recorded schema of a tool, or None when unknown.
+
+        Config overrides are applied, and ``read_only`` says what the tool's effect is, declared or
+        learned from the recordings (:meth:`~replay_sim.resolve.lineage.StateLookup.effects`).
+        """
+        schema = self.schemas(server, tool)
+        return None if schema is None else self.lookup.effective(server, schema)
 
     def index(self) -> IndexSet:
         """The vector index, current with the store (built or updated if needed and allowed).

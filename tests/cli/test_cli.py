@@ -62,8 +62,19 @@ def test_stats_counts_calls_and_errors_per_tool(tmp_path: Path) -> None:
             "calls": 4,
             "errors": 1,
             "mean_latency_ms": 2.5,
+            # One call, from one state (no session: the initial state), answered two ways.
+            "effect": {
+                "effect": "changes",
+                "source": "evidence",
+                "reason": "echo answered differently from one state (recordings 1, 4)",
+                "witnesses": [],
+                "contrary": [1, 4],
+                "shown": 0,
+            },
         }
     ]
+    table = _run("stats", "--db", str(db)).stdout
+    assert "echo\techo\tchanges: echo answered differently from one state" in table
 
 
 def test_commands_on_a_missing_store_fail_with_one_line(tmp_path: Path) -> None:

@@ -1,4 +1,8 @@
-"""The recorder asks a real server which argument differences it ignores; replay answers from that."""
+"""The recorder asks a real server which tools change state and which argument differences it ignores.
+
+Replay answers from what the answers show: a pure function is effect-free, a write changes state, a
+read-only hint that hides state is not believed.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from recording_helpers import NODE_BIN, proxy_stdio, run_script, stdio
+from recording_helpers import NODE_BIN, PYTHON, ROOT, proxy_stdio, run_script, stdio
 
 from replay_sim.canonical import answer_text
+from replay_sim.effects import Effect
+from replay_sim.record.effect_probes import EffectProbes
 from replay_sim.record.explore import Explorer, Variant
 from replay_sim.resolve.resolution import Tier
 from replay_sim.resolve.resolver import Resolver
+from replay_sim.schema import tool_schemas
 from replay_sim.store import Origin, Store
 from replay_sim.variants import MIN_EVIDENCE, Transform
 
@@ -139,6 +146,153 @@ async def test_a_secret_is_never_varied_so_no_variant_escapes_redaction(tmp_path
     options = ["--explore", "--redact-pattern", "Vio[a-z]+", "-e", f"MEMORY_FILE_PATH={graph}"]
     await run_script(proxy_stdio(db, "memory", memory, *options), [_tool("search_nodes", query="Violin")])
     store = Store(db)
-    assert [r.arguments for r in store.recordings()] == [{"query": "[REDACTED]"}]  # no variant asked
+    # No variant asked: only the call itself again (the read-only check), redacted the same way.
+    assert {r.origin: r.arguments for r in store.recordings()} == {
+        Origin.LIVE: {"query": "[REDACTED]"},
+        Origin.EXPLORE: {"query": "[REDACTED]"},
+    }
     store.close()
     assert all(b"VIOLIN" not in f.read_bytes() for f in tmp_path.glob("r.db*"))
+
+
+# -- effect probes ------------------------------------------------------------------------------
+
+COUNTER = [PYTHON, ROOT / "fixtures" / "counter_server.py"]
+_LISTING = {
+    "tools": [
+        {"name": "get", "inputSchema": {}, "annotations": {"readOnlyHint": True}},
+        {"name": "sum", "inputSchema": {}},
+        {"name": "rm", "inputSchema": {}, "annotations": {"readOnlyHint": False}},
+    ]
+}
+
+
+def _answer(text: str) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": text}]}
+
+
+def test_a_probe_asks_related_earlier_reads_first_and_the_call_itself_only_when_harmless() -> None:
+    probes = EffectProbes(reads=2)
+    probes.declare(tool_schemas(_LISTING))
+    for name, arguments, answer in [
+        ("get", {"key": "a"}, "1"),
+        ("get", {"key": "b"}, "2"),
+        ("get", {"key": "c"}, "3"),
+        ("sum", {"values": [1, 2], "key": "a"}, "3"),
+    ]:
+        probes.observe("s", "tools/call", {"name": name, "arguments": arguments}, _answer(answer), None)
+    # Not the unknown tool again (it may be a write); "a" first (shared), then the latest.
+    planned = probes.plan("s", "sum", {"values": [1, 2], "key": "a"})
+    assert [p.params["arguments"] for p in planned] == [{"key": "a"}, {"key": "c"}]
+    # A read-only tool: the call itself first (is the hint true?), then earlier reads of others.
+    probes.observe("s", "tools/call", {"name": "get", "arguments": {"key": "c"}}, _answer("3"), None)
+    assert [p.params["arguments"] for p in probes.plan("s", "get", {"key": "c"})] == [{"key": "c"}]
+    # A tool annotated as writing is settled: never probed.
+    probes.observe("s", "tools/call", {"name": "rm", "arguments": {"key": "a"}}, _answer("ok"), None)
+    assert probes.plan("s", "rm", {"key": "a"}) == []
+
+
+def test_probing_stops_once_the_answers_settle_a_tool_or_the_budget_is_spent() -> None:
+    probes = EffectProbes(budget=5)
+    probes.declare(tool_schemas(_LISTING))
+    rounds = 0
+    for n in range(10):
+        probes.observe("s", "tools/call", {"name": "get", "arguments": {"key": "a"}}, _answer("1"), None)
+        probes.observe("s", "tools/call", {"name": "sum", "arguments": {"n": n}}, _answer(str(n)), None)
+        planned = probes.plan("s", "sum", {"n": n})
+        if not planned:
+            break
+        for probe in planned:  # the read is unchanged every time
+            probes.observe("s", probe.method, probe.params, _answer("1"), None, explored=True)
+        probes.probed("sum")
+        rounds += 1
+    assert rounds == 2 and probes.read_only("sum")  # two different calls seen to change nothing
+    probes = EffectProbes(budget=1)
+    probes.declare(tool_schemas(_LISTING))
+    probes.observe("s", "tools/call", {"name": "get", "arguments": {"key": "a"}}, _answer("1"), None)
+    probes.observe("s", "tools/call", {"name": "sum", "arguments": {"n": 1}}, _answer("1"), None)
+    probes.probed("sum")
+    assert probes.plan("s", "sum", {"n": 2}) == []
+
+
+def _counter(name: str, **arguments: Any) -> tuple[str, dict[str, Any]]:
+    return "tools/call", {"name": name, "arguments": arguments}
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_effect_probes_show_a_pure_tool_a_write_and_a_read_only_hint_that_lies(tmp_path: Path) -> None:
+    script = [
+        _counter("get", key="a"),
+        _counter("double", x=2),
+        _counter("double", x=5),
+        _counter("put", key="a", value="1"),
+        _counter("get", key="a"),
+        _counter("tally", text="hi"),
+        _counter("tally", text="ho"),
+        _counter("double", x=7),
+    ]
+    db = tmp_path / "r.db"
+    proxied = await run_script(proxy_stdio(db, "counter", COUNTER, "--explore"), script)
+    direct = await run_script(stdio(*COUNTER), script)
+    # Exploring changes nothing the client sees — but for the tool whose read-only hint lies: the
+    # one repeat that showed it keeps state shifted its later answers (#3 instead of #2).
+    assert [a for a, (_, p) in zip(proxied, script, strict=True) if p["name"] != "tally"] == [
+        a for a, (_, p) in zip(direct, script, strict=True) if p["name"] != "tally"
+    ]
+    store = Store(db)
+    explored = [r for r in store.recordings() if r.origin == Origin.EXPLORE]
+    assert "put" not in {r.name for r in explored}  # a call of unknown effect is never repeated
+    assert [r.arguments for r in explored if r.name == "tally"] == [{"text": "hi"}]  # once, then settled
+    resolver = Resolver(store, index_dir=None, semantic=False)
+    effects = resolver.lookup.effects("counter")
+    assert {tool: v.effect for tool, v in effects.items()} == {
+        "double": Effect.NONE,
+        "get": Effect.NONE,
+        "put": Effect.CHANGES,
+        "tally": Effect.CHANGES,
+    }
+    assert effects["put"].describe().startswith("changes: get before/after differed (recordings ")
+    assert effects["double"].source == "evidence" and effects["double"].shown >= 2
+
+    def episode(*calls: tuple[str, dict[str, Any]]) -> list[tuple[Tier, str | None]]:
+        trail = resolver.lookup.trail([])
+        out = []
+        for method, params in calls:
+            found = resolver.resolve("counter", method, params, trail)
+            resolver.advance(trail, found)
+            rec = found.recording
+            out.append((found.tier, None if rec is None else rec.result["content"][0]["text"]))  # type: ignore[index]
+        return out
+
+    # A pure call recorded mid-session is an exact hit from the initial state (it was a miss), and
+    # does not change the episode's state; a read after the recorded write gets the written value.
+    assert episode(_counter("double", x=5), _counter("get", key="a")) == [
+        (Tier.EXACT, "10"),
+        (Tier.EXACT, "(unset)"),
+    ]
+    assert episode(_counter("put", key="a", value="1"), _counter("get", key="a")) == [
+        (Tier.EXACT, "ok"),
+        (Tier.EXACT, "1"),
+    ]
+    store.close()
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_a_plain_recording_shows_a_read_only_hint_that_lies_and_replay_stops_trusting_it(
+    tmp_path: Path,
+) -> None:
+    script = [_counter("tally", text="a"), _counter("tally", text="b"), _counter("tally", text="a")]
+    db = tmp_path / "r.db"
+    await run_script(proxy_stdio(db, "counter", COUNTER), script)  # no exploring
+    store = Store(db)
+    resolver = Resolver(store, index_dir=None, semantic=False)
+    assert resolver.lookup.effect("counter", "tally").effect is Effect.CHANGES
+    # What the real server answers from the initial state; the recording of each call from
+    # another point of the session must not be served.
+    truth = await run_script(stdio(*COUNTER), [_counter("tally", text="b")])
+    assert truth[0]["content"][0]["text"] == "#1 b"
+    found = resolver.resolve("counter", *_counter("tally", text="b"), [])
+    assert found.tier is Tier.MISS and found.recording is None, found.reason
+    store.close()

@@ -49,6 +49,13 @@ def test_stats_count_calls_per_server_tool_and_tier_with_latency_percentiles(adm
     assert stats["miss_policy"] == "error"
 
 
+def test_stats_show_each_tools_effect_and_its_evidence(admin: tuple[str, Any]) -> None:
+    effects = _get(f"{admin[0]}/api/stats").json()["effects"]["demo"]
+    assert effects["increment"]["effect"] == "changes"  # no annotation; the counter read after it changed
+    assert effects["increment"]["reason"].startswith("counter before/after differed (recordings ")
+    assert effects["echo"] == {**effects["echo"], "effect": "none", "source": "annotation"}
+
+
 def test_misses_list_recent_misses_with_their_near_misses(admin: tuple[str, Any]) -> None:
     misses = _get(f"{admin[0]}/api/misses").json()
     assert [m["name"] for m in misses] == ["nosuch", "echo"]

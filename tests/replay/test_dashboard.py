@@ -47,4 +47,6 @@ def test_the_dashboard_shows_tiers_per_tool_and_recent_misses_with_diagnostics(t
     assert '<tr data-tool="echo" data-tier="miss">' in dom
     assert "<rect" in dom and 'data-tier="exact"' in dom  # the timeline drew bars
     assert '<li class="miss" data-tool="echo">' in dom
+    assert '<tr data-tool="increment" data-effect="changes">' in dom  # each tool's effect, with why
+    assert "counter before/after differed" in dom
     assert 'message: recorded "hello", requested "hello world"' in dom

@@ -60,6 +60,19 @@ function drawTools(calls) {
   document.querySelector("#tools tbody").replaceChildren(...rows);
 }
 
+const EFFECT_COLORS = { none: "#2e7d32", changes: "#ef6c00", unknown: "#616161" };
+
+function drawEffects(effects) {
+  const rows = [];
+  Object.entries(effects || {}).forEach(([server, tools]) => Object.entries(tools).forEach(([tool, v]) => {
+    const badge = el("span", { class: "tier" }, v.effect);
+    badge.style.background = EFFECT_COLORS[v.effect] || "#444";
+    rows.push(el("tr", { "data-tool": tool, "data-effect": v.effect },
+      el("td", {}, server), el("td", {}, tool), el("td", {}, badge), el("td", { class: "muted" }, v.reason)));
+  }));
+  document.querySelector("#effects tbody").replaceChildren(...rows);
+}
+
 function drawMisses(misses) {
   const items = misses.map((m) => {
     const li = el("li", { class: "miss", "data-tool": m.name },
@@ -90,6 +103,7 @@ async function refresh() {
       `${total} calls · miss policy ${stats.miss_policy}` + (stats.snapshot ? ` · snapshot ${stats.snapshot}` : "");
     drawTimeline(stats.timeline);
     drawTools(stats.calls);
+    drawEffects(stats.effects);
     drawMisses(misses);
     document.body.dataset.ready = "1";
   } catch (err) {
