@@ -1,6 +1,8 @@
 """Replay server vs a bare MCP SDK server returning a constant, over the same transport (HTTP).
 
-Both servers run as uvicorn subprocesses on 127.0.0.1; this process is the client. Reported:
+Both servers run as uvicorn subprocesses on 127.0.0.1, on a socket bound by the listener
+``replay-sim serve`` uses (``replay_sim.listener.listen``: what it sets on accepted connections,
+TCP_NODELAY, decides kept-alive latency); this process is the client. Reported:
 
 - exact-hit round trip (median of sequential ``tools/call`` on one session): replay / bare, target <= 1.10;
 - throughput at 64 and 256 concurrent sessions (calls/s): replay / bare, target >= 0.9.
@@ -51,16 +53,14 @@ def bare_app() -> Any:
     return server.streamable_http_app(streamable_http_path="/mcp/bench")
 
 
-def replay_app(db: str) -> Any:
-    """The replay server over a store holding the same call and result."""
-    from replay_sim.replay.app import create_app
+def replay(db: str) -> Any:
+    """The replay over a store holding the same call and result."""
     from replay_sim.replay.replay import Replay
     from replay_sim.resolve.resolver import Resolver
     from replay_sim.store import Store
 
     store = Store(db)
-    replay = Replay(store, resolver=Resolver(store, index_dir=None))
-    return create_app(replay, freeze_gc=True)  # as `replay-sim serve` does
+    return Replay(store, resolver=Resolver(store, index_dir=None))
 
 
 def make_store(db: Path) -> None:
@@ -76,8 +76,14 @@ def make_store(db: Path) -> None:
 def _serve(kind: str, port: int, db: str) -> None:
     import uvicorn
 
-    app = bare_app() if kind == "bare" else replay_app(db)
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    from replay_sim.listener import listen
+    from replay_sim.replay.runner import serve
+
+    if kind == "replay":  # exactly as `replay-sim serve` runs it
+        serve(replay(db), "127.0.0.1", port, log_level="warning")
+        return
+    with listen("127.0.0.1", port) as sock:  # the same socket options for the baseline
+        uvicorn.Server(uvicorn.Config(bare_app(), log_level="warning")).run(sockets=[sock])
 
 
 @contextmanager

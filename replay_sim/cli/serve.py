@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from pathlib import Path
 
 import anyio
@@ -9,13 +10,17 @@ import click
 
 from replay_sim.cli import cli, db_option, match_config_option
 from replay_sim.errors import ConfigError
+from replay_sim.listener import HostCheck, is_loopback
 from replay_sim.record.config import RecorderConfig, load_config
 from replay_sim.record.forward import Forwarder
 from replay_sim.redaction import Redactor
+from replay_sim.replay.admission import Limits
 from replay_sim.replay.factory import open_replay
 from replay_sim.replay.miss import MissPolicyName
 from replay_sim.replay.runner import serve
 from replay_sim.resolve.calibration import MatchConfig
+
+_LIMITS = Limits()  # the defaults
 
 
 @cli.command("serve")
@@ -27,6 +32,48 @@ from replay_sim.resolve.calibration import MatchConfig
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to bind.")
 @click.option("--port", default=8765, show_default=True, type=click.IntRange(0, 65535), help="TCP port.")
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="Another Host name clients reach the server by (repeatable; IP addresses and localhost are "
+    "always accepted; '*' turns the DNS-rebinding check off).",
+)
+@click.option(
+    "--token",
+    envvar="REPLAY_SIM_TOKEN",
+    help="Bearer token the admin API and dashboard require (or env). Beyond loopback one is "
+    "required; without it one is generated and printed.",
+)
+@click.option(
+    "--session-idle-timeout",
+    type=click.FloatRange(0, min_open=True),
+    default=_LIMITS.session_idle_timeout,
+    show_default=True,
+    help="Seconds after which a session that made no request is closed.",
+)
+@click.option(
+    "--max-sessions",
+    type=click.IntRange(1),
+    default=_LIMITS.max_sessions,
+    show_default=True,
+    help="Open sessions per recorded server; more are refused (503, Retry-After).",
+)
+@click.option(
+    "--max-concurrent",
+    type=click.IntRange(1),
+    default=_LIMITS.max_concurrent,
+    show_default=True,
+    help="MCP requests in flight from which new sessions are refused at once (503, Retry-After).",
+)
+@click.option(
+    "--body-timeout",
+    type=click.FloatRange(0, min_open=True),
+    default=_LIMITS.body_timeout,
+    show_default=True,
+    help="Seconds a client has to send a request body (then 408 and the connection closed).",
+)
 @click.option(
     "--miss",
     type=click.Choice([p.value for p in MissPolicyName]),
@@ -56,6 +103,12 @@ def serve_command(
     snapshot: Path | None,
     host: str,
     port: int,
+    allowed_hosts: tuple[str, ...],
+    token: str | None,
+    session_idle_timeout: float,
+    max_sessions: int,
+    max_concurrent: int,
+    body_timeout: float,
     miss: str,
     strict: bool,
     stdio: bool,
@@ -96,12 +149,40 @@ def serve_command(
         anyio.run(replay.serve_stdio, server_name)
         return
 
+    generated = token is None and not is_loopback(host)
+    if generated:
+        token = secrets.token_urlsafe(24)
+
     def announce(url: str) -> None:
         for name in replay.names():
             click.echo(f"replaying {name} at {url}/mcp/{name}", err=True)
         click.echo(f"dashboard {url}/ · admin API {url}/docs", err=True)
+        if token is not None:
+            shown = token if generated else "<token>"
+            click.echo(
+                f"the admin API and dashboard need a token: 'Authorization: Bearer {shown}', "
+                f"or open {url}/#token={shown}"
+                + (" (generated; choose one with --token or REPLAY_SIM_TOKEN)" if generated else ""),
+                err=True,
+            )
+        hosts = HostCheck(host, allowed_hosts).describe()
+        click.echo(f"accepted Host names: {hosts} (more with --allowed-host NAME)", err=True)
 
-    serve(replay, host, port, on_ready=announce)
+    limits = Limits(
+        session_idle_timeout=session_idle_timeout,
+        max_sessions=max_sessions,
+        max_concurrent=max_concurrent,
+        body_timeout=body_timeout,
+    )
+    serve(
+        replay,
+        host,
+        port,
+        on_ready=announce,
+        allowed_hosts=allowed_hosts,
+        token=token,
+        limits=limits,
+    )
 
 
 def _recorded_with(config: RecorderConfig) -> Redactor:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
@@ -11,7 +11,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, Streamable
 from starlette.applications import Starlette
 from starlette.routing import Route
 
-from replay_sim.listener import base_url, listen, transport_security
+from replay_sim.listener import HostCheck, HostGuard, base_url, listen
 from replay_sim.record.config import UpstreamSpec
 from replay_sim.record.recorder import Recorder, recording
 from replay_sim.redaction import Redactor
@@ -21,24 +21,29 @@ __all__ = ["http_app", "record_http"]
 
 
 def http_app(
-    recorder: Recorder, *, host: str = "127.0.0.1", session_idle_timeout: float | None = 1800
-) -> Starlette:
+    recorder: Recorder,
+    *,
+    host: str = "127.0.0.1",
+    session_idle_timeout: float | None = 1800,
+    allowed_hosts: Iterable[str] = (),
+) -> HostGuard:
     """An ASGI app serving every upstream of an entered ``recorder`` at ``/mcp/<server>``.
 
     Args:
         recorder: An entered :class:`Recorder` (its upstreams are connected).
-        host: The host the app is served on; on loopback, the SDK's DNS-rebinding protection is on.
+        host: The interface the app is served on (decides which Host headers are accepted).
         session_idle_timeout: Seconds after which an idle client session (and its upstream) ends.
+        allowed_hosts: More names clients reach the recorder by (see :class:`HostCheck`).
 
     Returns:
-        A Starlette app whose lifespan runs the session managers.
+        An ASGI app (DNS-rebinding protection around a Starlette app whose lifespan runs the
+        session managers).
     """
-    security = transport_security(host)
     managers: list[StreamableHTTPSessionManager] = []
     routes: list[Route] = []
     for name in recorder.proxies:
         manager = StreamableHTTPSessionManager(
-            app=recorder.server(name), security_settings=security, session_idle_timeout=session_idle_timeout
+            app=recorder.server(name), session_idle_timeout=session_idle_timeout
         )
         managers.append(manager)
         routes.append(Route(f"/mcp/{name}", endpoint=StreamableHTTPASGIApp(manager)))
@@ -50,7 +55,7 @@ def http_app(
                 await stack.enter_async_context(manager.run())
             yield
 
-    return Starlette(routes=routes, lifespan=lifespan)
+    return HostGuard(Starlette(routes=routes, lifespan=lifespan), HostCheck(host, allowed_hosts))
 
 
 async def record_http(
@@ -61,6 +66,7 @@ async def record_http(
     port: int = 8765,
     redactor: Redactor | None = None,
     on_ready: Callable[[str], None] | None = None,
+    allowed_hosts: Iterable[str] = (),
 ) -> None:
     """Record upstreams while serving clients over streamable HTTP until interrupted (SIGINT/SIGTERM).
 
@@ -71,6 +77,7 @@ async def record_http(
         port: TCP port (0 picks a free one).
         redactor: Redaction rules (env/header values of the upstreams are always redacted).
         on_ready: Called with the base URL once the server listens.
+        allowed_hosts: More names clients reach the recorder by (see :class:`HostCheck`).
 
     Raises:
         UpstreamError: An upstream did not start.
@@ -80,6 +87,7 @@ async def record_http(
         sock = listen(host, port)
         if on_ready is not None:
             on_ready(base_url(sock))
-        config = uvicorn.Config(http_app(recorder, host=host), log_level="warning")
+        app = http_app(recorder, host=host, allowed_hosts=allowed_hosts)
+        config = uvicorn.Config(app, log_level="warning")
         with sock:
             await uvicorn.Server(config).serve(sockets=[sock])

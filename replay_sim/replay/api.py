@@ -1,22 +1,38 @@
 """The admin API of the replay server: health, readiness, stats, misses, recordings, episodes, metrics.
 
 Mounted under ``/api`` (and ``/metrics``) by :func:`~replay_sim.replay.app.create_app`; its OpenAPI
-description is served at ``/docs``.
+description is served at ``/docs``. With a token, everything but health and readiness needs
+``Authorization: Bearer <token>``. Answers that can be large are rendered in the worker thread
+and bounded (a few kilobytes of arguments per miss or recording summary, 1 MiB of misses), so
+an admin read never holds up the MCP endpoints' event loop.
 """
 
 from __future__ import annotations
 
+import hmac
+import json
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Query
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi import APIRouter, Depends, HTTPException, Path, Query
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from replay_sim.replay.metrics import truncated
 from replay_sim.replay.replay import Replay
 from replay_sim.store import Recording
 
 __all__ = ["admin_api", "recording_json", "tool_effects"]
+
+SQLITE_MAX_ID = 2**63 - 1
+"""The largest id SQLite can hold: larger ones are refused (422) rather than failing in SQLite."""
+MISSES_MAX_BYTES = 1 << 20
+"""The most ``/api/misses`` answers with at once."""
+_BEARER = HTTPBearer(
+    auto_error=False, description="The admin token (replay-sim serve --token or REPLAY_SIM_TOKEN)."
+)
+_Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)]
 
 
 def recording_json(rec: Recording, full: bool = False) -> dict[str, Any]:
@@ -29,7 +45,7 @@ def recording_json(rec: Recording, full: bool = False) -> dict[str, Any]:
         "server": rec.server,
         "method": rec.method,
         "name": rec.name,
-        "arguments": rec.arguments,
+        "arguments": rec.arguments if full else truncated(rec.arguments),
         "session": rec.session,
         "seq": rec.seq,
         "origin": rec.origin,
@@ -43,6 +59,10 @@ def recording_json(rec: Recording, full: bool = False) -> dict[str, Any]:
     return out
 
 
+def _json(value: Any) -> Response:
+    return Response(json.dumps(value, ensure_ascii=False).encode(), media_type="application/json")
+
+
 def tool_effects(replay: Replay) -> dict[str, dict[str, Any]]:
     """Each served server's tools with their effect (none / changes / unknown) and its evidence."""
     return {
@@ -51,17 +71,39 @@ def tool_effects(replay: Replay) -> dict[str, dict[str, Any]]:
     }
 
 
-def admin_api(replay: Replay, is_ready: Callable[[], bool]) -> APIRouter:
+def admin_api(
+    replay: Replay,
+    is_ready: Callable[[], bool],
+    *,
+    token: str | None = None,
+    load: Callable[[], dict[str, Any]] | None = None,
+) -> APIRouter:
     """The admin endpoints over one replay.
 
     Args:
         replay: The replay servers, their store, histories and metrics.
         is_ready: Whether every MCP endpoint runs and the index and model are loaded.
+        token: When set, every endpoint but health and readiness needs ``Authorization: Bearer <token>``.
+        load: MCP requests in flight and open sessions per server (``ReplayApp.load``).
 
     Returns:
         A router for the admin app.
     """
     api = APIRouter(tags=["admin"])
+
+    def authorised(credentials: _Credentials) -> None:
+        if token is None:
+            return
+        given = b"" if credentials is None else credentials.credentials.encode()
+        if not hmac.compare_digest(given, token.encode()):
+            raise HTTPException(
+                401,
+                "the admin API needs 'Authorization: Bearer <token>' (replay-sim serve --token or "
+                "REPLAY_SIM_TOKEN; the dashboard takes it as /#token=<token>)",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+
+    guarded = APIRouter(tags=["admin"], dependencies=[Depends(authorised)] if token is not None else [])
 
     @api.get("/api/health")
     def health() -> dict[str, str]:
@@ -81,7 +123,7 @@ def admin_api(replay: Replay, is_ready: Callable[[], bool]) -> APIRouter:
         }
         return JSONResponse(body, status_code=200 if ok else 503)
 
-    @api.get("/api/servers")
+    @guarded.get("/api/servers")
     def servers() -> list[dict[str, Any]]:
         """The recorded servers served here, with their endpoints and listing sizes."""
         return [
@@ -96,9 +138,9 @@ def admin_api(replay: Replay, is_ready: Callable[[], bool]) -> APIRouter:
             for name, s in sorted(replay.surfaces.items())
         ]
 
-    @api.get("/api/stats")
+    @guarded.get("/api/stats")
     def stats() -> dict[str, Any]:
-        """Replayed calls per server, tool and tier (counts, latency percentiles) and a timeline."""
+        """Replayed calls per server, tool and tier (counts, latency percentiles), a timeline, the load."""
         return {
             "uptime_s": round(time.time() - replay.metrics.started, 3),
             "miss_policy": replay.miss_policy_name,
@@ -106,49 +148,75 @@ def admin_api(replay: Replay, is_ready: Callable[[], bool]) -> APIRouter:
             "calls": replay.metrics.stats(),
             "timeline": replay.metrics.timeline(),
             "effects": tool_effects(replay),
+            "load": None if load is None else load(),
         }
 
-    @api.get("/api/misses")
-    def misses(limit: int = Query(50, ge=1, le=1000), server: str | None = None) -> list[dict[str, Any]]:
-        """Recent calls no recording answered with certainty, newest first, with their near misses."""
-        return replay.metrics.recent_misses(limit, server)
+    @guarded.get("/api/misses", response_model=list[dict[str, Any]])
+    def misses(limit: int = Query(50, ge=1, le=1000), server: str | None = None) -> Response:
+        """Recent calls no recording answered with certainty, newest first, with their near misses.
 
-    @api.get("/api/recordings")
+        Each miss keeps a few kilobytes of its arguments (longer values cut, marked with their
+        size); the answer holds the newest misses that fit in 1 MiB.
+        """
+        return Response(
+            replay.metrics.misses_json(limit, server, MISSES_MAX_BYTES), media_type="application/json"
+        )
+
+    @guarded.get("/api/recordings", response_model=list[dict[str, Any]])
     def recordings(
         server: str | None = None,
         method: str | None = None,
         name: str | None = None,
         session: str | None = None,
-        after_id: int = Query(0, ge=0),
+        after_id: int = Query(0, ge=0, le=SQLITE_MAX_ID),
         limit: int = Query(100, ge=1, le=1000),
-    ) -> list[dict[str, Any]]:
-        """Browse recordings by server, method, tool name and session; page with ``after_id``."""
+    ) -> Response:
+        """Browse recordings by server, method, tool name and session; page with ``after_id``.
+
+        Summaries: long argument values are cut (marked with their size); open one for all of it.
+        """
         found = replay.store.recordings(
             server, method=method, name=name, session=session, after_id=after_id, limit=limit
         )
-        return [recording_json(r) for r in found]
+        return _json([recording_json(r) for r in found])
 
-    @api.get("/api/recordings/{recording_id}")
-    def recording(recording_id: int) -> dict[str, Any]:
+    @guarded.get("/api/recordings/{recording_id}")
+    def recording(recording_id: int = Path(ge=0, le=SQLITE_MAX_ID)) -> dict[str, Any]:
         """One recording in full: params, result or error, notifications."""
         found = replay.store.recording(recording_id)
         if found is None:
             raise HTTPException(404, f"no recording #{recording_id} in {replay.store.path}")
         return recording_json(found, full=True)
 
-    @api.get("/api/episodes")
+    @guarded.get("/api/episodes")
     def episodes() -> list[dict[str, Any]]:
         """Named episodes (``X-Replay-Episode``) and how many calls each has been served."""
         return replay.histories.named()
 
-    @api.delete("/api/episodes/{episode}")
+    @guarded.delete("/api/episodes/{episode}")
     def reset_episode(episode: str) -> dict[str, Any]:
         """Forget an episode's history, so its next calls replay from the start."""
         return {"episode": episode, "reset": replay.histories.reset(episode)}
 
-    @api.get("/metrics", response_class=PlainTextResponse)
+    @guarded.get("/metrics", response_class=PlainTextResponse)
     def metrics() -> PlainTextResponse:
         """Prometheus metrics (text exposition format 0.0.4)."""
-        return PlainTextResponse(replay.metrics.prometheus(), media_type="text/plain; version=0.0.4")
+        text = replay.metrics.prometheus() + ("" if load is None else _load_metrics(load()))
+        return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
+    api.include_router(guarded)
     return api
+
+
+def _load_metrics(load: dict[str, Any]) -> str:
+    lines = [
+        "# HELP replay_sim_requests_in_flight MCP requests being handled.",
+        "# TYPE replay_sim_requests_in_flight gauge",
+        f"replay_sim_requests_in_flight {load['in_flight']}",
+        "# HELP replay_sim_open_sessions Open MCP sessions, by server.",
+        "# TYPE replay_sim_open_sessions gauge",
+    ]
+    for name, n in load["sessions"].items():
+        label = name.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+        lines.append(f'replay_sim_open_sessions{{server="{label}"}} {n}')
+    return "\n".join(lines) + "\n"

@@ -3,13 +3,17 @@
 ``/mcp/<server>`` is each recorded server's streamable HTTP endpoint (:mod:`~replay_sim.replay.router`);
 ``/api/...`` the admin API and ``/metrics`` Prometheus (:mod:`~replay_sim.replay.api`; OpenAPI at
 ``/docs``); ``/`` the dashboard (static files, no build step).
+
+Every request, MCP or admin, passes the same Host/Origin check (DNS-rebinding protection), on any
+interface. Bound beyond loopback, the admin API needs a bearer token; the MCP endpoints do not
+(rollout workers are configured by URL alone) — see the README's "Security".
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 
 import anyio.to_thread
@@ -18,7 +22,9 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
-from replay_sim.listener import transport_security
+from replay_sim.errors import ConfigError
+from replay_sim.listener import HostCheck, is_loopback
+from replay_sim.replay.admission import Admission, Limits
 from replay_sim.replay.api import admin_api
 from replay_sim.replay.replay import Replay
 from replay_sim.replay.router import ReplayApp
@@ -28,23 +34,51 @@ __all__ = ["create_app"]
 STATIC = Path(__file__).parent / "static"
 
 
-def create_app(replay: Replay, *, host: str = "127.0.0.1", freeze_gc: bool = False) -> ReplayApp:
+def create_app(
+    replay: Replay,
+    *,
+    host: str = "127.0.0.1",
+    freeze_gc: bool = False,
+    allowed_hosts: Iterable[str] = (),
+    token: str | None = None,
+    limits: Limits | None = None,
+) -> ReplayApp:
     """Assemble the replay app: an MCP endpoint per recorded server, the admin API, the dashboard.
 
     Args:
         replay: The replay servers and their metrics.
-        host: The interface the app will be bound to (decides DNS-rebinding protection).
+        host: The interface the app will be bound to (decides which Host headers are accepted,
+            and whether the admin API needs a token).
         freeze_gc: Once warm, move every object alive to the collector's permanent generation
             (``gc.freeze``): a process-wide effect, for a process that exists to serve the replay.
+        allowed_hosts: More names clients reach the server by (``*``: any; see
+            :class:`~replay_sim.listener.HostCheck`).
+        token: The admin API's bearer token; required when ``host`` is not a loopback interface.
+        limits: Sessions, concurrency and body read time (default: :class:`Limits`' defaults).
 
     Returns:
         The ASGI app; its admin (FastAPI) lifespan runs every server's MCP session manager.
+
+    Raises:
+        ConfigError: ``host`` is beyond loopback and there is no ``token``.
     """
-    security = transport_security(host)
+    if token is None and not is_loopback(host):
+        raise ConfigError(
+            f"the replay server bound to {host} (beyond loopback) needs an admin token: "
+            "pass --token TOKEN or set REPLAY_SIM_TOKEN"
+        )
+    limits = limits or Limits()
+    # Host and Origin are checked in front of every request (ReplayApp), so the SDK's own check
+    # (on loopback only) is left off.
     managers = {
-        name: StreamableHTTPSessionManager(app=replay.server(name), security_settings=security)
+        name: StreamableHTTPSessionManager(
+            app=replay.server(name),
+            session_idle_timeout=limits.session_idle_timeout,
+            max_sessions=limits.max_sessions,
+        )
         for name in replay.names()
     }
+    replay.metrics.label_only(_recorded_names(replay))
     ready = False
 
     @contextlib.asynccontextmanager
@@ -71,11 +105,24 @@ def create_app(replay: Replay, *, host: str = "127.0.0.1", freeze_gc: bool = Fal
         version="0.1.0",
         lifespan=lifespan,
     )
-    app.include_router(admin_api(replay, is_ready=lambda: ready))
+    front = ReplayApp(app, managers, Admission(limits), HostCheck(host, allowed_hosts))
+    app.include_router(admin_api(replay, is_ready=lambda: ready, token=token, load=front.load))
 
     @app.get("/", include_in_schema=False)
     def dashboard() -> FileResponse:
         return FileResponse(STATIC / "index.html")
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
-    return ReplayApp(app, managers)
+    return front
+
+
+def _recorded_names(replay: Replay) -> set[tuple[str, str, str]]:
+    """Every ``(server, method, name)`` recorded or listed: the names metrics label by themselves."""
+    names = {(row["server"], row["method"], row["name"]) for row in replay.store.stats()}
+    for server, surface in replay.surfaces.items():
+        names |= {(server, "tools/call", tool) for tool in surface.tools}
+        names |= {(server, "prompts/get", prompt) for prompt in surface.prompts}
+        listed = (surface.listings.get("resources/list") or {}).get("resources") or []
+        uris = {str(r["uri"]) for r in listed if isinstance(r, dict) and r.get("uri")}
+        names |= {(server, "resources/read", uri) for uri in uris}
+    return names

@@ -3,24 +3,77 @@
 Kept in memory by the replay server, read by the admin API, the dashboard and Prometheus
 (``/metrics``, text exposition format 0.0.4 written by hand: a few counters and one histogram do
 not need a client library).
+
+Whatever a client sends, what is kept stays bounded: a recent miss keeps at most a few kilobytes of
+its arguments (longer values cut, with a marker giving their size — :func:`truncated`), and once
+:meth:`Metrics.label_only` has been told the recorded names, calls of any other name share one
+series (``tool="(unknown)"``) instead of adding one each.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import threading
 import time
 from collections import Counter, deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["LATENCY_BUCKETS", "Metrics", "MissRecord"]
+__all__ = ["LATENCY_BUCKETS", "UNKNOWN_NAME", "Metrics", "MissRecord", "truncated"]
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 """Histogram bucket bounds in seconds."""
 _SAMPLES = 2048  # latency samples kept per (server, method, tool, tier) for percentiles
 _TIMELINE_STEP = 10  # seconds per timeline bucket
 _TIMELINE_LEN = 360  # one hour of buckets
+UNKNOWN_NAME = "(unknown)"
+"""The tool label shared by calls of names that nothing recorded (see :meth:`Metrics.label_only`)."""
+_UNLEARNED = frozenset({"miss", "refused"})  # tiers that do not show a name was recorded
+_TEXT = 512  # characters kept of one string in a recent miss
+_ITEMS = 32  # items kept of one array or object
+_DEPTH = 6  # nesting kept
+_BUDGET = 8192  # characters kept of a miss's arguments (and again of its candidates)
+
+
+def truncated(value: Any, budget: int = _BUDGET) -> Any:
+    """``value`` (JSON) cut down to about ``budget`` characters, each cut marked with the size it had.
+
+    Strings keep their first characters and say how long they were; arrays and objects keep their
+    first items and say how many there were; deeper nesting is replaced by a marker.
+    """
+    left = [budget]
+
+    def cut(v: Any, depth: int) -> Any:
+        if isinstance(v, str):
+            keep = min(len(v), _TEXT, max(left[0], 0))
+            left[0] -= keep + 8
+            return v if keep == len(v) else f"{v[:keep]}…[truncated: {len(v)} characters]"
+        if isinstance(v, dict | list):
+            size = len(v)
+            if depth >= _DEPTH or left[0] <= 0:
+                left[0] -= 32
+                kind = "object" if isinstance(v, dict) else "array"
+                return f"…[truncated: {kind} of {size} items]"
+            if isinstance(v, list):
+                items = [cut(x, depth + 1) for x in v[:_ITEMS] if left[0] > 0]
+                if len(items) < size:
+                    items.append(f"…[truncated: {size - len(items)} more items]")
+                return items
+            out: dict[str, Any] = {}
+            for k, x in v.items():
+                if len(out) >= _ITEMS or left[0] <= 0:
+                    out["…"] = f"[truncated: {size - len(out)} more keys]"
+                    break
+                key = str(k)
+                out[key if len(key) <= _TEXT else f"{key[:_TEXT]}…"] = cut(x, depth + 1)
+            return out
+        left[0] -= 8
+        return v
+
+    return cut(value, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +88,15 @@ class MissRecord:
     status: str
     reason: str
     candidates: list[dict[str, Any]] = field(default_factory=list)
+
+    def bounded(self) -> MissRecord:
+        """This miss with its arguments, reason and candidates cut to a few kilobytes (:func:`truncated`)."""
+        return dataclasses.replace(
+            self,
+            arguments=truncated(self.arguments),
+            reason=truncated(self.reason),
+            candidates=truncated(self.candidates),
+        )
 
     def as_dict(self) -> dict[str, Any]:
         """JSON form for the admin API."""
@@ -81,11 +143,28 @@ class Metrics:
         self._timeline: deque[tuple[int, Counter[str]]] = deque(maxlen=_TIMELINE_LEN)
         self.misses: deque[MissRecord] = deque(maxlen=max_misses)
         self.started = time.time()
+        self._labelled: set[tuple[str, str, str]] | None = None  # None: every name gets its series
+
+    def label_only(self, names: Iterable[tuple[str, str, str]]) -> None:
+        """Give a series of its own only to these ``(server, method, name)`` and to names answered later.
+
+        Any other name (an unknown tool, a URI nothing recorded) is counted as :data:`UNKNOWN_NAME`,
+        so clients cannot grow the metrics without bound. A name a recording answers later (the
+        ``live`` miss policy records new calls) gets its own series from then on.
+        """
+        with self._lock:
+            self._labelled = set(names)
 
     def observe(self, server: str, method: str, name: str, tier: str, seconds: float) -> None:
         """Count one answered call and its handling time."""
         now = int(time.time()) // _TIMELINE_STEP * _TIMELINE_STEP
         with self._lock:
+            labelled = self._labelled
+            if labelled is not None and (server, method, name) not in labelled:
+                if tier in _UNLEARNED:
+                    name = UNKNOWN_NAME
+                else:
+                    labelled.add((server, method, name))
             series = self._series.get((server, method, name, tier))
             if series is None:
                 series = self._series[(server, method, name, tier)] = _Series()
@@ -101,9 +180,10 @@ class Metrics:
             self._timeline[-1][1][tier] += 1
 
     def record_miss(self, miss: MissRecord) -> None:
-        """Keep a miss (and its candidates) for the admin API and dashboard."""
+        """Keep a miss (and its candidates, cut to a few kilobytes) for the admin API and dashboard."""
+        kept = miss.bounded()
         with self._lock:
-            self.misses.append(miss)
+            self.misses.append(kept)
 
     def stats(self) -> list[dict[str, Any]]:
         """Counts and latency percentiles (milliseconds) per server, method, tool and tier."""
@@ -136,6 +216,18 @@ class Metrics:
         with self._lock:
             found = [m for m in reversed(self.misses) if server is None or m.server == server]
         return [m.as_dict() for m in found[:limit]]
+
+    def misses_json(self, limit: int = 50, server: str | None = None, max_bytes: int = 1 << 20) -> bytes:
+        """:meth:`recent_misses` as a JSON array of at most ``max_bytes`` (the newest that fit)."""
+        parts: list[bytes] = []
+        size = 2
+        for miss in self.recent_misses(limit, server):
+            part = json.dumps(miss, ensure_ascii=False).encode()
+            size += len(part) + 1
+            if size > max_bytes:
+                break
+            parts.append(part)
+        return b"[" + b",".join(parts) + b"]"
 
     def prometheus(self) -> str:
         """The metrics in Prometheus text exposition format 0.0.4."""

@@ -42,7 +42,7 @@ def test_stats_count_calls_per_server_tool_and_tier_with_latency_percentiles(adm
     rows = {(r["server"], r["tool"], r["tier"]): r for r in stats["calls"]}
     assert rows[("demo", "echo", "exact")]["count"] == 1
     assert rows[("demo", "echo", "miss")]["count"] == 1
-    assert rows[("demo", "nosuch", "refused")]["count"] == 1
+    assert rows[("demo", "(unknown)", "refused")]["count"] == 1  # a tool nothing recorded
     exact = rows[("demo", "echo", "exact")]
     assert 0 <= exact["p50_ms"] <= exact["p90_ms"] <= exact["p99_ms"]
     assert sum(sum(b["tiers"].values()) for b in stats["timeline"]) == 3

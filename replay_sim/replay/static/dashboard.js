@@ -7,6 +7,22 @@ const COLORS = {
   live: "#6a1b9a", synthetic: "#ad1457", miss: "#c62828", refused: "#616161",
 };
 
+// The admin token, when the server needs one: given once as /#token=..., kept for this tab only.
+const TOKEN = (() => {
+  const given = new URLSearchParams(location.hash.slice(1)).get("token");
+  if (given) {
+    sessionStorage.setItem("replay-sim-token", given);
+    history.replaceState(null, "", location.pathname + location.search);
+  }
+  return sessionStorage.getItem("replay-sim-token");
+})();
+
+async function api(path) {
+  const response = await fetch(path, TOKEN ? { headers: { Authorization: `Bearer ${TOKEN}` } } : {});
+  if (response.status === 401) throw new Error("the admin API needs a token: open this page as /#token=<token>");
+  return response.json();
+}
+
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
   Object.entries(attrs || {}).forEach(([k, v]) => node.setAttribute(k, v));
@@ -95,8 +111,8 @@ function drawMisses(misses) {
 async function refresh() {
   try {
     const [stats, misses] = await Promise.all([
-      fetch("/api/stats").then((r) => r.json()),
-      fetch("/api/misses?limit=30").then((r) => r.json()),
+      api("/api/stats"),
+      api("/api/misses?limit=30"),
     ]);
     const total = stats.calls.reduce((a, r) => a + r.count, 0);
     document.getElementById("summary").textContent =

@@ -1,0 +1,162 @@
+"""Admission control for the replay server: bounded sessions, bounded work, bounded body reads.
+
+An RL trainer opens sessions by the thousand and does not always close them. The replay server
+keeps what it takes on bounded — :class:`Limits`, settable from ``replay-sim serve`` — and says
+"not now" fast rather than late: while too many MCP requests are in flight, a request that would
+open a session gets ``503`` with a JSON-RPC error and ``Retry-After`` at once, so the sessions
+already open keep their pace. A client that sends its headers but not its body gets ``408`` and
+its connection closed once :attr:`Limits.body_timeout` has passed.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+__all__ = ["Admission", "BodyTimeout", "Limits"]
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """How much the replay server takes on at once.
+
+    Attributes:
+        session_idle_timeout: Seconds after which a session that made no request ends (None: never).
+            Long enough for a rollout's slowest model turn, short enough that abandoned sessions go.
+        max_sessions: Open sessions per recorded server (None: unbounded); one more gets ``503``.
+        max_concurrent: MCP requests in flight, over every server, from which a request that would
+            open a session gets ``503`` at once; requests of open sessions are still served.
+        body_timeout: Seconds a client has to send a request's body after its headers (None: no limit).
+        retry_after: Seconds a refused client is told to wait (``Retry-After``).
+    """
+
+    session_idle_timeout: float | None = 600.0
+    max_sessions: int | None = 10_000
+    max_concurrent: int = 512
+    body_timeout: float | None = 30.0
+    retry_after: int = 1
+
+
+_SESSION_HEADER = b"mcp-session-id"
+_VERSION_HEADER = b"mcp-protocol-version"
+_HANDSHAKE = frozenset(v.encode() for v in HANDSHAKE_PROTOCOL_VERSIONS)
+
+
+def _opens_session(scope: Scope) -> bool:
+    """Whether a POST would open a handshake-era session (no session id; not a modern-era request)."""
+    version = None
+    for key, value in scope["headers"]:
+        if key == _SESSION_HEADER:
+            return False
+        if key == _VERSION_HEADER:
+            version = value
+    return version is None or version in _HANDSHAKE
+
+
+async def _refuse(send: Send, status: int, message: str, headers: list[tuple[bytes, bytes]]) -> None:
+    body = {"jsonrpc": "2.0", "id": None, "error": {"code": -32000, "message": message}}
+    start: dict[str, Any] = {
+        "type": "http.response.start",
+        "status": status,
+        "headers": [(b"content-type", b"application/json"), *headers],
+    }
+    await send(start)
+    await send({"type": "http.response.body", "body": json.dumps(body).encode()})
+
+
+class Admission:
+    """Counts the MCP requests in flight and refuses new sessions fast while there are too many.
+
+    Args:
+        limits: The limits to keep.
+    """
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self.in_flight = 0  # POSTs being handled (one event loop: no lock needed)
+
+    async def __call__(self, app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
+        """Hand one MCP request to ``app`` unless it would open a session while overloaded."""
+        if scope["method"] != "POST":  # GET streams live long and do no work; DELETE ends a session
+            await app(scope, receive, send)
+            return
+        opening = _opens_session(scope)
+        retry = [(b"retry-after", str(self.limits.retry_after).encode())]
+        if opening and self.in_flight >= self.limits.max_concurrent:
+            await _refuse(
+                send,
+                503,
+                f"replay server overloaded: {self.in_flight} MCP requests in flight (serve "
+                f"--max-concurrent {self.limits.max_concurrent}); retry in {self.limits.retry_after} s",
+                retry,
+            )
+            return
+
+        async def retry_later(message: Message) -> None:
+            # The session manager's own "too many open sessions" 503 says when to come back, too.
+            if message["type"] == "http.response.start" and message["status"] == 503:
+                message = {**message, "headers": [*message.get("headers", []), *retry]}
+            await send(message)
+
+        self.in_flight += 1
+        try:
+            await app(scope, receive, retry_later if opening else send)
+        finally:
+            self.in_flight -= 1
+
+
+class BodyTimeout:
+    """ASGI middleware: a request whose body has not arrived ``seconds`` after its headers gets ``408``.
+
+    The answer closes the connection (``Connection: close``); the app sees the client disconnect.
+
+    Args:
+        app: The app to guard.
+        seconds: The time allowed for a whole request body.
+    """
+
+    def __init__(self, app: ASGIApp, seconds: float) -> None:
+        self.app = app
+        self.seconds = seconds
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        deadline = anyio.current_time() + self.seconds
+        body_done = started = answered = False
+
+        async def timed_receive() -> Message:
+            nonlocal body_done, answered
+            if body_done:
+                return await receive()
+            if answered:
+                return {"type": "http.disconnect"}
+            with anyio.move_on_after(deadline - anyio.current_time()) as waiting:
+                message = await receive()
+            if not waiting.cancelled_caught:
+                body_done = message["type"] != "http.request" or not message.get("more_body", False)
+                return message
+            if not started:
+                answered = True
+                await _refuse(
+                    send,
+                    408,
+                    f"request body not received within {self.seconds:g} s",
+                    [(b"connection", b"close")],
+                )
+            return {"type": "http.disconnect"}
+
+        async def guarded_send(message: Message) -> None:
+            nonlocal started
+            if answered:  # the 408 was the answer; the app is only winding down
+                return
+            started = True
+            await send(message)
+
+        await self.app(scope, timed_receive, guarded_send)
