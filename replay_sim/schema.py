@@ -1,100 +1,202 @@
-"""Tool schemas: which arguments are free text, argument validation and canonical normalisation.
+"""Tool schemas: argument validation in the dialects real servers speak, and canonical normalisation.
 
 The resolver's canonical and semantic tiers both read a tool's ``inputSchema`` (from the recorded
-``tools/list`` listing). This module decides, per top-level property, whether it is *free text*
-(compared by meaning) or an *identifier* (compared exactly: ids, paths, URLs, enums, numbers,
-booleans, names of things). The heuristic is deliberately conservative — a property is free text
-only when its name says so and nothing in its schema says otherwise — because a wrong "free text"
-verdict can serve an answer the real server would not have given, while a wrong "identifier"
-verdict only costs a miss.
+``tools/list`` listing). Which of its properties are free text, compared by meaning, is
+:mod:`replay_sim.freetext`'s job.
+
+Real inputSchemas are not always plain JSON Schema, and real servers do not always do what their
+schema says: OpenAPI-style ``"nullable": true``, draft-4 or draft-3 keywords without a
+``$schema``, and servers that coerce loose types (pydantic turns ``"2"`` into ``2``, zod's
+``coerce`` too) or ignore extra properties. So a schema check here does not say "the server
+refuses this"; it lists the :class:`Violation` s, each with the *kind* of value that broke the
+rule, and says which are certain for every dialect (a missing required property). What a server
+does with the others is learned from its recordings (:mod:`replay_sim.resolve.dialect`).
 """
 
 from __future__ import annotations
 
+import copy
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import jsonschema
-from jsonschema.exceptions import SchemaError
+from jsonschema.exceptions import SchemaError, UnknownType, ValidationError
+from referencing.exceptions import Unresolvable
 
 from replay_sim.canonical import normalize
+from replay_sim.freetext import is_free_text
 
-__all__ = ["ToolSchema", "is_free_text", "tool_schemas"]
-
-# Name tokens that mean "prose written by a person or a model".
-_FREE_TEXT_TOKENS = frozenset(
-    {
-        "query", "q", "message", "text", "content", "contents", "description", "prompt", "body",
-        "comment", "comments", "note", "notes", "question", "topic", "summary", "instructions",
-        "instruction", "search", "keywords", "observation", "observations", "feedback", "reason",
-    }
-)  # fmt: skip
-# Name tokens that mean "this names or locates a thing" — never free text, whatever else the name says.
-_IDENTIFIER_TOKENS = frozenset(
-    {
-        "id", "ids", "uuid", "key", "path", "paths", "file", "files", "dir", "directory", "uri", "url",
-        "urls", "link", "name", "names", "timezone", "tz", "branch", "repo", "repository", "revision",
-        "rev", "sha", "hash", "commit", "ref", "target", "source", "destination", "pattern", "regex",
-        "glob", "type", "kind", "format", "mode", "lang", "language", "locale", "email", "date", "time",
-        "timestamp", "version", "token", "code", "status", "level", "sort", "order", "field", "column",
-        "table", "host", "port", "channel", "user", "owner", "label", "tag", "selector",
-    }
-)  # fmt: skip
-# Description words that reveal a machine-readable value despite a prose-sounding name.
-_IDENTIFIER_DESCRIPTION = re.compile(
-    r"\b(path|uri|url|identifier|\bid\b|iana|iso[ -]?8601|format|regex|pattern|sha|hash|e\.g\.,? ')", re.I
-)
-
+__all__ = ["ToolSchema", "Violation", "is_free_text", "tool_schemas", "value_shape"]
 
 _DRY_RUN_FLAGS = ("dryRun", "dry_run", "dryrun")
+# Keywords whose subschemas make a failure depend on which branch a server would take.
+_COMBINATORS = frozenset(
+    {"anyOf", "oneOf", "allOf", "not", "if", "then", "else", "dependentSchemas", "dependencies"}
+)
+# Keywords holding data rather than subschemas: a "nullable" inside them is a value, not a keyword.
+_DATA_KEYWORDS = frozenset({"enum", "const", "default", "examples", "example"})
+# Keywords mapping names to subschemas: a property may be called "nullable".
+_NAME_MAPS = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
+# Keywords where the kind of the offending value decides what a lenient server does with it.
+_SHAPED_KEYWORDS = frozenset({"type", "enum", "const", "anyOf", "oneOf", "allOf", "not"})
+# Drafts tried, in order, for a schema without ``$schema`` that the newest draft rejects.
+_FALLBACK_DRAFTS = (jsonschema.Draft7Validator, jsonschema.Draft4Validator, jsonschema.Draft3Validator)
+_UNCHECKABLE = (UnknownType, Unresolvable)
+_INTEGER = re.compile(r"[-+]?\d+")
+_BOOLEAN_WORDS = frozenset({"yes", "no", "on", "off", "y", "n", "t", "f"})
 
 
-def _tokens(name: str) -> list[str]:
-    """Split ``repo_path``, ``entityType``, ``max-count`` into lowercase words."""
-    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", name)
-    return [t for t in re.split(r"[^A-Za-z0-9]+", spaced.lower()) if t]
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """One way a call's arguments break the tool's inputSchema.
+
+    Attributes:
+        keyword: The JSON Schema keyword that failed (``type``, ``required``, ``enum``, ``maximum``,
+            ``additionalProperties`` …).
+        path: Where: ``max_count``, ``files/*/ranges/*/start`` (array items are ``*``); for a missing
+            or an unexpected property, the property's own path.
+        shape: The kind of the offending value where lenient servers treat kinds differently
+            (``integer string`` vs ``string`` for an integer; see :func:`value_shape`), else ``""``.
+        message: The validator's message.
+        value: The offending value (None for a missing property).
+        certain: Every server refuses it, whatever its dialect: a required property is missing
+            (one that has no default, outside any anyOf/oneOf/if branch).
+    """
+
+    keyword: str
+    path: str
+    shape: str
+    message: str
+    value: Any = None
+    certain: bool = False
+
+    @property
+    def kind(self) -> tuple[str, str, str]:
+        """What makes two violations the same for a server: keyword, path and value shape."""
+        return (self.keyword, self.path, self.shape)
+
+    def describe(self) -> str:
+        """``path: message``, one line."""
+        return f"{self.path or 'arguments'}: {self.message[:200]}"
 
 
-def _allows_only_strings(prop: dict[str, Any]) -> bool:
-    """True when the property is a string (optionally nullable) and nothing else."""
-    kind = prop.get("type")
-    if kind == "string":
-        return True
-    if isinstance(kind, list):
-        return set(kind) <= {"string", "null"} and "string" in kind
-    variants = prop.get("anyOf") or prop.get("oneOf")
-    if isinstance(variants, list) and variants and "type" not in prop:
-        kinds = {v.get("type") for v in variants if isinstance(v, dict)}
-        return "string" in kinds and kinds <= {"string", "null"} and all(_plain(v) for v in variants)
+def value_shape(value: Any) -> str:
+    """The kind of a value, as lenient servers tell kinds apart when they coerce.
+
+    ``"2"`` is an ``integer string`` (pydantic and zod's coerce accept it for an integer), ``"two"`` a
+    ``string`` (refused), ``2.5`` a ``fraction`` (refused for an integer), ``"yes"`` a
+    ``boolean word`` (pydantic accepts it for a boolean, zod's ``true``/``false`` strings do not).
+    """
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "integer" if value.is_integer() else "fraction"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    text = str(value)
+    core = text.strip()
+    padded = "padded " if core != text else ""
+    if not core:
+        return f"{padded}empty string"
+    if _INTEGER.fullmatch(core):
+        return f"{padded}integer string"
+    if core.lower() in ("true", "false"):
+        return f"{padded}boolean string"
+    if core.lower() in _BOOLEAN_WORDS:
+        return f"{padded}boolean word"
+    try:
+        float(core)
+    except ValueError:
+        return f"{padded}string"
+    return f"{padded}number string"  # also "nan", "inf": a float parser takes them
+
+
+def _with_nullable(schema: Any) -> Any:
+    """The schema with OpenAPI's ``nullable: true`` (and ``x-nullable``) read as "null is allowed"."""
+    if isinstance(schema, list):
+        return [_with_nullable(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: _keyword_with_nullable(key, value) for key, value in schema.items()}
+    flags = [out.pop(flag) for flag in ("nullable", "x-nullable") if flag in out]
+    if not any(flag is True for flag in flags):
+        return out
+    kind = out.get("type")
+    if isinstance(kind, str):
+        out["type"] = [kind, "null"]
+    elif isinstance(kind, list):
+        out["type"] = [*kind, "null"] if "null" not in kind else kind
+    if isinstance(out.get("enum"), list) and None not in out["enum"]:
+        out["enum"] = [*out["enum"], None]
+    if "type" in out or "enum" in out:
+        return out
+    return {"anyOf": [out, {"type": "null"}]}
+
+
+def _keyword_with_nullable(key: str, value: Any) -> Any:
+    """One keyword's value with ``nullable`` read in its subschemas (data and names left alone)."""
+    if key in _DATA_KEYWORDS:
+        return value
+    if key in _NAME_MAPS and isinstance(value, dict):
+        return {name: _with_nullable(sub) for name, sub in value.items()}
+    return _with_nullable(value)
+
+
+def _build_validator(schema: dict[str, Any]) -> Any:
+    """A validator for the schema in its own dialect, or False when no draft accepts it."""
+    readable = _with_nullable(copy.deepcopy(schema))
+    cls = jsonschema.validators.validator_for(readable, default=jsonschema.Draft202012Validator)
+    candidates = [cls] if "$schema" in readable else [cls, *_FALLBACK_DRAFTS]
+    for candidate in candidates:
+        try:
+            candidate.check_schema(readable)
+        except SchemaError:
+            continue
+        return candidate(readable)
     return False
 
 
-def _plain(prop: dict[str, Any]) -> bool:
-    """No enum/const/format/pattern: nothing that makes a string an identifier."""
-    return not any(k in prop for k in ("enum", "const", "format", "pattern", "$ref"))
-
-
-def is_free_text(name: str, prop: Any) -> bool:
-    """Decide whether a top-level property is free text (compared by meaning).
-
-    Args:
-        name: The property name.
-        prop: Its JSON Schema.
-
-    Returns:
-        True only for a plain string property named like prose (``query``, ``message``, ``text``,
-        ``content``, ``description``, ``prompt`` …) with no identifier word in its name, no
-        enum/format/pattern, and no description that calls it a path, URL, id or format.
-    """
-    if not isinstance(prop, dict) or not _allows_only_strings(prop) or not _plain(prop):
-        return False
-    words = _tokens(name)
-    if not words or any(w in _IDENTIFIER_TOKENS for w in words):
-        return False
-    if words[-1] not in _FREE_TEXT_TOKENS:
-        return False
-    return not _IDENTIFIER_DESCRIPTION.search(str(prop.get("description", "")))
+def _violations(error: ValidationError) -> list[Violation]:
+    """The violations one validation error stands for (one per missing or unexpected property)."""
+    steps = ["*" if isinstance(p, int) else str(p) for p in error.absolute_path]
+    branched = any(str(step) in _COMBINATORS for step in error.absolute_schema_path)
+    instance = error.instance
+    if error.validator == "required" and isinstance(instance, dict):
+        names = [n for n in error.validator_value if n not in instance and repr(n) in error.message]
+        props = error.schema.get("properties") if isinstance(error.schema, dict) else None
+        found = []
+        for name in names[:1]:
+            prop = props.get(name) if isinstance(props, dict) else None
+            defaulted = isinstance(prop, dict) and "default" in prop
+            path = "/".join([*steps, str(name)])
+            found.append(Violation("required", path, "", error.message, None, not branched and not defaulted))
+        return found
+    if error.validator == "additionalProperties" and isinstance(instance, dict):
+        props = error.schema.get("properties") if isinstance(error.schema, dict) else None
+        extras = sorted(set(instance) - set(props if isinstance(props, dict) else ()))
+        return [
+            Violation("additionalProperties", "/".join([*steps, n]), "", error.message, instance[n])
+            for n in extras
+        ] or [Violation("additionalProperties", "/".join(steps), "", error.message, instance)]
+    shape = ""
+    if error.validator in _SHAPED_KEYWORDS:
+        shape = value_shape(instance)
+        expected = error.validator_value if error.validator == "type" else None
+        if shape.endswith("boolean word") and expected is not None and "boolean" not in expected:
+            shape = shape.replace("boolean word", "string")  # "y" is a word like any other here
+        members = error.validator_value if error.validator == "enum" else None
+        if isinstance(members, list) and isinstance(instance, str):
+            folded = instance.strip().casefold()
+            if any(isinstance(m, str) and m.casefold() == folded for m in members):
+                shape = "case variant of a member"
+    return [Violation(str(error.validator), "/".join(steps), shape, error.message, instance)]
 
 
 @dataclass(slots=True)
@@ -146,8 +248,36 @@ class ToolSchema:
         props = self.input_schema.get("properties")
         return props if isinstance(props, dict) else {}
 
+    def _checker(self) -> Any:
+        if self._validator is None:
+            self._validator = _build_validator(self.input_schema)
+        return self._validator
+
+    def violations(self, arguments: Any) -> list[Violation]:
+        """Every way the arguments break the inputSchema, read in its dialect (``nullable`` …).
+
+        Args:
+            arguments: The call's arguments.
+
+        Returns:
+            The violations in a stable order; empty when valid or when no JSON Schema draft
+            accepts the schema itself (then nothing can be said).
+        """
+        checker = self._checker()
+        if checker is False:
+            return []
+        try:
+            errors = list(checker.iter_errors(arguments))
+        except _UNCHECKABLE:  # a $ref to nowhere, a type no draft knows: nothing can be said
+            return []
+        found = [v for error in errors for v in _violations(error)]
+        return sorted(found, key=lambda v: (v.path, v.keyword, v.shape, v.message))
+
     def validate(self, arguments: Any) -> str | None:
-        """Check arguments against the inputSchema.
+        """Check arguments against the inputSchema (in its dialect).
+
+        A violation does not mean the real server refuses the call: see :class:`Violation` and
+        :mod:`replay_sim.resolve.dialect`.
 
         Args:
             arguments: The call's arguments.
@@ -155,18 +285,13 @@ class ToolSchema:
         Returns:
             None when valid (or when the schema itself cannot be checked), else a one-line reason.
         """
-        if self._validator is None:
-            try:
-                cls = jsonschema.validators.validator_for(
-                    self.input_schema, default=jsonschema.Draft202012Validator
-                )
-                cls.check_schema(self.input_schema)
-                self._validator = cls(self.input_schema)
-            except SchemaError:
-                self._validator = False
-        if self._validator is False:
+        checker = self._checker()
+        if checker is False:
             return None
-        error = jsonschema.exceptions.best_match(self._validator.iter_errors(arguments))
+        try:
+            error = jsonschema.exceptions.best_match(checker.iter_errors(arguments))
+        except _UNCHECKABLE:  # a $ref to nowhere, a type no draft knows: nothing can be said
+            return None
         if error is None:
             return None
         where = "/".join(str(p) for p in error.absolute_path) or "arguments"

@@ -1,9 +1,16 @@
 """The recorded face of a server: its listings, tool schemas, and how it refuses bad calls.
 
-A replayed server must refuse an unknown tool or arguments that violate the tool's inputSchema the
-way the real server does. When the recordings hold such a refusal, its form is reused (a JSON-RPC
-error with the same code, or an ``isError`` result, with the message adapted to the new call);
-otherwise the MCP Python SDK's form is used (an ``isError`` result).
+A replayed server refuses a call only where the real one certainly would: an unknown tool (unless
+the recordings show the server answering tools its listing lacks), or arguments whose violation of
+the inputSchema the recordings show refused — or that every server refuses, whatever its schema
+dialect (a missing required argument). A violation the server may coerce or ignore (``"2"`` for an
+integer, an extra property, a ``nullable`` property's null) is never refused on the schema's word:
+the call goes on to the resolver. See :mod:`replay_sim.resolve.dialect`.
+
+A refusal reuses the recorded refusal of the same kind of violation, reworded for the new value;
+for a certain refusal nothing recorded says the words of, the form of another recorded refusal of
+the server (a JSON-RPC error with its code, or an ``isError`` result); otherwise the MCP Python
+SDK's form (an ``isError`` result).
 """
 
 from __future__ import annotations
@@ -12,7 +19,9 @@ from typing import Any
 
 from mcp.shared.exceptions import MCPError
 
+from replay_sim.errors import StoreError
 from replay_sim.replay.provenance import Reply
+from replay_sim.resolve.dialect import Judgement, SchemaEvidence, adapt_refusal, failure_text
 from replay_sim.schema import tool_schemas
 from replay_sim.store import Recording, ServerRecord, Store
 
@@ -47,6 +56,8 @@ class Surface:
         }
         self.schemas = tool_schemas(self.listings.get("tools/list"))
         self._refusals: dict[str, Recording] | None = None
+        self._evidence: dict[str, SchemaEvidence] = {}
+        self._version: tuple[int, int] | None = None
 
     def problems(self) -> list[str]:
         """Listings the server's capabilities promise but the store lacks."""
@@ -58,66 +69,110 @@ class Surface:
             if method not in self.listings
         ]
 
-    def violation(self, tool: str, arguments: dict[str, Any]) -> str | None:
-        """Why ``arguments`` violate the tool's recorded inputSchema, or None when they do not."""
-        schema = self.schemas.get(tool)
-        return None if schema is None else schema.validate(arguments)
+    def _fresh(self) -> None:
+        """Forget what was learned from the recordings when calls were added since."""
+        try:
+            version = (self.store.generation, self.store.data_version())
+        except StoreError:  # a closed store: keep what was learned
+            return
+        if version != self._version:
+            self._version = version
+            self._evidence.clear()
+            self._refusals = None
+
+    def judge(self, tool: str, arguments: dict[str, Any]) -> Judgement:
+        """What the recordings say a real server does with these arguments (a listed tool)."""
+        self._fresh()
+        return self._judge(tool, arguments)
+
+    def _judge(self, tool: str, arguments: dict[str, Any]) -> Judgement:
+        evidence = self._evidence.get(tool)
+        if evidence is None:
+            schema = self.schemas.get(tool)
+            if schema is None:  # a malformed listing entry: nothing to check against
+                return Judgement()
+            recordings = self.store.recordings(self.record.name, method="tools/call", name=tool)
+            evidence = self._evidence[tool] = SchemaEvidence(schema, recordings)
+        return evidence.judge(arguments)
+
+    def _unknown_tools_answered(self) -> bool:
+        """Whether a recorded call of a tool the listing lacks succeeded (the listing is not all)."""
+        return "answered" in self._recorded_refusals()
 
     def problem(self, tool: str, arguments: dict[str, Any]) -> str | None:
-        """Why a real server would refuse this tool call (unknown tool, invalid arguments), or None."""
+        """Why a real server would certainly refuse this tool call (unknown tool, arguments), or None."""
         if not self.tools:
             return None  # no tools/list recorded: nothing to check against
+        self._fresh()
         if tool not in self.tools:
+            if self._unknown_tools_answered():
+                return None
             known = ", ".join(sorted(self.tools))
             return f"unknown tool {tool!r} on {self.record.name!r} (recorded tools: {known})"
-        violation = self.violation(tool, arguments)
-        return None if violation is None else f"arguments of {tool!r} violate its inputSchema: {violation}"
+        refusal = self._judge(tool, arguments).refusal
+        if refusal is None:
+            return None
+        return f"arguments of {tool!r} violate its inputSchema: {refusal.describe()}"
 
     def _recorded_refusals(self) -> dict[str, Recording]:
-        """The first recorded refusal of an unknown tool and of invalid arguments, if any."""
+        """The first recorded refusal of an unknown tool and of invalid arguments, if any.
+
+        ``answered`` holds a successful call of a tool the listing lacks, when one was recorded.
+        """
         if self._refusals is None:
             found: dict[str, Recording] = {}
             for rec in self.store.recordings(self.record.name, method="tools/call"):
-                if not rec.failed:
-                    continue
                 if rec.name not in self.tools:
-                    found.setdefault("unknown", rec)
-                elif self.violation(rec.name, rec.arguments) is not None:
-                    found.setdefault("invalid", rec)
-                if len(found) == 2:
+                    found.setdefault("unknown" if rec.failed else "answered", rec)
+                elif (
+                    rec.failed and "invalid" not in found and self._judge(rec.name, rec.arguments).violations
+                ):
+                    found["invalid"] = rec  # its form (error or isError result) is the server's
+                if len(found) == 3:
                     break
             self._refusals = found
         return self._refusals
 
     def refuse_tool_call(self, name: str, arguments: dict[str, Any], meta: dict[str, Any]) -> Reply | None:
-        """The real server's refusal of an unknown tool or invalid arguments; None when the call is fine.
+        """The real server's refusal of an unknown tool or invalid arguments; None when not certain.
 
         Args:
             name: Tool name.
             arguments: Call arguments.
             meta: ``_meta`` to put on a refusal result (provenance).
         """
-        if not self.tools:
-            return None  # no tools/list recorded: nothing to check against
+        if self.problem(name, arguments) is None:
+            return None
         if name not in self.tools:
-            kind, detail = "unknown", None
-        else:
-            detail = self.violation(name, arguments)
-            if detail is None:
-                return None
-            kind = "invalid"
-        recorded = self._recorded_refusals().get(kind)
+            recorded = self._recorded_refusals().get("unknown")
+            if recorded is None:
+                return _result(f"Unknown tool: {name}", meta)
+            return _like(recorded, _adapt(failure_text(recorded), recorded.name, name, None), meta)
+        judgement = self._judge(name, arguments)
+        violation = judgement.refusal
+        assert violation is not None  # problem() said so
+        same, made = judgement.refused_by, judgement.refused_as
+        if same is not None and made is not None:  # the same kind of violation, recorded refused
+            text = adapt_refusal(failure_text(same), made, violation, same.arguments, arguments)
+            return _like(same, text, meta)
+        recorded = self._recorded_refusals().get("invalid")
         if recorded is None:
-            text = f"Unknown tool: {name}" if kind == "unknown" else f"Input validation error: {detail}"
-            return {"content": [{"type": "text", "text": text}], "isError": True, "_meta": meta}
-        if recorded.error is not None:
-            message = _adapt(str(recorded.error.get("message", "")), recorded.name, name, detail)
-            return MCPError(int(recorded.error.get("code", -32602)), message, recorded.error.get("data"))
-        texts = [
-            c.get("text", "") for c in (recorded.result or {}).get("content") or [] if c.get("type") == "text"
-        ]
-        text = _adapt("\n".join(texts), recorded.name, name, detail)
-        return {"content": [{"type": "text", "text": text}], "isError": True, "_meta": meta}
+            return _result(f"Input validation error: {violation.message}", meta)
+        return _like(
+            recorded, _adapt(failure_text(recorded), recorded.name, name, violation.describe()), meta
+        )
+
+
+def _result(text: str, meta: dict[str, Any]) -> Reply:
+    """An ``isError`` result with one text block."""
+    return {"content": [{"type": "text", "text": text}], "isError": True, "_meta": meta}
+
+
+def _like(recorded: Recording, text: str, meta: dict[str, Any]) -> Reply:
+    """A refusal in the recorded refusal's form: a JSON-RPC error with its code, or an isError result."""
+    if recorded.error is not None:
+        return MCPError(int(recorded.error.get("code", -32602)), text, recorded.error.get("data"))
+    return _result(text, meta)
 
 
 def _adapt(message: str, recorded_name: str, name: str, detail: str | None) -> str:

@@ -6,12 +6,28 @@ results differed, and never below a floor. Free-text fields the tool echoes back
 (``echo``, substring search) are treated as identifiers: for such tools any change of the text
 changes the answer, whatever its meaning.
 
+A threshold counts as calibrated only when the recordings hold **evidence near it**: at least
+``evidence_pairs`` (default 2) pairs of recorded calls with different free text and different
+answers whose similarity lies within ``evidence_band`` (default 0.1) below the threshold — with the
+default floor, pairs at cosine 0.8 or more, texts that share most of their words. Without such
+pairs the threshold is only the floor, and nothing recorded says whether texts that close mean the
+same to *this* tool: code-like text (SQL's ``ASC``/``DESC``, a literal's case) scores 0.9 to 1.0
+while its answers differ, and a tool whose recordings are all far apart (three unrelated queries)
+tells nothing about its neighbourhoods. So without evidence the semantic tier does not answer for
+the tool (the miss says so). Why these values: a pair far below the threshold (two unrelated
+queries at 0.3) constrains nothing where the tier decides; 0.1 below it is the nearest band that
+still holds the pairs a user actually records (one word swapped or added); and one pair can be a
+quirk of one text, while two distinct pairs show the tool separating close texts more than once.
+A threshold fixed in the config (``threshold = …``) is the operator's judgement and is used as is.
+
 Per-tool overrides live in a TOML file (``replay-sim.toml`` by convention)::
 
     [defaults]
     floor = 0.9            # a calibrated threshold is never below this
     margin = 0.02          # threshold = max(floor, highest conflicting similarity + margin)
     semantic = true        # allow the semantic tier at all
+    evidence_pairs = 2     # conflicting pairs needed near the threshold to trust it
+    evidence_band = 0.1    # "near": at most this far below the threshold
 
     [tools."memory/search_nodes"]   # "<server>/<tool>"; "*/<tool>" matches any server
     free_text = ["query"]           # the fields compared by meaning (replaces the heuristic)
@@ -38,7 +54,7 @@ import numpy as np
 from replay_sim.errors import ConfigError
 from replay_sim.schema import ToolSchema
 
-__all__ = ["MatchConfig", "ToolOverride", "calibrate_threshold", "reflected_fields"]
+__all__ = ["Calibration", "MatchConfig", "ToolOverride", "calibrate_threshold", "reflected_fields"]
 
 _OVERRIDE_KEYS = {"free_text", "identifiers", "threshold", "floor", "margin", "semantic", "read_only"}
 
@@ -66,6 +82,8 @@ class MatchConfig:
         semantic: Whether the semantic tier is enabled at all.
         reflect_fraction: A free-text field is "echoed" when at least this share of a tool's
             successful recordings contain its value verbatim (case-insensitively).
+        evidence_pairs: Pairs with different answers needed near a threshold to trust it.
+        evidence_band: How far below the threshold such a pair may lie.
         tools: Overrides by ``"server/tool"`` or ``"*/tool"``.
     """
 
@@ -73,6 +91,8 @@ class MatchConfig:
     margin: float = 0.02
     semantic: bool = True
     reflect_fraction: float = 0.25
+    evidence_pairs: int = 2
+    evidence_band: float = 0.1
     tools: dict[str, ToolOverride] = field(default_factory=dict)
 
     @classmethod
@@ -99,7 +119,9 @@ class MatchConfig:
         defaults, table = data.get("defaults", {}), data.get("tools", {})
         if not isinstance(defaults, dict) or not isinstance(table, dict):
             raise ConfigError(f"{path}: [defaults] and [tools] must be tables")
-        unknown = set(defaults) - {"floor", "margin", "semantic", "reflect_fraction"}
+        unknown = set(defaults) - {
+            "floor", "margin", "semantic", "reflect_fraction", "evidence_pairs", "evidence_band"
+        }  # fmt: skip
         if unknown:
             raise ConfigError(f"{path}: [defaults] has unknown keys {sorted(unknown)}")
         tools: dict[str, ToolOverride] = {}
@@ -128,6 +150,8 @@ class MatchConfig:
                 margin=float(defaults.get("margin", base.margin)),
                 semantic=_boolean(defaults.get("semantic", base.semantic)),
                 reflect_fraction=float(defaults.get("reflect_fraction", base.reflect_fraction)),
+                evidence_pairs=_count(defaults.get("evidence_pairs", base.evidence_pairs)),
+                evidence_band=float(defaults.get("evidence_band", base.evidence_band)),
                 tools=tools,
             )
         except (TypeError, ValueError) as exc:
@@ -173,6 +197,13 @@ def _names(value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _count(value: Any) -> int:
+    """A TOML integer that is not negative (``true`` is not 1)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise TypeError(f"expected a whole number of pairs, got {value!r}")
+    return value
+
+
 def _boolean(value: Any) -> bool:
     """A TOML boolean; ``"false"`` or ``0`` must not silently mean true."""
     if not isinstance(value, bool):
@@ -180,10 +211,47 @@ def _boolean(value: Any) -> bool:
     return value
 
 
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """A tool's threshold and the evidence behind it.
+
+    Attributes:
+        threshold: ``max(floor, conflict + margin)``; above 1 the tier cannot answer.
+        conflict: Highest similarity of two recordings with different text and different answers
+            (-1 when there is none).
+        near: Distinct pairs of such recordings within ``band`` below the threshold.
+        needed: Pairs required for the threshold to count as calibrated.
+        band: How far below the threshold a pair may lie to count.
+    """
+
+    threshold: float
+    conflict: float
+    near: int
+    needed: int
+    band: float
+
+    @property
+    def calibrated(self) -> bool:
+        """Whether the recordings hold enough evidence near the threshold to trust it."""
+        return self.near >= self.needed
+
+
+def _codes(values: Sequence[str]) -> np.ndarray:
+    """Equal strings get equal integers (vectorised equality tests)."""
+    seen: dict[str, int] = {}
+    return np.array([seen.setdefault(v, len(seen)) for v in values], dtype=np.int64)
+
+
 def calibrate_threshold(
-    vectors: np.ndarray, texts: Sequence[str], answers: Sequence[str], floor: float, margin: float
-) -> tuple[float, float]:
-    """A tool's semantic threshold from its recordings.
+    vectors: np.ndarray,
+    texts: Sequence[str],
+    answers: Sequence[str],
+    floor: float,
+    margin: float,
+    band: float = 0.1,
+    pairs: int = 2,
+) -> Calibration:
+    """A tool's semantic threshold from its recordings, and the evidence for it.
 
     Args:
         vectors: Unit vectors of the recordings' call texts, one row each.
@@ -191,23 +259,33 @@ def calibrate_threshold(
         answers: Canonical answers (result or error) of the recordings.
         floor: Lowest allowed threshold.
         margin: Added to the highest conflicting similarity.
+        band: A conflicting pair counts as evidence within this distance below the threshold.
+        pairs: Distinct conflicting text pairs needed near the threshold.
 
     Returns:
-        ``(threshold, highest conflicting similarity)``; a threshold above 1 disables the tier.
+        The :class:`Calibration`; a threshold above 1 disables the tier.
     """
-    worst = -1.0
     n = len(texts)
-    for start in range(0, n, 1024):  # blocks keep memory flat for big tools
-        sims = vectors[start : start + 1024] @ vectors.T
-        for i in range(sims.shape[0]):
-            row = start + i
-            for j in np.argsort(-sims[i]):
-                if sims[i, j] <= worst:
-                    break
-                if answers[j] != answers[row] and texts[j] != texts[row]:
-                    worst = float(sims[i, j])
-                    break
-    return max(floor, worst + margin), worst
+    text_codes, answer_codes = _codes(texts), _codes(answers)
+    worst = -1.0
+    closest: dict[tuple[int, int], float] = {}  # distinct text pair -> its highest similarity
+    lowest = floor - band  # the threshold is never below the floor: nothing lower can count
+    step = max(1, min(1024, (1 << 22) // max(n, 1)))  # blocks keep memory flat for big tools
+    for start in range(0, n, step):
+        sims = vectors[start : start + step] @ vectors.T
+        rows = slice(start, start + step)
+        conflict = (answer_codes[rows, None] != answer_codes[None, :]) & (
+            text_codes[rows, None] != text_codes[None, :]
+        )
+        if not conflict.any():
+            continue
+        worst = max(worst, float(sims[conflict].max()))
+        for i, j in zip(*np.nonzero(conflict & (sims >= lowest)), strict=True):
+            a, b = sorted((int(text_codes[start + i]), int(text_codes[j])))
+            closest[(a, b)] = max(closest.get((a, b), -1.0), float(sims[i, j]))
+    threshold = max(floor, worst + margin)
+    near = sum(1 for similarity in closest.values() if similarity >= threshold - band)
+    return Calibration(threshold, worst, near, pairs, band)
 
 
 def reflected_fields(

@@ -26,6 +26,7 @@ from replay_sim.canonical import call_identity, call_key, normalize
 from replay_sim.errors import ReplaySimError, StoreError
 from replay_sim.resolve.build import LiveIndex
 from replay_sim.resolve.calibration import MatchConfig
+from replay_sim.resolve.dialect import Judgement
 from replay_sim.resolve.embedding import MAX_TEXT_CHARS, CachedEmbedder, Embedder, default_embedder
 from replay_sim.resolve.index import DEFAULT_INDEX_DIR, IndexSet, call_text
 from replay_sim.resolve.lineage import DIVERGED, StateLookup, Trail
@@ -231,16 +232,15 @@ class Resolver:
         schema = self.tool_schema(server, name) if method == "tools/call" else None
         if method != "tools/call" or schema is None:
             return self._structural_miss(server, method, name, key, exact, what)
-        if invalid := schema.validate(arguments):
-            return Resolution(
-                Tier.MISS, 0.0, key=key, problem=Problem.INVALID_ARGUMENTS, step=key,
-                reason=f"arguments of {what} violate its inputSchema: {invalid}",
-            )  # fmt: skip
         state = self._state(server, name, schema)
+        # Schema violations the recordings do not show accepted: servers coerce or refuse them.
+        judgement = state.evidence.judge(arguments)
         normalised = state.normalise(arguments)
         same_state_miss = bool(exact)
         if self.canonical:
             found = state.canonical.get(call_key(server, method, name, normalised), [])
+            if judgement.unproven:  # only a recording that made the same violations says what happens
+                found = [r for r in found if state.evidence.same_violations(judgement, r)]
             chosen = self.lookup.choose(found, trail)
             if chosen is not None:
                 if chosen.key == key:
@@ -250,19 +250,29 @@ class Resolver:
                     Tier.CANONICAL, 1.0, chosen, key=key, step=chosen.key, differences=differences
                 )
             same_state_miss = same_state_miss or bool(found)
-        if self.semantic and state.semantic_ready(normalised, MAX_TEXT_CHARS):
+        if self.semantic and not judgement.unproven and state.semantic_ready(normalised, MAX_TEXT_CHARS):
             hit = self._semantic(state, normalised, trail)
             if hit is not None:
                 differences = _differences(hit[0], arguments)
                 return Resolution(
                     Tier.SEMANTIC, hit[1], hit[0], key=key, step=hit[0].key, differences=differences
                 )
-        step = DIVERGED + key if schema.changes_state(arguments) else key
+        refused = judgement.refusal is not None  # a refused call changes nothing
+        step = DIVERGED + key if schema.changes_state(arguments) and not refused else key
         candidates = self._near_misses(state, normalised)
         if same_state_miss:
             reason = f"{what} was recorded, but only after state changes this episode did not make"
             return Resolution(Tier.MISS, 0.0, None, candidates, reason, key, Problem.OTHER_STATE, step)
+        if judgement.unproven:
+            reason = _violation_reason(judgement, what)
+            return Resolution(Tier.MISS, 0.0, None, candidates, reason, key, Problem.INVALID_ARGUMENTS, step)
         reason = self._miss_reason(state, normalised, what)
+        if judgement.violations:  # diagnosable: the values a schema check would have refused
+            broken = "; ".join(v.describe() for v in judgement.violations)
+            reason += (
+                f" (the arguments may violate its inputSchema: {broken} — values of a kind the "
+                "recordings show the server accepting)"
+            )
         return Resolution(Tier.MISS, 0.0, None, candidates, reason, key, step=step)
 
     def _miss_reason(self, state: ToolState, normalised: dict[str, Any], what: str) -> str:
@@ -271,6 +281,11 @@ class Resolver:
             return f"no recording of {what} has these identifiers and values"
         same = sorted(k for k in normalised if k not in state.free_text)
         recorded = f"recordings of {what}" + (f" with the same {', '.join(same)}" if same else "")
+        if state.semantic and (code := state.code_text(normalised)):
+            return (
+                f"{recorded} differ in {', '.join(code)}, which must match exactly: it is shaped like "
+                "code (SQL, an expression, a pattern or a path), whose smallest change can flip the answer"
+            )
         if not state.semantic:  # free text compared exactly: say why
             if state.echoed:
                 why = f"the tool echoes {', '.join(sorted(state.echoed))} in its answers"
@@ -283,6 +298,14 @@ class Resolver:
             threshold = state.threshold(self.index())
         except ReplaySimError as exc:
             return f"{recorded} differ in free text; {exc}"
+        calibration = state.calibration
+        if calibration is not None and not calibration.calibrated and state.override.threshold is None:
+            return (
+                f"{recorded} differ in free text, and there is no recorded evidence to calibrate "
+                f"{state.schema.name}'s threshold: {calibration.near} pair(s) of its recordings with "
+                f"different free text and different answers lie within {calibration.band:g} below it "
+                f"({calibration.needed} needed), so it is not compared by meaning"
+            )
         if threshold > 1.0:
             return f"{recorded} differ in free text, which must match exactly for this tool"
         return f"{recorded} differ in free text by more than the tool's threshold ({threshold:.3f})"
@@ -323,7 +346,10 @@ class Resolver:
             if score < threshold:
                 break
             chosen = self.lookup.choose(state.same_call(recording_id), trail)
-            if chosen is not None:
+            # Never a recording whose text is code, or whose arguments the server may have refused.
+            if chosen is None or state.code_text(state.normalised[chosen.id]):
+                continue
+            if state.evidence.proven(chosen):
                 return chosen, round(score, 6)
         return None
 
@@ -344,6 +370,23 @@ class Resolver:
             for rid, score in scored
             if rid in state.normalised
         ]
+
+
+def _violation_reason(judgement: Judgement, what: str) -> str:
+    """Why a call whose arguments violate the inputSchema is not answered from other recordings."""
+    refusal = judgement.refusal
+    if refusal is not None:
+        shown = (
+            ""
+            if judgement.refused_by is None
+            else f" (recording #{judgement.refused_by.id} shows it refused)"
+        )
+        return f"arguments of {what} violate its inputSchema: {refusal.describe()}{shown}"
+    return (
+        f"no recording of {what} with these arguments, which may violate its inputSchema "
+        f"({judgement.describe()}): servers coerce or refuse such values and no recording shows what "
+        "this one does, so only a recording of this very call answers it"
+    )
 
 
 def _differences(recording: Recording, arguments: dict[str, Any]) -> list[FieldDiff]:

@@ -13,7 +13,9 @@ from typing import Any
 import numpy as np
 
 from replay_sim.canonical import answer_text, call_key, canonical_json, normalize
-from replay_sim.resolve.calibration import MatchConfig, calibrate_threshold, reflected_fields
+from replay_sim.freetext import looks_like_code
+from replay_sim.resolve.calibration import Calibration, MatchConfig, calibrate_threshold, reflected_fields
+from replay_sim.resolve.dialect import SchemaEvidence
 from replay_sim.resolve.index import IndexSet, call_text
 from replay_sim.resolve.invariance import Observation, apply, learn
 from replay_sim.schema import ToolSchema
@@ -71,7 +73,13 @@ class ToolState:
         self.config = config
         self.override = config.override(server, schema.name)
         self.free_text = sorted(schema.free_text or ())
-        valid = [r for r in self.recordings if schema.validate(r.arguments) is None]
+        # What the server answered counts whatever the schema says of the arguments: servers coerce.
+        valid = self.recordings
+        self.evidence = SchemaEvidence(schema, self.recordings)
+        # Free text some recording holds as code (SQL, an expression, a path): nothing is assumed of it.
+        self.code_shaped = {
+            f for f in self.free_text for r in valid if looks_like_code(str(r.arguments.get(f) or ""))
+        }
         samples = [(r.arguments, canonical_json(r.result)) for r in valid if not r.failed]
         # An explicit free_text override is trusted; otherwise echoed text is an identifier.
         self.echoed = (
@@ -85,7 +93,7 @@ class ToolState:
         self.invariances = (
             learn(
                 [Observation(state_of(r), base[r.id], answer_of(r), r.failed) for r in valid],
-                assumed_space=[] if self.echoed else self.free_text,
+                assumed_space=[] if self.echoed else [f for f in self.free_text if f not in self.code_shaped],
             )
             if schema.read_only
             else {}
@@ -106,6 +114,7 @@ class ToolState:
             self._groups.setdefault(self._identity(args), []).append(rec.id)
         self._threshold: float | None = None
         self.conflict: float | None = None
+        self.calibration: Calibration | None = None
 
     def normalise(self, arguments: dict[str, Any]) -> dict[str, Any]:
         """Canonical-tier form of valid arguments: schema defaults, then the ignored differences."""
@@ -123,12 +132,16 @@ class ToolState:
         return self.canonical[self._ckey[recording_id]]
 
     def semantic_ready(self, normalised: dict[str, Any], max_chars: int) -> bool:
-        """Whether the semantic tier may judge this call (free text present, not enormous)."""
-        if not self.semantic:
+        """Whether the semantic tier may judge this call (free text present, prose, not enormous)."""
+        if not self.semantic or self.code_text(normalised):
             return False
         texts = [normalised.get(f) for f in self.free_text]
         present = [t for t in texts if t is not None]
         return bool(present) and all(isinstance(t, str) and len(t) <= max_chars for t in present)
+
+    def code_text(self, arguments: dict[str, Any]) -> list[str]:
+        """The free-text fields whose value is shaped like code: compared exactly, never by meaning."""
+        return [f for f in self.free_text if isinstance(v := arguments.get(f), str) and looks_like_code(v)]
 
     def threshold(self, index: IndexSet) -> float:
         """The tool's semantic threshold (configured, or calibrated from its recordings once)."""
@@ -146,7 +159,12 @@ class ToolState:
             answers = [answer_of(by_id[i]) for i in ids]
             floor = self.config.floor if self.override.floor is None else self.override.floor
             margin = self.config.margin if self.override.margin is None else self.override.margin
-            self._threshold, self.conflict = calibrate_threshold(vectors, texts, answers, floor, margin)
+            self.calibration = calibrate_threshold(
+                vectors, texts, answers, floor, margin, self.config.evidence_band, self.config.evidence_pairs
+            )
+            self.conflict = self.calibration.conflict
+            # No evidence near the threshold, no semantic answers (see calibration's docstring).
+            self._threshold = self.calibration.threshold if self.calibration.calibrated else 2.0
         return self._threshold
 
     def lexical_nearest(self, normalised: dict[str, Any], k: int) -> list[tuple[int, float]]:

@@ -22,10 +22,22 @@ from replay_sim.store import Store
 REPO = "/srv/repo"
 
 
+def with_calibration_evidence(store: Store) -> Store:
+    """Two close questions with other answers: the evidence that calibrates search's threshold.
+
+    (cosines to "how do I reset my password": 0.877 and 0.889, to each other 0.818; the threshold
+    becomes 0.909 with three conflicting pairs within 0.1 below it.)
+    """
+    call(store, "search", {"query": "how do I change my password", "repo_path": REPO}, "Under Security.")
+    call(store, "search", {"query": "how do I recover my password", "repo_path": REPO}, "By email.")
+    return store
+
+
 @pytest.fixture(scope="module")
 def resolver(tmp_path_factory: pytest.TempPathFactory, embedder: SentenceTransformerEmbedder) -> Resolver:
     folder = tmp_path_factory.mktemp("resolver")
-    return Resolver(demo_store(folder / "r.db"), embedder=embedder, index_dir=folder / "index")
+    store = with_calibration_evidence(demo_store(folder / "r.db"))
+    return Resolver(store, embedder=embedder, index_dir=folder / "index")
 
 
 def search(query: str, **extra: Any) -> dict[str, Any]:
@@ -336,3 +348,40 @@ def test_warm_loads_no_model_when_no_tool_call_was_recorded(tmp_path: Path) -> N
     model = SentenceTransformerEmbedder()
     Resolver(store, embedder=model, index_dir=tmp_path / "index").warm()
     assert model._model is None
+
+
+# -- code-like free text and calibration evidence (issue 14, cause 4) ------------------------------
+
+
+def test_free_text_shaped_like_code_is_never_matched_by_meaning(
+    tmp_path: Path, embedder: SentenceTransformerEmbedder
+) -> None:
+    store = with_calibration_evidence(demo_store(tmp_path / "r.db"))  # search is calibrated for prose
+    sql = "SELECT name FROM products ORDER BY price ASC"
+    call(store, "search", {"query": sql, "repo_path": REPO}, "Doohickey, Widget")
+    resolver = Resolver(store, embedder=embedder, index_dir=None)
+    # DESC scores 0.92 against ASC and the real answer is reversed; lower case scores 1.0.
+    for query in ("SELECT name FROM products ORDER BY price DESC", sql.lower()):
+        found = resolver.resolve("demo", "tools/call", search(query), [])
+        assert found.tier is Tier.MISS and "shaped like code" in found.reason, found.reason
+    assert (
+        resolver.resolve("demo", "tools/call", search("How do I reset my password?"), []).tier
+        is Tier.SEMANTIC
+    )
+
+
+def test_a_tool_without_recorded_evidence_near_its_threshold_is_not_compared_by_meaning(
+    tmp_path: Path, embedder: SentenceTransformerEmbedder
+) -> None:
+    store = demo_store(tmp_path / "r.db")  # three unrelated questions: nothing near 0.9
+    found = Resolver(store, embedder=embedder, index_dir=None).resolve(
+        "demo", "tools/call", search("How do I reset my password?"), []
+    )
+    assert found.tier is Tier.MISS
+    assert "no recorded evidence to calibrate search's threshold" in found.reason
+    # An operator who fixes the threshold takes that judgement on: it is used as is.
+    config = MatchConfig.from_dict({"tools": {"demo/search": {"threshold": 0.95}}})
+    fixed = Resolver(store, config=config, embedder=embedder, index_dir=None)
+    assert (
+        fixed.resolve("demo", "tools/call", search("How do I reset my password?"), []).tier is Tier.SEMANTIC
+    )
