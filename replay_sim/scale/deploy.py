@@ -1,0 +1,291 @@
+"""The Ray Serve application: a gateway in front of N replay replicas of one frozen snapshot.
+
+```
+client ─► Serve HTTP proxy ─► Gateway (ingress, stateless) ─► ReplayReplica x N (EpisodeRouter)
+                                                                 │ first call of an episode
+                                                                 ▼
+                                                           EpisodeRegistry (1 replica)
+```
+
+:func:`build_app` builds it from :class:`ScaleSettings`; :func:`app_builder` is the same for a
+``serve run`` config (``import_path: replay_sim.scale.deploy:app_builder``, ``args`` as the settings'
+fields); :func:`run` starts (or joins) Ray, deploys and serves until interrupted, for
+``replay-sim serve --ray``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import threading
+from collections.abc import AsyncIterator, Callable
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, cast
+
+import ray
+from ray import serve
+from ray.exceptions import RayActorError
+from ray.serve.config import AutoscalingConfig
+from ray.serve.deployment import Deployment
+from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
+from starlette.types import Message
+
+from replay_sim.errors import ConfigError
+from replay_sim.replay.admission import Limits
+from replay_sim.replay.miss import MissPolicyName
+from replay_sim.resolve.runtime import configure_runtime
+from replay_sim.scale.gateway import DEFAULT_MAX_BODY, Gateway, ReplicaGone
+from replay_sim.scale.registry import Holders
+from replay_sim.scale.replica import ReplayReplica
+from replay_sim.scale.router import live_replicas
+from replay_sim.scale.wire import Envelope
+from replay_sim.store.snapshot import open_snapshot
+
+__all__ = ["APP_NAME", "ScaleSettings", "app_builder", "build_app", "run"]
+
+APP_NAME = "replay-sim"
+"""The Serve application's name."""
+ROUTER = "replay_sim.scale.router.EpisodeRouter"
+"""The replica deployment's request router (imported by name in each process that calls it)."""
+
+
+@dataclass(frozen=True)
+class ScaleSettings:
+    """How many replicas of which snapshot, and how they take load.
+
+    Attributes:
+        snapshot: The snapshot bundle; every node must hold the same bundle at this path.
+        replicas: Replay replicas (the initial number when autoscaling).
+        max_ongoing_requests: Requests one replica works on at once; more wait in the router
+            for *that* replica (an episode never moves to a less busy one).
+        autoscale_min: With ``autoscale_max``: Ray Serve autoscaling bounds (by ongoing requests).
+        autoscale_max: See ``autoscale_min``.
+        target_ongoing_requests: Autoscaling's target of ongoing requests per replica.
+        gateways: Gateway replicas (stateless; one per node is plenty for most loads).
+        replica_cpus: CPUs Ray reserves per replay replica.
+        host: The interface Serve's HTTP proxy binds (also decides which Host headers are accepted).
+        port: Its port.
+        allowed_hosts: More Host names clients reach the replicas by (see ``serve --allowed-host``).
+        token: The admin API's bearer token (required beyond loopback).
+        miss: Miss policy: ``error`` or ``nearest`` (a snapshot is read-only).
+        limits: Each replica's sessions, concurrency and body read time.
+        max_body: The largest request body the gateway forwards.
+    """
+
+    snapshot: str
+    replicas: int = 2
+    max_ongoing_requests: int = 256
+    autoscale_min: int | None = None
+    autoscale_max: int | None = None
+    target_ongoing_requests: float = 64
+    gateways: int = 1
+    replica_cpus: float = 1
+    host: str = "127.0.0.1"
+    port: int = 8765
+    allowed_hosts: tuple[str, ...] = ()
+    token: str | None = None
+    miss: str = MissPolicyName.ERROR.value
+    limits: Limits = field(default_factory=Limits)
+    max_body: int = DEFAULT_MAX_BODY
+
+    def check(self) -> None:
+        """Refuse inconsistent settings.
+
+        Raises:
+            ConfigError: Naming the setting.
+        """
+        if self.replicas < 1 or self.gateways < 1:
+            raise ConfigError("--replicas and gateways must be at least 1")
+        if (self.autoscale_min is None) != (self.autoscale_max is None):
+            raise ConfigError("give both --autoscale-min and --autoscale-max, or neither")
+        low, high = self.autoscale_min, self.autoscale_max
+        if low is not None and high is not None and not 0 < low <= self.replicas <= high:
+            raise ConfigError(
+                "autoscaling needs 1 <= --autoscale-min <= --replicas <= --autoscale-max, got "
+                f"{low} <= {self.replicas} <= {high}"
+            )
+        if self.miss not in (MissPolicyName.ERROR, MissPolicyName.NEAREST):
+            raise ConfigError(f"--miss {self.miss} records new answers; replicas serve a read-only snapshot")
+
+
+class _Replica:
+    """The replay replica deployment (Serve wraps this class; :class:`ReplayReplica` does the work)."""
+
+    async def __init__(  # type: ignore[misc]  # Serve awaits an async constructor
+        self, snapshot: str, snapshot_id: str, app_options: dict[str, Any], registry: DeploymentHandle
+    ) -> None:
+        configure_runtime()  # a replica is a process that exists to serve the replay
+        me = serve.get_replica_context().replica_id.unique_id
+
+        async def claim(episode: str, replica: str) -> str:
+            return str(await registry.claim.remote(episode, replica))
+
+        self._replica, self._lifespan = await ReplayReplica.open(
+            me, snapshot, snapshot_id, app_options, claim
+        )
+
+    async def handle(self, envelope: Envelope) -> AsyncIterator[list[Message]]:
+        async for batch in self._replica.handle(envelope):
+            yield batch
+
+    async def __del__(self) -> None:
+        await self._lifespan.shutdown()
+
+
+@serve.ingress()
+class _Gateway:
+    """The ingress deployment: :class:`Gateway` over a streaming handle to the replicas."""
+
+    def __init__(self, replicas: DeploymentHandle, max_body: int) -> None:
+        self._replicas = replicas.options(stream=True)
+        self._max_body = max_body
+
+    def __serve_build_asgi_app__(self) -> Gateway:
+        return Gateway(self._dispatch, live_replicas, max_body=self._max_body)
+
+    async def _dispatch(self, envelope: Envelope) -> AsyncIterator[list[Message]]:
+        stream = cast(DeploymentResponseGenerator[Any], self._replicas.handle.remote(envelope))
+        finished = False
+        try:
+            async for batch in stream:
+                yield batch
+            finished = True
+        except RayActorError as error:
+            raise ReplicaGone(envelope.target) from error
+        finally:
+            if not finished:
+                stream.cancel()
+
+
+def build_app(settings: ScaleSettings) -> serve.Application:
+    """The Serve application for ``settings`` (deploy it with ``serve.run``).
+
+    Raises:
+        ConfigError: Inconsistent settings.
+        SnapshotError: The snapshot is missing or tampered with (checked here, then by every replica).
+    """
+    settings.check()
+    snapshot = Path(settings.snapshot).resolve()
+    snapshot_id = open_snapshot(snapshot).id
+    autoscaling = None
+    if settings.autoscale_min is not None and settings.autoscale_max is not None:
+        autoscaling = AutoscalingConfig(
+            min_replicas=settings.autoscale_min,
+            initial_replicas=settings.replicas,
+            max_replicas=settings.autoscale_max,
+            target_ongoing_requests=settings.target_ongoing_requests,
+        )
+    app_options = {
+        "miss": settings.miss,
+        "host": settings.host,
+        "allowed_hosts": tuple(settings.allowed_hosts),
+        "token": settings.token,
+        "limits": settings.limits,
+    }
+    quiet = {"enable_access_log": False, "log_level": "WARNING"}  # a log line per call costs CPU
+    registry = _deployment(Holders).options(
+        name="EpisodeRegistry",
+        num_replicas=1,
+        ray_actor_options={"num_cpus": 0},
+        max_ongoing_requests=10_000,
+        logging_config=quiet,
+    )
+    replicas = _deployment(_Replica).options(
+        name="ReplayReplica",
+        num_replicas=None if autoscaling else settings.replicas,
+        autoscaling_config=autoscaling,
+        max_ongoing_requests=settings.max_ongoing_requests,
+        ray_actor_options={"num_cpus": settings.replica_cpus},
+        request_router_config={"request_router_class": ROUTER},
+        health_check_period_s=5,
+        logging_config=quiet,
+    )
+    gateway = _deployment(_Gateway).options(
+        name="Gateway",
+        num_replicas=settings.gateways,
+        max_ongoing_requests=100_000,  # long-lived MCP streams pass through here
+        ray_actor_options={"num_cpus": 0},
+    )
+    return gateway.bind(
+        replicas.bind(str(snapshot), snapshot_id, app_options, registry.bind()), settings.max_body
+    )
+
+
+def app_builder(args: dict[str, Any]) -> serve.Application:
+    """Build the application from a ``serve run`` config's ``args`` (the :class:`ScaleSettings` fields).
+
+    Raises:
+        ConfigError: An unknown or missing argument.
+    """
+    known = {f.name for f in fields(ScaleSettings)}
+    unknown = sorted(set(args) - known)
+    if unknown:
+        raise ConfigError(
+            f"unknown replay-sim application args: {', '.join(unknown)}; known: {sorted(known)}"
+        )
+    if "snapshot" not in args:
+        raise ConfigError("the replay-sim application needs args.snapshot (a frozen snapshot bundle)")
+    values = dict(args)
+    if "limits" in values:
+        values["limits"] = Limits(**values["limits"])
+    if "allowed_hosts" in values:
+        values["allowed_hosts"] = tuple(values["allowed_hosts"])
+    return build_app(ScaleSettings(**values))
+
+
+def run(
+    settings: ScaleSettings,
+    *,
+    address: str | None = None,
+    on_ready: Callable[[str], None] | None = None,
+    stop: threading.Event | None = None,
+) -> None:
+    """Deploy the application on Ray (a local one unless ``address``) and serve until interrupted.
+
+    Args:
+        settings: What to deploy.
+        address: A running Ray cluster (``auto``, ``ray://…``, ``HOST:PORT``); None starts a local one.
+        on_ready: Called with the base URL once every replica is up.
+        stop: Set it to stop serving (else Ctrl-C or SIGTERM).
+    """
+    app = build_app(settings)  # refuse bad settings before starting Ray
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address=address, logging_level=logging.WARNING, include_dashboard=False)
+    stop = stop or threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        serve.start(http_options={"host": settings.host, "port": settings.port})
+        serve.run(app, name=APP_NAME, route_prefix="/")
+        if on_ready is not None:
+            on_ready(f"http://{_url_host(settings.host)}:{settings.port}")
+        with contextlib.suppress(KeyboardInterrupt):
+            while not stop.wait(1.0):
+                pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        with contextlib.suppress(Exception):
+            serve.delete(APP_NAME)
+        if started:
+            serve.shutdown()
+            ray.shutdown()
+
+
+def _deployment(cls: type) -> Deployment:
+    """A Serve deployment of ``cls`` (options set by the caller)."""
+    return cast(Deployment, serve.deployment(cls))
+
+
+def _url_host(host: str) -> str:
+    if host in ("0.0.0.0", "::"):
+        return "127.0.0.1"
+    return f"[{host}]" if ":" in host else host
+
+
+def settings_dict(settings: ScaleSettings) -> dict[str, Any]:
+    """The settings as ``serve run`` config ``args`` (JSON-ready)."""
+    values = asdict(settings)
+    values["allowed_hosts"] = list(settings.allowed_hosts)
+    return values

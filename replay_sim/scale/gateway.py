@@ -1,0 +1,216 @@
+"""The gateway: reads each request, finds what it belongs to, and sends it to the replica holding it.
+
+Ray Serve's HTTP proxy routes before it reads a body, but an episode may be named in the body
+(``_meta["replay-sim/episode"]``), so the application's ingress is this small stateless ASGI app.
+Per request it:
+
+1. reads the body (at most ``max_body`` bytes, else 413) and, for a JSON POST of at most 1 MiB,
+   its ``_meta`` (:func:`~replay_sim.scale.affinity.affinity`) — one ``json.loads`` per call;
+2. picks the target: the replica minting the request's MCP session, else the replica it last saw
+   answer the episode (remembered from ``X-Replay-Replica``, least recently used forgotten beyond
+   ``max_holders``), else none — the router then hashes the episode onto the live replicas;
+3. refuses at once, naming the episode, a target that is no longer among the live replicas
+   (:func:`~replay_sim.scale.lost.lost`), and a replica that dies under the request;
+4. follows a replica's redirect once: an episode held by another live replica (the live set
+   changed since it started) goes there, never to a fresh history.
+
+The replicas are reached through ``dispatch`` (an async iterator of ASGI message batches per
+:class:`~replay_sim.scale.wire.Envelope`); the Serve deployment supplies it (:mod:`~replay_sim.scale.deploy`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
+
+import anyio
+from starlette.types import Message, Receive, Scope, Send
+
+from replay_sim.scale.affinity import Affinity, affinity
+from replay_sim.scale.lost import conflict, error_messages, lost, unavailable
+from replay_sim.scale.replica import REPLICA_HEADER
+from replay_sim.scale.wire import REDIRECT, Envelope, scope_for_wire
+
+__all__ = ["DEFAULT_MAX_BODY", "Gateway", "ReplicaGone"]
+
+DEFAULT_MAX_BODY = 32 << 20
+"""The largest request body the gateway forwards (32 MiB, as a stdio request line)."""
+DEFAULT_MAX_HOLDERS = 200_000
+"""How many episodes' holders a gateway remembers."""
+_REPLICA = REPLICA_HEADER.encode()
+
+Dispatch = Callable[[Envelope], AsyncIterator[list[Message]]]
+
+
+class ReplicaGone(Exception):
+    """The replica serving a request died (or became unreachable) under it.
+
+    Args:
+        replica: Its id, when known.
+    """
+
+    def __init__(self, replica: str | None = None) -> None:
+        super().__init__(f"replay replica {replica or '?'} is gone")
+        self.replica = replica
+
+
+class Gateway:
+    """The application's ASGI ingress (see the module docstring).
+
+    Args:
+        dispatch: Sends an envelope to the replica the router picks; yields its message batches;
+            raises :class:`ReplicaGone` when that replica dies.
+        live: The ids of the replicas running now (empty when not yet known).
+        max_body: The largest request body accepted.
+        max_holders: How many episodes' holders to remember.
+    """
+
+    def __init__(
+        self,
+        dispatch: Dispatch,
+        live: Callable[[], frozenset[str]],
+        *,
+        max_body: int = DEFAULT_MAX_BODY,
+        max_holders: int = DEFAULT_MAX_HOLDERS,
+    ) -> None:
+        self.dispatch = dispatch
+        self.live = live
+        self.max_body = max_body
+        self.max_holders = max_holders
+        self._holders: OrderedDict[str, str] = OrderedDict()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return  # no websockets: the MCP transport is HTTP
+        body = await self._read(receive)
+        if body is None:
+            await _send_all(
+                send, error_messages(413, -32600, f"request body over {self.max_body} bytes", b"")
+            )
+            return
+        found = affinity(scope["method"], scope.get("path", ""), scope.get("headers", []), body)
+        target = found.replica
+        if target is None and found.episode is not None:
+            target = self._holders.get(found.episode)
+        envelope = Envelope(scope_for_wire(scope), body, found, target)
+        async with anyio.create_task_group() as group:
+            group.start_soon(_watch_disconnect, receive, group.cancel_scope)
+            try:
+                await self._forward(envelope, send)
+            finally:
+                group.cancel_scope.cancel()
+
+    async def _forward(self, envelope: Envelope, send: Send) -> None:
+        found, body = envelope.affinity, envelope.body
+        retried = redirected = False
+        while True:
+            live = self.live()
+            if envelope.target is not None and live and envelope.target not in live:
+                await _send_all(send, lost(found, envelope.target, body))
+                return
+            try:
+                holder = await self._relay(envelope, send)
+            except ReplicaGone as gone:
+                if envelope.target is None and not retried:
+                    # The router chose a replica that had just died: nothing held there is known to
+                    # this request, so ask again; a replica that finds the episode held by the dead
+                    # one redirects, and the redirect ends in "lost" below.
+                    retried = True
+                    continue
+                await _send_all(send, self._gone(envelope, gone.replica or envelope.target))
+                return
+            if holder is None:
+                return
+            if found.replica is not None:  # the session lives elsewhere than the episode
+                await _send_all(send, conflict(found, holder, found.replica, body))
+                return
+            if redirected:
+                await _send_all(send, unavailable(f"{found.describe()} was redirected twice", body))
+                return
+            redirected = True
+            envelope = replace(envelope, target=holder)
+
+    async def _relay(self, envelope: Envelope, send: Send) -> str | None:
+        """Stream one replica's answer to the client; returns the holder when it redirected instead.
+
+        Raises:
+            ReplicaGone: The replica died before answering (after it started, the connection is cut).
+        """
+        started = False
+        try:
+            async for batch in self.dispatch(envelope):
+                for message in batch:
+                    if message["type"] == REDIRECT:
+                        return str(message["replica"])
+                    if message["type"] == "http.response.start":
+                        started = True
+                        self._learn(envelope.affinity, message)
+                    await send(message)
+        except ReplicaGone:
+            if started:
+                raise RuntimeError("the replay replica died while answering") from None
+            raise
+        return None
+
+    def _gone(self, envelope: Envelope, replica: str | None) -> list[Message]:
+        """The answer when the replica serving a request died under it."""
+        if envelope.affinity.episode is None and envelope.affinity.session is None:
+            return unavailable(f"replica {replica or '?'} died under it; retry", b"")
+        return lost(envelope.affinity, replica, envelope.body)
+
+    def _learn(self, found: Affinity, start: Message) -> None:
+        """Remember which replica answered an episode (only answers the replica itself gave)."""
+        if found.episode is None:
+            return
+        for name, value in start.get("headers", []):
+            if name == _REPLICA:
+                self._holders[found.episode] = value.decode()
+                self._holders.move_to_end(found.episode)
+                while len(self._holders) > self.max_holders:
+                    self._holders.popitem(last=False)
+                return
+
+    async def _read(self, receive: Receive) -> bytes | None:
+        """The whole request body, or None when it is larger than ``max_body``."""
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body:
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        return b"".join(chunks)
+
+
+async def _watch_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:
+    """Cancel the forwarding when the client goes away (the replica's stream is then cancelled too)."""
+    with contextlib.suppress(Exception):
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        scope.cancel()
+
+
+async def _send_all(send: Send, messages: list[Message]) -> None:
+    for message in messages:
+        await send(message)
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
