@@ -16,6 +16,7 @@ from replay_sim.record.forward import Forwarder
 from replay_sim.redaction import Redactor
 from replay_sim.replay.admission import Limits
 from replay_sim.replay.factory import open_replay
+from replay_sim.replay.faults import Faults, Latency
 from replay_sim.replay.miss import MissPolicyName
 from replay_sim.replay.runner import serve
 from replay_sim.resolve.calibration import MatchConfig
@@ -75,6 +76,42 @@ _LIMITS = Limits()  # the defaults
     help="Seconds a client has to send a request body (then 408 and the connection closed).",
 )
 @click.option(
+    "--max-episodes",
+    type=click.IntRange(1),
+    default=_LIMITS.max_episodes,
+    show_default=True,
+    help="Live episodes at most; a new one past it is refused (503), none is evicted.",
+)
+@click.option(
+    "--episode-idle-timeout",
+    type=click.FloatRange(0, min_open=True),
+    default=_LIMITS.episode_idle_timeout,
+    show_default=True,
+    help="Seconds after which an episode that made no request expires (its state freed).",
+)
+@click.option(
+    "--latency",
+    default="none",
+    show_default=True,
+    metavar="none|recorded|fixed:MS|scale:F",
+    help="Hold each answer: not at all, as long as its recording took, MS milliseconds, or F times "
+    "the recorded time.",
+)
+@click.option(
+    "--faults",
+    "fault_specs",
+    multiple=True,
+    metavar="[SERVER/TOOL=]RATE[:KIND,...]|FILE.toml",
+    help="Fail this share of tool calls on purpose, deterministically per episode (repeatable; kinds: "
+    "timeout, error, is_error, disconnect; a TOML file's [faults] table, e.g. the matching config's).",
+)
+@click.option(
+    "--fault-hold",
+    type=click.FloatRange(0, 3600),
+    default=None,
+    help="Seconds a timeout fault holds the answer before its timeout error  [default: 30]",
+)
+@click.option(
     "--miss",
     type=click.Choice([p.value for p in MissPolicyName]),
     default=MissPolicyName.ERROR.value,
@@ -98,6 +135,24 @@ _LIMITS = Limits()  # the defaults
 @click.option("--llm-api-key", envvar="REPLAY_SIM_LLM_API_KEY", help="Bearer token for --llm-url (or env).")
 @click.option("--index-dir", type=click.Path(file_okay=False, path_type=Path), help="Vector index folder.")
 @match_config_option
+@click.option(
+    "--ray", "on_ray", is_flag=True, help="Serve --snapshot from replicas on Ray Serve (pip extra 'ray')."
+)
+@click.option(
+    "--replicas", type=click.IntRange(1), default=2, show_default=True, help="Ray: replay replicas."
+)
+@click.option(
+    "--max-ongoing-requests",
+    type=click.IntRange(1),
+    default=256,
+    show_default=True,
+    help="Ray: requests one replica works on at once (more wait for that replica).",
+)
+@click.option("--autoscale-min", type=click.IntRange(1), help="Ray: autoscale between this many replicas…")
+@click.option("--autoscale-max", type=click.IntRange(1), help="Ray: …and this many.")
+@click.option(
+    "--ray-address", help="Ray: a running cluster to deploy on (auto, HOST:PORT); default a local Ray."
+)
 def serve_command(
     db: Path,
     snapshot: Path | None,
@@ -109,6 +164,11 @@ def serve_command(
     max_sessions: int,
     max_concurrent: int,
     body_timeout: float,
+    max_episodes: int,
+    episode_idle_timeout: float,
+    latency: str,
+    fault_specs: tuple[str, ...],
+    fault_hold: float | None,
     miss: str,
     strict: bool,
     stdio: bool,
@@ -119,11 +179,54 @@ def serve_command(
     llm_api_key: str | None,
     index_dir: Path | None,
     match_config: MatchConfig | None,
+    on_ray: bool,
+    replicas: int,
+    max_ongoing_requests: int,
+    autoscale_min: int | None,
+    autoscale_max: int | None,
+    ray_address: str | None,
 ) -> None:
     """Replay the recorded servers: /mcp/<server> over HTTP (plus admin API and dashboard), or stdio."""
+    if on_ray:
+        if snapshot is None or stdio:
+            raise click.UsageError(
+                "--ray serves a frozen snapshot over HTTP: give --snapshot PATH, not --stdio"
+            )
+        from replay_sim.scale.deploy import ScaleSettings, run  # Ray is imported only here
+
+        if token is None and not is_loopback(host):
+            token = secrets.token_urlsafe(24)
+            click.echo(f"the admin API needs 'Authorization: Bearer {token}' (generated)", err=True)
+        settings = ScaleSettings(
+            str(snapshot),
+            replicas=replicas,
+            max_ongoing_requests=max_ongoing_requests,
+            autoscale_min=autoscale_min,
+            autoscale_max=autoscale_max,
+            host=host,
+            port=port,
+            allowed_hosts=allowed_hosts,
+            token=token,
+            miss=miss,
+            limits=Limits(
+                session_idle_timeout=session_idle_timeout,
+                max_sessions=max_sessions,
+                max_concurrent=max_concurrent,
+                body_timeout=body_timeout,
+            ),
+        )
+
+        def ready(url: str) -> None:
+            click.echo(
+                f"replaying {snapshot} on Ray Serve at {url}/mcp/<server> ({replicas} replicas)", err=True
+            )
+
+        run(settings, address=ray_address, on_ready=ready)
+        return
     if stdio and not server_name:
         raise click.UsageError("--stdio serves one server: name it with --server NAME")
     recorder_config = None if config is None else load_config(config)
+    faults = Faults.parse(fault_specs, hold=fault_hold)
     forward = None
     if miss == MissPolicyName.LIVE and snapshot is None:  # (a snapshot refuses --miss live itself)
         if recorder_config is None:
@@ -140,6 +243,8 @@ def serve_command(
         llm_api_key=llm_api_key,
         index_dir=index_dir,
         match_config=match_config,
+        latency=Latency.parse(latency),
+        faults=faults,
     )
     for problem in replay.check(strict):
         click.echo(f"replay-sim: warning: {problem}", err=True)
@@ -167,12 +272,18 @@ def serve_command(
             )
         hosts = HostCheck(host, allowed_hosts).describe()
         click.echo(f"accepted Host names: {hosts} (more with --allowed-host NAME)", err=True)
+        click.echo(f"episodes: {url}/episodes/<id>/mcp/<server> (POST {url}/api/episodes)", err=True)
+        if latency != "none" or faults:
+            said = f"faults {faults.describe()} (timeouts held {faults.hold:g} s)" if faults else "no faults"
+            click.echo(f"injecting latency {latency} and {said}", err=True)
 
     limits = Limits(
         session_idle_timeout=session_idle_timeout,
         max_sessions=max_sessions,
         max_concurrent=max_concurrent,
         body_timeout=body_timeout,
+        max_episodes=max_episodes,
+        episode_idle_timeout=episode_idle_timeout,
     )
     serve(
         replay,
