@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import threading
 from collections.abc import AsyncIterator, Callable
@@ -216,6 +217,8 @@ def build_app(settings: ScaleSettings) -> serve.Application:
 def app_builder(args: dict[str, Any]) -> serve.Application:
     """Build the application from a ``serve run`` config's ``args`` (the :class:`ScaleSettings` fields).
 
+    The admin token may come from ``REPLAY_SIM_TOKEN`` instead of ``args.token``.
+
     Raises:
         ConfigError: An unknown or missing argument.
     """
@@ -223,11 +226,13 @@ def app_builder(args: dict[str, Any]) -> serve.Application:
     unknown = sorted(set(args) - known)
     if unknown:
         raise ConfigError(
-            f"unknown replay-sim application args: {', '.join(unknown)}; known: {sorted(known)}"
+            f"unknown replay-sim application args: {', '.join(unknown)}; known: {', '.join(sorted(known))}"
         )
     if "snapshot" not in args:
         raise ConfigError("the replay-sim application needs args.snapshot (a frozen snapshot bundle)")
     values = dict(args)
+    if values.get("token") is None and os.environ.get("REPLAY_SIM_TOKEN"):
+        values["token"] = os.environ["REPLAY_SIM_TOKEN"]
     if "limits" in values:
         values["limits"] = Limits(**values["limits"])
     if "allowed_hosts" in values:

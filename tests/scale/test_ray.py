@@ -27,10 +27,12 @@ from replay_sim.store.interchange import import_jsonl
 ray = pytest.importorskip("ray", reason="Ray is not installed: pip install -e '.[ray]' (make install does)")
 serve = pytest.importorskip("ray.serve")
 
-from replay_sim.scale.deploy import APP_NAME, ScaleSettings, build_app  # noqa: E402
+from replay_sim.errors import ConfigError  # noqa: E402
+from replay_sim.scale.deploy import APP_NAME, ScaleSettings, app_builder, build_app  # noqa: E402
 
 pytestmark = pytest.mark.anyio
 DEMO = Path(__file__).parents[2] / "replay_sim" / "cli" / "demo_data" / "memory.jsonl"
+SERVER = Path(__file__).parents[2] / "server"
 MODERN = {
     "Accept": "application/json, text/event-stream",
     "Content-Type": "application/json",
@@ -65,6 +67,21 @@ def snapshot(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import_jsonl(store, DEMO)
     store.close()
     return freeze(folder / "memory.db", folder / "snapshot").path
+
+
+def test_the_shipped_serve_config_builds_the_application(snapshot: Path) -> None:
+    import yaml
+    from ray.serve.schema import ServeDeploySchema
+
+    config = ServeDeploySchema.model_validate(yaml.safe_load((SERVER / "ray.yaml").read_text()))
+    (application,) = config.applications
+    assert application.import_path == "replay_sim.scale.deploy:app_builder"
+    args = dict(application.args) | {"snapshot": str(snapshot), "token": "t"}
+    assert isinstance(app_builder(args), serve.Application)
+    with pytest.raises(ConfigError, match="args: replica; known: allowed_hosts, "):
+        app_builder(args | {"replica": 2})
+    with pytest.raises(ConfigError, match="--autoscale-min <= --replicas"):
+        app_builder(args | {"autoscale_min": 9})
 
 
 def free_port() -> int:
