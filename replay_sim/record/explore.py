@@ -11,7 +11,10 @@ between), it sends the same call again with one argument varied, and records tha
 Exploring costs a few calls per tool, not one per call: a (tool, argument, difference) is asked
 about only until the answers settle it — refuted by one disagreeing pair, or shown by agreeing
 pairs with more different answers than the resolver needs — and at most :attr:`Explorer.budget`
-times.
+times. What was asked and what it settled belong to the store, not to one recorder process:
+:meth:`Explorer.resume` takes in the variants the store's recordings hold
+(:func:`replay_sim.store.ledger.explored`), so a new run asks nothing they settle and its budget
+counts the calls earlier runs made.
 
 Which tools are read-only is itself asked first (:mod:`replay_sim.record.effect_probes`): a tool
 annotated read-only whose repeated call answers differently keeps hidden state, and its variants
@@ -22,11 +25,15 @@ answers show to change nothing has its variants asked too.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from replay_sim.canonical import answer_text
 from replay_sim.record.effect_probes import EffectProbes
+from replay_sim.schema import ToolSchema, tool_schemas
+from replay_sim.store import Origin, Store
+from replay_sim.store.ledger import explored
 from replay_sim.variants import MIN_EVIDENCE, Transform
 
 __all__ = ["Explorer", "Variant"]
@@ -56,19 +63,65 @@ class Explorer:
     _asked: dict[tuple[str, str, Transform], int] = field(default_factory=lambda: defaultdict(int))
     _agreed: dict[tuple[str, str, Transform], set[str]] = field(default_factory=lambda: defaultdict(set))
     _settled: set[tuple[str, str, Transform]] = field(default_factory=set)
+    tools: dict[str, ToolSchema] = field(default_factory=dict)
+    """The server's listed tools (their input schemas shape the variants)."""
 
-    def variants(self, tool: str, arguments: dict[str, Any]) -> list[Variant]:
-        """The variant calls to make after a successful call of read-only ``tool``."""
+    def declare(self, tools: Mapping[str, ToolSchema]) -> None:
+        """Take the server's listed tools (schemas for the variants, annotations for the effect probes)."""
+        self.tools = dict(tools)
+        self.effects.declare(tools)
+
+    def resume(self, store: Store, server: str) -> int:
+        """Take in what ``store`` already holds of ``server``: its listed tools, every recorded
+        session (the effect probes judge them) and every variant asked before (the ledger).
+
+        Returns:
+            How many recorded variant calls were taken in.
+        """
+        self.declare(tool_schemas(store.listings(server).get("tools/list")))
+        recordings = store.recordings(server)
+        recordings.sort(key=lambda r: (r.session or "", r.seq or 0, r.id))
+        for rec in recordings:
+            session = rec.session if rec.session is not None else f"#{rec.id}"
+            self.effects.observe(
+                session, rec.method, rec.params, rec.result, rec.error, rec.origin == Origin.EXPLORE
+            )
+        schemas = {name: tool.input_schema for name, tool in self.tools.items()}
+        taken = 0
+        for asked in explored(store, server, schemas):
+            original = answer_text(asked.original.result, asked.original.error)
+            answer = answer_text(asked.variant.result, asked.variant.error)
+            variant = Variant(asked.tool, asked.argument, asked.transform, asked.variant.arguments)
+            self.observe(variant, original, answer)
+            taken += 1
+        return taken
+
+    def variants(
+        self, tool: str, arguments: dict[str, Any], input_schema: dict[str, Any] | None = None
+    ) -> list[Variant]:
+        """The variant calls to make after a successful call of read-only ``tool``.
+
+        Args:
+            tool: The tool called.
+            arguments: The call's arguments.
+            input_schema: The tool's listed ``inputSchema``: with it, a variant of another type
+                (``1`` → ``"1"``) or an omitted optional argument is asked where the schema allows
+                it, and no variant the schema refuses is ever made.
+        """
         found = []
-        for name, value in arguments.items():
+        for name in arguments:
             for transform in Transform:
-                key = (tool, name, transform)
-                if key in self._settled or self._asked[key] >= self.budget:
+                if not self.open(tool, name, transform):
                     continue
-                varied = transform.vary(value)
+                varied = transform.vary_call(arguments, name, input_schema)
                 if varied is not None:
-                    found.append(Variant(tool, name, transform, {**arguments, name: varied}))
+                    found.append(Variant(tool, name, transform, varied))
         return found
+
+    def open(self, tool: str, argument: str, transform: Transform) -> bool:
+        """Whether a difference is still worth asking about: not settled, and within the budget."""
+        key = (tool, argument, transform)
+        return key not in self._settled and self._asked[key] < self.budget
 
     async def explore(
         self, variants: Sequence[Variant], original: str, ask: Callable[[dict[str, Any]], Awaitable[str]]

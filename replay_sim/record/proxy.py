@@ -96,6 +96,8 @@ class ServerProxy:
         )
         await self.write(partial(self.store.put_server, record), "server info")
         await self._record_listings(upstream, record.capabilities)
+        if self.explorer is not None:  # what earlier runs asked and settled is in the store
+            await self.write(partial(self.explorer.resume, self.store, self.name), "exploration ledger")
 
     async def close(self) -> None:
         """End every session's upstream connection, and the spare one."""

@@ -133,9 +133,7 @@ class Session:
         if explorer is None:
             return
         if not explorer.effects.declared:  # the listing is recorded before any client call
-            explorer.effects.declare(
-                tool_schemas(self.proxy.store.listings(self.proxy.name).get("tools/list"))
-            )
+            explorer.declare(tool_schemas(self.proxy.store.listings(self.proxy.name).get("tools/list")))
         explorer.effects.observe(self.store_session, method, params, call.result, call.error)
         if method == "tools/call" and call.result is not None and not call.result.get("isError"):
             await self._probe_effect(params)
@@ -278,7 +276,8 @@ class Session:
             or not isinstance(arguments, dict)
         ):
             return
-        wanted = explorer.variants(name, arguments)
+        tool = explorer.tools.get(name)
+        wanted = explorer.variants(name, arguments, None if tool is None else tool.input_schema)
         if not wanted:  # the usual case once the explorer has settled this tool
             return
         # A secret is never varied: its variant (" TOKEN ") may escape the redaction rules.
