@@ -1,7 +1,7 @@
 """The ``replay-sim`` command line: thin commands, each calling one library function.
 
-Commands live in one module per area (``store``, ``record``, ``index``, ``serve``, ``snapshot``);
-each registers itself on :data:`cli`. Every command that touches a store takes ``--db``.
+Commands live in one module per area (``store``, ``record``, ``coverage``, ``index``, ``serve``,
+``snapshot``); each registers itself on :data:`cli`. Every command that touches a store takes ``--db``.
 Errors end the process with status 1 and one line naming the problem. The entry point applies
 replay-sim's process-wide settings (:func:`~replay_sim.resolve.runtime.configure_runtime`) before
 any command runs; importing the library applies none.
@@ -65,6 +65,7 @@ def main() -> None:
 
 
 # Command modules register themselves on `cli`; imported last so `cli` exists.
+from replay_sim.cli import coverage as _coverage  # noqa: E402, F401
 from replay_sim.cli import index as _index  # noqa: E402, F401
 from replay_sim.cli import record as _record  # noqa: E402, F401
 from replay_sim.cli import serve as _serve  # noqa: E402, F401

@@ -15,6 +15,7 @@ Example (``server/record.example.toml`` is the annotated version)::
     args = ["--repository", "."]
     env = { GIT_TOKEN = "${GIT_TOKEN}" }
     explore = true         # learn which argument differences its read-only tools ignore
+    reset = "git checkout -- . && git clean -fdq"   # back to the state its recordings start from
 
     [servers.remote]
     url = "http://127.0.0.1:9000/mcp"
@@ -45,7 +46,9 @@ __all__ = ["DEFAULT_TIMEOUT", "RecorderConfig", "UpstreamSpec", "load_config", "
 
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-_SERVER_KEYS = {"command", "args", "env", "cwd", "url", "headers", "timeout", "startup_timeout", "explore"}
+_SERVER_KEYS = {
+    "command", "args", "env", "cwd", "url", "headers", "timeout", "startup_timeout", "explore", "reset"
+}  # fmt: skip
 _REDACTION_KEYS = {"keys", "patterns", "replacement"}
 DEFAULT_TIMEOUT = 60.0
 """Seconds an upstream may take to answer one request (or to report progress on it) by default:
@@ -71,6 +74,9 @@ class UpstreamSpec:
         startup_timeout: Seconds to wait for the server to answer ``initialize``.
         explore: While recording, ask the server which argument differences its read-only tools
             ignore (:mod:`replay_sim.record.explore`).
+        reset: A shell command that puts the server's state back to the one its recordings start
+            from (restores a data folder, a database, a repository), run before each session
+            ``replay-sim backfill`` and ``replay-sim explore`` open; in the ``cwd`` when given.
     """
 
     command: str | None = None
@@ -82,6 +88,7 @@ class UpstreamSpec:
     timeout: float | None = DEFAULT_TIMEOUT
     startup_timeout: float = 30.0
     explore: bool = False
+    reset: str | None = None
 
     def __post_init__(self) -> None:
         if (self.command is None) == (self.url is None):
@@ -198,6 +205,7 @@ def _server(name: str, entry: Any, where: str) -> UpstreamSpec:
     explore = entry.get("explore", False)
     if not isinstance(explore, bool):
         raise ConfigError(f"{where}: 'explore' must be true or false")
+    reset = _string(entry, "reset", where) if "reset" in entry else None
     if "url" in entry:
         url = _string(entry, "url", where)
         if not url.startswith(("http://", "https://")):
@@ -211,6 +219,7 @@ def _server(name: str, entry: Any, where: str) -> UpstreamSpec:
             timeout=_timeout(entry, where),
             startup_timeout=_seconds(entry, "startup_timeout", where) or 30.0,
             explore=explore,
+            reset=reset,
         )
     args = entry.get("args", [])
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
@@ -226,6 +235,7 @@ def _server(name: str, entry: Any, where: str) -> UpstreamSpec:
         timeout=_timeout(entry, where),
         startup_timeout=_seconds(entry, "startup_timeout", where) or 30.0,
         explore=explore,
+        reset=reset,
     )
 
 

@@ -41,6 +41,7 @@ from replay_sim.resolve.resolution import Candidate, Problem, Resolution, Tier
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.stdio_transport import native_stdio
 from replay_sim.store import Store
+from replay_sim.store.misses import MissLog
 
 __all__ = ["Answer", "Replay"]
 
@@ -103,6 +104,8 @@ class Replay:
         self.histories = histories or Histories()
         self.rounds = Rounds()  # 2026-era clients answer recorded questions one round at a time
         self.metrics = metrics or Metrics()
+        self.miss_log: MissLog | None = MissLog(store)
+        """Where misses persist for ``replay-sim backfill`` (None: nowhere)."""
         self.surfaces = {record.name: Surface(store, record) for record in store.servers()}
         self._servers: dict[str, Server[Any]] = {}
 
@@ -228,7 +231,7 @@ class Replay:
             sessionless = needs_history(self.resolver, server, method, name, arguments, resolution)
             if sessionless is not None:
                 answer = Answer(name, sessionless, self._reply(server, method, name, sessionless))
-                self._record_miss(server, method, name, arguments, answer, sessionless)
+                self._record_miss(server, method, name, arguments, answer, sessionless, kept=None)
                 return answer
         miss = resolution
         if not resolution.hit:
@@ -240,7 +243,7 @@ class Replay:
                 resolution = dataclasses.replace(miss, reason=failed)
         answer = Answer(name, resolution, self._reply(server, method, name, resolution))
         if not miss.hit:
-            self._record_miss(server, method, name, arguments, answer, miss)
+            self._record_miss(server, method, name, arguments, answer, miss, kept=history)
         return answer
 
     def _refusal(self, surface: Surface, method: str, name: str, arguments: dict[str, Any]) -> Answer | None:
@@ -322,9 +325,25 @@ class Replay:
         return missed
 
     def _record_miss(
-        self, server: str, method: str, name: str, arguments: dict[str, Any], answer: Answer, miss: Resolution
+        self,
+        server: str,
+        method: str,
+        name: str,
+        arguments: dict[str, Any],
+        answer: Answer,
+        miss: Resolution,
+        kept: Sequence[str] | Trail | bool | None = False,
     ) -> None:
-        """Keep a call that no recording answered with certainty for the admin API."""
+        """Keep a call that no recording answered with certainty for the admin API.
+
+        With ``kept`` (the call's history; None when it had none) it is also persisted in the miss
+        log for ``replay-sim backfill``; refusals and calls answered otherwise are not.
+        """
+        if kept is not False and self.miss_log is not None:
+            candidates = [candidate_json(c) for c in miss.candidates]
+            prefix = None if kept is None or kept is True else self._state_steps(kept)
+            self.miss_log.add(server, method, name, arguments, prefix=prefix, status=answer.status,
+                              reason=miss.reason, candidates=candidates)  # fmt: skip
         self.metrics.record_miss(
             MissRecord(
                 at=time.time(),
@@ -337,6 +356,15 @@ class Replay:
                 candidates=[candidate_json(c) for c in miss.candidates],
             )
         )
+
+    def _state_steps(self, history: Sequence[str] | Trail) -> list[str]:
+        """The keys of the state-changing calls of a history, in order: recorded, or missed (diverged)."""
+        lookup = self.resolver.lookup
+        trail = lookup.trail(history)
+        if trail.diverged is None:
+            return list(trail.state)
+        steps = trail.steps
+        return [s.removeprefix(DIVERGED) for s in steps if s.startswith(DIVERGED) or lookup.is_mutating(s)]
 
     def _reply(self, server: str, method: str, name: str, resolution: Resolution) -> Reply:
         """The reply for a resolution, citing this replay's snapshot in its provenance."""

@@ -22,6 +22,10 @@ from replay_sim.errors import StoreError
 __all__ = ["SCHEMA_VERSION", "Database", "drop_embedding_cache"]
 
 SCHEMA_VERSION = 1
+"""Changes when a store's tables change in a way older code cannot read. A table added later (the
+``misses`` log) does not change it: opening a store for writing creates what it lacks
+(``CREATE TABLE IF NOT EXISTS``), and its readers take a store without it — an older store, or a
+read-only snapshot of one — as holding none, so stores of either age open with either code."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -42,6 +46,11 @@ CREATE INDEX IF NOT EXISTS calls_tool ON calls (server, method, name);
 CREATE INDEX IF NOT EXISTS calls_session ON calls (session, seq);
 CREATE TABLE IF NOT EXISTS embeddings (
     model TEXT NOT NULL, text_sha TEXT NOT NULL, vector BLOB NOT NULL, PRIMARY KEY (model, text_sha));
+CREATE TABLE IF NOT EXISTS misses (
+    id INTEGER PRIMARY KEY, server TEXT NOT NULL, method TEXT NOT NULL, name TEXT NOT NULL,
+    key TEXT NOT NULL, params TEXT NOT NULL, prefix TEXT, state TEXT NOT NULL,
+    status TEXT NOT NULL, reason TEXT NOT NULL, candidates TEXT,
+    count INTEGER NOT NULL, first_at TEXT NOT NULL, last_at TEXT NOT NULL, UNIQUE (key, state));
 """
 
 

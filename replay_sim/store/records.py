@@ -21,6 +21,8 @@ class Origin(StrEnum):
     """Made up by an LLM under the `synthesize` miss policy; never a real server's answer."""
     EXPLORE = "explore"
     """Asked by the recorder itself (``explore``): a variant of a client's read-only call."""
+    BACKFILL = "backfill"
+    """Asked by ``replay-sim backfill``: a call a replay missed, asked from the state it was missed in."""
 
 
 def utc_now() -> str:

@@ -15,8 +15,10 @@ from recording_helpers import NODE_BIN, PYTHON, ROOT, proxy_stdio, run_script, s
 
 from replay_sim.canonical import answer_text
 from replay_sim.effects import Effect
+from replay_sim.record.config import RecorderConfig, UpstreamSpec
 from replay_sim.record.effect_probes import EffectProbes
 from replay_sim.record.explore import Explorer, Variant
+from replay_sim.record.revisit import explore_store
 from replay_sim.resolve.resolution import Tier
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.schema import tool_schemas
@@ -296,3 +298,81 @@ async def test_a_plain_recording_shows_a_read_only_hint_that_lies_and_replay_sto
     found = resolver.resolve("counter", *_counter("tally", text="b"), [])
     assert found.tier is Tier.MISS and found.recording is None, found.reason
     store.close()
+
+
+# -- exploring after the fact (replay-sim explore) ----------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_exploring_a_plain_recording_afterwards_learns_what_the_server_ignores_and_remembers_it(
+    tmp_path: Path,
+) -> None:
+    graph, seed = tmp_path / "memory.jsonl", tmp_path / "seed.jsonl"
+    seed.write_text("".join(json.dumps(e) + "\n" for e in _GRAPH))
+    graph.write_bytes(seed.read_bytes())
+    memory = str(NODE_BIN / "mcp-server-memory")
+    script = [
+        *[_tool("search_nodes", query=q) for q in ["Alice", "quantum", "Acme", "violin"]],
+        _tool("create_entities", entities=[{"name": "Carol", "entityType": "person", "observations": []}]),
+        _tool("search_nodes", query="Carol"),  # after a write: not at the initial state
+    ]
+    db = tmp_path / "r.db"
+    await run_script(proxy_stdio(db, "memory", [memory], "-e", f"MEMORY_FILE_PATH={graph}"), script)
+    store = Store(db)
+    resolver = Resolver(store, index_dir=None, semantic=False)
+    assert resolver.resolve("memory", *_tool("search_nodes", query="aCmE"), []).tier is Tier.MISS
+
+    # The recording left Carol in the memory file: the reset puts the recorded initial state back.
+    spec = UpstreamSpec(command=memory, env={"MEMORY_FILE_PATH": str(graph)}, reset=f"cp {seed} {graph}")
+    config = RecorderConfig({"memory": spec})
+    effects = resolver.lookup.effects("memory")
+
+    def read_only(server: str, tool: str) -> bool:
+        return effects[tool].effect is Effect.NONE
+
+    report = await explore_store(store, config, read_only)
+    assert (report.considered, report.problems) == (4, [])
+    explored = [r for r in store.recordings() if r.origin == Origin.EXPLORE]
+    assert {r.name for r in explored} == {"search_nodes"}
+    assert "Carol" not in {r.arguments.get("query") for r in explored}  # not from the initial state
+    assert report.asked == len(explored)
+
+    # Replay now answers what the server ignores (case), exactly as the server would.
+    graph.write_bytes(seed.read_bytes())
+    truth = await run_script(
+        stdio(memory, env={"MEMORY_FILE_PATH": str(graph)}), [_tool("search_nodes", query="aCmE")]
+    )
+    resolver = Resolver(store, index_dir=None, semantic=False)
+    found = resolver.resolve("memory", *_tool("search_nodes", query="aCmE"), [])
+    assert found.tier is Tier.CANONICAL, found.reason
+    assert answer_text(found.recording.result, None) == answer_text(truth[0], None)  # type: ignore[union-attr]
+
+    # What is settled belongs to the store: a second run asks nothing settled again.
+    again = await explore_store(store, config, read_only)
+    assert again.asked == 0 and again.explored == 0 and again.settled == again.considered == 4
+    # And neither does a recorder exploring the same store later (its budget counts these calls).
+    explorer = Explorer()
+    assert explorer.resume(store, "memory") > 0
+    tool = explorer.tools["search_nodes"]
+    assert explorer.variants("search_nodes", {"query": "Bob"}, tool.input_schema) == []
+    store.close()
+
+
+def test_variants_follow_the_tool_schema_numbers_and_omitted_optional_arguments() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "n": {"type": ["integer", "string"]},
+            "sort": {"type": "string"},
+            "id": {"type": "integer"},
+        },
+        "required": ["id"],
+    }
+    asked = Explorer().variants("t", {"n": 3, "sort": "name", "id": 7}, schema)
+    made = {(v.argument, v.transform): v.arguments for v in asked}
+    assert made[("n", Transform.NUMBER)] == {"n": "3", "sort": "name", "id": 7}  # the schema allows "3"
+    assert made[("sort", Transform.DEFAULT)] == {"n": 3, "id": 7}  # optional, no declared default
+    assert ("id", Transform.NUMBER) not in made and ("id", Transform.DEFAULT) not in made
+    assert all(Transform.NUMBER is not t for _, t in made if _ == "sort")
+    assert Explorer().variants("t", {"n": 3}) == []  # no schema: nothing of another type, nothing left out

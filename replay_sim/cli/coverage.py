@@ -1,0 +1,172 @@
+"""Coverage commands: ``explore`` (learn what read-only tools ignore, after the fact) and ``backfill``
+(ask the real servers the calls a replay missed, from the state it missed them in).
+
+Both ask the real servers of a recorder config and record the answers into the store. What they
+need from the resolver side — which tools change nothing, whether the store answers a miss — is
+worked out here and handed in: the record stage never uses the resolver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+import click
+from tqdm import tqdm
+
+from replay_sim.cli import cli, db_option, match_config_option
+from replay_sim.effects import Effect
+from replay_sim.record.backfill import backfill
+from replay_sim.record.config import load_config
+from replay_sim.record.revisit import explore_store
+from replay_sim.resolve.calibration import MatchConfig
+from replay_sim.resolve.lineage import DIVERGED, store_effects
+from replay_sim.resolve.resolver import Resolver
+from replay_sim.store import Store
+from replay_sim.store.misses import MissEntry, read_misses, side_file
+from replay_sim.store.snapshot import STORE_FILE
+
+config_option = click.option(
+    "--config",
+    "config_file",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Recorder config (TOML): how to reach each real server, and its reset command.",
+)
+
+
+def _read_only(store: Store, match_config: MatchConfig | None) -> Callable[[str, str], bool]:
+    """Whether a tool changes nothing, as the resolver sees it (declared or learned effects)."""
+    effects = store_effects(store, match_config)
+
+    def read_only(server: str, tool: str) -> bool:
+        verdict = effects.get(server, {}).get(tool)
+        return verdict is not None and verdict.effect is Effect.NONE
+
+    return read_only
+
+
+def _bar(desc: str, unit: str) -> tuple[tqdm, Callable[[int, int], None]]:  # type: ignore[type-arg]
+    bar = tqdm(total=0, unit=unit, desc=desc, disable=None)
+
+    def progress(done: int, total: int) -> None:
+        bar.total = total
+        bar.update(done - bar.n)
+
+    return bar, progress
+
+
+@cli.command("explore")
+@config_option
+@db_option
+@match_config_option
+@click.option(
+    "--budget",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="Most variant calls per tool, argument and difference, counting earlier runs'.",
+)
+@click.option("--max-calls", type=click.IntRange(min=1), help="Most calls to the real servers in this run.")
+@click.option("--server", "servers", multiple=True, help="Only this recorded server (repeatable).")
+def explore_command(
+    config_file: Path,
+    db: Path,
+    match_config: MatchConfig | None,
+    budget: int,
+    max_calls: int | None,
+    servers: tuple[str, ...],
+) -> None:
+    """Ask the real servers which argument differences their read-only tools ignore, from the store's calls.
+
+    For stores recorded without `record --explore` or imported from JSONL: each recorded
+    successful read-only call made at the initial state of its session is asked again in a fresh
+    session (after the server's reset command, if it has one) and, if answered as recorded, its
+    still-undecided variants are asked and recorded (origin explore).
+    """
+    config = load_config(config_file)
+    with Store(db, create=False) as store:
+        read_only = _read_only(store, match_config)
+        bar, progress = _bar("exploring", "call")
+        with bar:
+            report = anyio.run(
+                lambda: explore_store(
+                    store,
+                    config,
+                    read_only,
+                    budget=budget,
+                    max_calls=max_calls,
+                    servers=list(servers) or None,
+                    progress=progress,
+                )
+            )
+    for line in report.lines():
+        click.echo(line)
+
+
+def _kept(path: Path) -> list[MissEntry]:
+    """The misses kept in a store, a side file, or beside a snapshot bundle (and in its store)."""
+    files = [side_file(path / STORE_FILE), path / STORE_FILE] if path.is_dir() else [path]
+    found: list[MissEntry] = []
+    for file in files:
+        if file.is_file():
+            with Store(file, readonly=True) as kept:
+                found += read_misses(kept)
+    if not found:
+        click.echo(
+            f"replay-sim: no misses kept in {path} (a store or snapshot from before misses were kept?)"
+        )
+    return found
+
+
+@cli.command("backfill")
+@config_option
+@db_option
+@match_config_option
+@click.option("--limit", type=click.IntRange(min=1), help="Most misses to ask the real servers.")
+@click.option(
+    "--misses",
+    "sources",
+    multiple=True,
+    type=click.Path(exists=True, path_type=Path),
+    help="Also the misses kept in this store, side file or snapshot bundle (repeatable).",
+)
+def backfill_command(
+    config_file: Path,
+    db: Path,
+    match_config: MatchConfig | None,
+    limit: int | None,
+    sources: tuple[Path, ...],
+) -> None:
+    """Ask the real servers the calls a replay missed, from the state it missed them in; record them.
+
+    Resets each upstream (its reset command) before each session, asks the state-changing calls the
+    episode made before the miss, then the missed call, and records the session (origin
+    backfill). Misses that need a reset the config does not give are reported, not guessed. Prints
+    how many of the misses the store answers now (exact and canonical tiers).
+    """
+    config = load_config(config_file)
+    with Store(db, create=False) as store:
+        misses = read_misses(store)
+        for source in sources:
+            misses += _kept(source)
+        read_only = _read_only(store, match_config)
+        resolver = Resolver(store, config=match_config, index_dir=None, semantic=False)
+
+        def answers(entry: MissEntry) -> bool:
+            steps = [
+                s["key"] if store.recordings(key=s["key"], limit=1) else DIVERGED + s["key"]
+                for s in entry.prefix or []
+            ]
+            return resolver.resolve(entry.server, entry.method, entry.params, steps).hit
+
+        bar, progress = _bar("backfilling", "miss")
+        with bar:
+            report = anyio.run(
+                lambda: backfill(
+                    store, misses, config, read_only, answers=answers, limit=limit, progress=progress
+                )
+            )
+    for line in report.lines():
+        click.echo(line)
