@@ -19,6 +19,7 @@ from fastapi import APIRouter, Depends, HTTPException, Path, Query
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from replay_sim.replay.coverage import coverage
 from replay_sim.replay.metrics import truncated
 from replay_sim.replay.replay import Replay
 from replay_sim.store import Recording
@@ -161,6 +162,13 @@ def admin_api(
         return Response(
             replay.metrics.misses_json(limit, server, MISSES_MAX_BYTES), media_type="application/json"
         )
+
+    @guarded.get("/api/coverage")
+    def coverage_view(limit: int = Query(20, ge=1, le=200)) -> Response:
+        """Per tool: recorded calls, replayed calls by tier and hit rate, kept misses; and the most
+        missed calls (kept across restarts) with their nearest recordings and whether
+        ``replay-sim backfill`` can take them."""
+        return _json(coverage(replay, limit))
 
     @guarded.get("/api/recordings", response_model=list[dict[str, Any]])
     def recordings(

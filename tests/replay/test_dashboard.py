@@ -20,6 +20,7 @@ def test_the_dashboard_shows_tiers_per_tool_and_recent_misses_with_diagnostics(t
     replay = make_replay(tmp_path_factory.mktemp("dash") / "dash.db")
     with serving_in_thread(create_app(replay)) as url:
         call_tools(f"{url}/mcp/demo", [("echo", {"message": "hello"}), ("echo", {"message": "hello world"})])
+        assert replay.miss_log.flush()
         with tempfile.TemporaryDirectory() as profile:
             done = subprocess.run(
                 [
@@ -50,3 +51,5 @@ def test_the_dashboard_shows_tiers_per_tool_and_recent_misses_with_diagnostics(t
     assert '<tr data-tool="increment" data-effect="changes">' in dom  # each tool's effect, with why
     assert "counter before/after differed" in dom
     assert 'message: recorded "hello", requested "hello world"' in dom
+    assert '<li class="miss" data-tool="echo" data-backfill="yes">' in dom  # coverage: a kept miss
+    assert "backfill: can take it" in dom and "50.0 %" in dom  # echo: one of two answered

@@ -108,11 +108,33 @@ function drawMisses(misses) {
   document.getElementById("misses").replaceChildren(...(items.length ? items : [el("li", {}, "no misses")]));
 }
 
+function drawCoverage(view) {
+  const rows = view.tools.map((t) => el("tr", { "data-tool": t.tool },
+    el("td", {}, t.server), el("td", {}, t.tool), el("td", { class: "num" }, t.recorded),
+    el("td", { class: "num" }, t.replayed),
+    el("td", { class: "num" }, t.hit_rate === null ? "–" : `${(100 * t.hit_rate).toFixed(1)} %`),
+    el("td", {}, ...Object.entries(t.tiers).flatMap(([tier, n]) => [tierBadge(tier), ` ${n} `])),
+    el("td", { class: "num" }, t.kept_misses)));
+  document.querySelector("#coverage tbody").replaceChildren(...rows);
+  const items = view.misses.map((m) => {
+    const how = m.backfill.can ? (m.backfill.needs ? `backfill: needs ${m.backfill.needs}` : "backfill: can take it")
+      : `backfill: cannot (${m.backfill.needs})`;
+    const li = el("li", { class: "miss", "data-tool": m.name, "data-backfill": m.backfill.can ? "yes" : "no" },
+      el("strong", {}, `${m.count}× ${m.server} · ${m.name}`), " ", el("code", {}, JSON.stringify(m.params)),
+      el("div", { class: "muted" }, how), el("div", { class: "muted" }, m.reason || ""));
+    m.candidates.forEach((c) => li.append(el("div", { class: "candidate" },
+      `nearest #${c.recording} (score ${Number(c.score).toFixed(3)})`)));
+    return li;
+  });
+  document.getElementById("missed").replaceChildren(...(items.length ? items : [el("li", {}, "no kept misses")]));
+}
+
 async function refresh() {
   try {
-    const [stats, misses] = await Promise.all([
+    const [stats, misses, coverage] = await Promise.all([
       api("/api/stats"),
       api("/api/misses?limit=30"),
+      api("/api/coverage?limit=20"),
     ]);
     const total = stats.calls.reduce((a, r) => a + r.count, 0);
     document.getElementById("summary").textContent =
@@ -121,6 +143,7 @@ async function refresh() {
     drawTools(stats.calls);
     drawEffects(stats.effects);
     drawMisses(misses);
+    drawCoverage(coverage);
     document.body.dataset.ready = "1";
   } catch (err) {
     document.getElementById("summary").textContent = `admin API unreachable: ${err}`;
