@@ -376,3 +376,24 @@ def test_variants_follow_the_tool_schema_numbers_and_omitted_optional_arguments(
     assert ("id", Transform.NUMBER) not in made and ("id", Transform.DEFAULT) not in made
     assert all(Transform.NUMBER is not t for _, t in made if _ == "sort")
     assert Explorer().variants("t", {"n": 3}) == []  # no schema: nothing of another type, nothing left out
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_a_second_record_explore_run_asks_nothing_the_store_already_settles(tmp_path: Path) -> None:
+    graph = tmp_path / "memory.jsonl"
+    graph.write_text("".join(json.dumps(e) + "\n" for e in _GRAPH))
+    memory = [str(NODE_BIN / "mcp-server-memory")]
+    options = ["--explore", "-e", f"MEMORY_FILE_PATH={graph}"]
+    db = tmp_path / "r.db"
+    first = [_tool("search_nodes", query=q) for q in ["Alice", "quantum", "Acme", "violin"]]
+    await run_script(proxy_stdio(db, "memory", memory, *options), first)
+    with Store(db) as store:
+        asked_first = sum(r.origin == Origin.EXPLORE for r in store.recordings())
+    assert asked_first >= MIN_EVIDENCE + 2  # case agreed three times, whitespace refuted at once
+
+    await run_script(proxy_stdio(db, "memory", memory, *options), [_tool("search_nodes", query="Bob")])
+    with Store(db) as store:
+        last = store.recordings()[-1].session
+        second = [r.arguments for r in store.recordings(session=last) if r.origin == Origin.EXPLORE]
+    assert {"query": "BOB"} not in second and {"query": " Bob "} not in second  # settled in the first run
