@@ -8,7 +8,8 @@ Every error names the thing it is about (server, tool, path, recording id) and w
     ├── UpstreamError        a real MCP server failed to start or broke mid-call (names the command/URL)
     ├── InterchangeError     a JSONL file is malformed (names the file and line)
     ├── VectorIndexError     the vector index is missing, stale, unreadable or unwritable (names the path)
-    └── SnapshotError        a snapshot bundle is missing, tampered or unwritable (names the path)
+    ├── SnapshotError        a snapshot bundle is missing, tampered or unwritable (names the path)
+    └── EpisodeError         an episode id is malformed, conflicting or unknown, or the episode cap is reached
 
 Tool failures are never exceptions on the wire: the replay server answers them as
 ``CallToolResult(isError=True)``, the way a real server does.
@@ -43,3 +44,16 @@ class VectorIndexError(ReplaySimError):
 
 class SnapshotError(ReplaySimError):
     """A snapshot bundle is missing, tampered with, inconsistent or cannot be written."""
+
+
+class EpisodeError(ReplaySimError):
+    """An episode cannot be served: its id is malformed or conflicts, it is unknown, or too many are live.
+
+    Attributes:
+        status: The HTTP status that says so (400 malformed or conflicting, 404 unknown, 409 taken,
+            503 the cap of live episodes reached).
+    """
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status

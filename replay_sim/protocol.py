@@ -10,6 +10,7 @@ provenance and asks the client the recorded server→client requests again. So t
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import mcp_types as types
@@ -18,18 +19,26 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
+from replay_sim.errors import EpisodeError
+
 __all__ = [
     "CALL_METHODS",
+    "EPISODES_PATH",
     "EPISODE_HEADER",
+    "EPISODE_ID_GRAMMAR",
     "EPISODE_META_KEY",
     "FORWARDED_CAPABILITIES",
     "INPUT_KEY",
     "LISTING_FIELDS",
     "LISTING_METHODS",
     "MATCH_META_KEY",
+    "MAX_EPISODE_ID",
+    "agreed_episode",
     "ask_client",
     "declared",
     "episode_id",
+    "episode_path",
+    "episode_problem",
     "error_json",
     "is_client_request",
 ]
@@ -54,6 +63,15 @@ EPISODE_HEADER = "x-replay-episode"
 """HTTP header naming the episode a request belongs to (several MCP sessions may share one)."""
 EPISODE_META_KEY = "replay-sim/episode"
 """``_meta`` key naming the episode, for clients that cannot set headers (stdio, 2026-era)."""
+EPISODES_PATH = "/episodes/"
+"""Prefix of the episode-scoped endpoints, ``/episodes/<id>/mcp/<server>``."""
+MAX_EPISODE_ID = 128
+"""The longest episode id accepted (a UUID is 36 characters)."""
+EPISODE_ID_GRAMMAR = (
+    "1-128 characters: ASCII letters, digits, '-', '_', '.', '~', not starting with '.' or '~'"
+)
+"""What an episode id may be, as error messages say it: one URL path segment that needs no escaping."""
+_EPISODE_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._~-]{0,127}")
 
 
 def episode_id(meta: Any, headers: Any) -> str | None:
@@ -73,6 +91,63 @@ def episode_id(meta: Any, headers: Any) -> str | None:
         if value:
             return str(value)
     return None
+
+
+def episode_problem(value: object) -> str | None:
+    """Why ``value`` is not an episode id (:data:`EPISODE_ID_GRAMMAR`), or None when it is one.
+
+    The same grammar holds wherever an id comes from (URL, header, ``_meta``, the admin API), so
+    every episode can be named in an episode URL and in ``/api/episodes/<id>``.
+    """
+    if not isinstance(value, str):
+        return f"an episode id is a string, not {type(value).__name__} ({EPISODE_ID_GRAMMAR})"
+    if len(value) > MAX_EPISODE_ID:
+        return f"episode id of {len(value)} characters is too long ({EPISODE_ID_GRAMMAR})"
+    if _EPISODE_ID.fullmatch(value) is None:
+        shown = value if len(value) <= 40 else value[:40] + "…"
+        return f"episode id {shown!r} is malformed ({EPISODE_ID_GRAMMAR})"
+    return None
+
+
+def agreed_episode(url: str | None, header: str | None, meta: Any) -> str | None:
+    """The one episode a request names in its URL, ``X-Replay-Episode`` header and ``_meta``, checked.
+
+    Args:
+        url: The id in an episode-scoped URL (None on ``/mcp/<server>`` and stdio).
+        header: The ``X-Replay-Episode`` header's value (None when not sent).
+        meta: The request's ``_meta`` object (its ``replay-sim/episode`` entry counts), or None.
+
+    Returns:
+        The id they name (None when none names one).
+
+    Raises:
+        EpisodeError: An id is malformed, or two of them name different episodes (status 400).
+    """
+    named: dict[str, Any] = {}
+    if url is not None:
+        named["the URL"] = url
+    if header:
+        named["the X-Replay-Episode header"] = header
+    if isinstance(meta, dict) and meta.get(EPISODE_META_KEY) not in (None, ""):
+        named[f'_meta["{EPISODE_META_KEY}"]'] = meta[EPISODE_META_KEY]
+    if not named:
+        return None
+    for where, value in named.items():
+        if (problem := episode_problem(value)) is not None:
+            raise EpisodeError(f"{problem}, in {where}")
+    ids = set(named.values())
+    if len(ids) > 1:
+        said = ", ".join(f"{where} names {value!r}" for where, value in named.items())
+        raise EpisodeError(
+            f"this request names two episodes ({said}): name one, the same in every place, "
+            "or leave all but one out"
+        )
+    return str(ids.pop())
+
+
+def episode_path(episode: str, server: str) -> str:
+    """The path of ``server``'s endpoint scoped to ``episode``: ``/episodes/<id>/mcp/<server>``."""
+    return f"{EPISODES_PATH}{episode}/mcp/{server}"
 
 
 FORWARDED_CAPABILITIES = ("sampling", "elicitation", "roots")

@@ -18,6 +18,8 @@ import anyio
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from replay_sim.replay.episodes import DEFAULT_EPISODE_IDLE_TIMEOUT, DEFAULT_MAX_EPISODES
+
 __all__ = ["Admission", "BodyTimeout", "Limits"]
 
 
@@ -33,6 +35,8 @@ class Limits:
             open a session gets ``503`` at once; requests of open sessions are still served.
         body_timeout: Seconds a client has to send a request's body after its headers (None: no limit).
         retry_after: Seconds a refused client is told to wait (``Retry-After``).
+        max_episodes: Live named episodes; a new one past it is refused (``503``), none evicted.
+        episode_idle_timeout: Seconds after which an episode that made no request expires (None: never).
     """
 
     session_idle_timeout: float | None = 600.0
@@ -40,6 +44,8 @@ class Limits:
     max_concurrent: int = 512
     body_timeout: float | None = 30.0
     retry_after: int = 1
+    max_episodes: int = DEFAULT_MAX_EPISODES
+    episode_idle_timeout: float | None = DEFAULT_EPISODE_IDLE_TIMEOUT
 
 
 _SESSION_HEADER = b"mcp-session-id"
@@ -100,7 +106,9 @@ class Admission:
         async def retry_later(message: Message) -> None:
             # The session manager's own "too many open sessions" 503 says when to come back, too.
             if message["type"] == "http.response.start" and message["status"] == 503:
-                message = {**message, "headers": [*message.get("headers", []), *retry]}
+                headers = list(message.get("headers", []))
+                if all(name.lower() != b"retry-after" for name, _ in headers):
+                    message = {**message, "headers": [*headers, *retry]}
             await send(message)
 
         self.in_flight += 1

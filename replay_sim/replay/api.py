@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from replay_sim.replay.coverage import coverage
+from replay_sim.replay.episodes_api import episodes_api
 from replay_sim.replay.metrics import truncated
 from replay_sim.replay.replay import Replay
 from replay_sim.store import Recording
@@ -196,15 +197,7 @@ def admin_api(
             raise HTTPException(404, f"no recording #{recording_id} in {replay.store.path}")
         return recording_json(found, full=True)
 
-    @guarded.get("/api/episodes")
-    def episodes() -> list[dict[str, Any]]:
-        """Named episodes (``X-Replay-Episode``) and how many calls each has been served."""
-        return replay.histories.named()
-
-    @guarded.delete("/api/episodes/{episode}")
-    def reset_episode(episode: str) -> dict[str, Any]:
-        """Forget an episode's history, so its next calls replay from the start."""
-        return {"episode": episode, "reset": replay.histories.reset(episode)}
+    api.include_router(episodes_api(replay, dependencies=guarded.dependencies))
 
     @guarded.get("/metrics", response_class=PlainTextResponse)
     def metrics() -> PlainTextResponse:
@@ -227,4 +220,16 @@ def _load_metrics(load: dict[str, Any]) -> str:
     for name, n in load["sessions"].items():
         label = name.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
         lines.append(f'replay_sim_open_sessions{{server="{label}"}} {n}')
+    if "episodes" in load:
+        lines += [
+            "# HELP replay_sim_live_episodes Live named episodes.",
+            "# TYPE replay_sim_live_episodes gauge",
+            f"replay_sim_live_episodes {load['episodes']}",
+            "# HELP replay_sim_episodes_expired_total Episodes expired after --episode-idle-timeout.",
+            "# TYPE replay_sim_episodes_expired_total counter",
+            f"replay_sim_episodes_expired_total {load['episodes_expired']}",
+            "# HELP replay_sim_episodes_refused_total New episodes refused at --max-episodes.",
+            "# TYPE replay_sim_episodes_refused_total counter",
+            f"replay_sim_episodes_refused_total {load['episodes_refused']}",
+        ]
     return "\n".join(lines) + "\n"

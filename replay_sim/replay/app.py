@@ -1,6 +1,7 @@
 """The replay app: MCP endpoints, the admin API and the dashboard in one ASGI app.
 
-``/mcp/<server>`` is each recorded server's streamable HTTP endpoint (:mod:`~replay_sim.replay.router`);
+``/mcp/<server>`` is each recorded server's streamable HTTP endpoint, and ``/episodes/<id>/mcp/<server>``
+the same endpoint with its history scoped to one episode (:mod:`~replay_sim.replay.router`);
 ``/api/...`` the admin API and ``/metrics`` Prometheus (:mod:`~replay_sim.replay.api`; OpenAPI at
 ``/docs``); ``/`` the dashboard (static files, no build step).
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import logging
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 
@@ -54,7 +56,8 @@ def create_app(
         allowed_hosts: More names clients reach the server by (``*``: any; see
             :class:`~replay_sim.listener.HostCheck`).
         token: The admin API's bearer token; required when ``host`` is not a loopback interface.
-        limits: Sessions, concurrency and body read time (default: :class:`Limits`' defaults).
+        limits: Sessions, episodes, concurrency and body read time (default: :class:`Limits`'
+            defaults); the episode bounds are applied to ``replay``'s episodes.
 
     Returns:
         The ASGI app; its admin (FastAPI) lifespan runs every server's MCP session manager.
@@ -68,6 +71,11 @@ def create_app(
             "pass --token TOKEN or set REPLAY_SIM_TOKEN"
         )
     limits = limits or Limits()
+    replay.episodes.max_live = limits.max_episodes
+    replay.episodes.idle_timeout = limits.episode_idle_timeout
+    hangups = replay.injector.faults.drops
+    if hangups:  # a dropped connection is uvicorn's error otherwise: here it is on purpose
+        logging.getLogger("uvicorn.error").addFilter(_quiet_hangups)
     # Host and Origin are checked in front of every request (ReplayApp), so the SDK's own check
     # (on loopback only) is left off.
     managers = {
@@ -105,7 +113,9 @@ def create_app(
         version="0.1.0",
         lifespan=lifespan,
     )
-    front = ReplayApp(app, managers, Admission(limits), HostCheck(host, allowed_hosts))
+    front = ReplayApp(
+        app, managers, Admission(limits), HostCheck(host, allowed_hosts), replay.episodes, hangups
+    )
     app.include_router(admin_api(replay, is_ready=lambda: ready, token=token, load=front.load))
 
     @app.get("/", include_in_schema=False)
@@ -114,6 +124,11 @@ def create_app(
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     return front
+
+
+def _quiet_hangups(record: logging.LogRecord) -> bool:
+    """Leave out uvicorn's complaint about a response left unfinished: disconnect faults do it on purpose."""
+    return record.msg != "ASGI callable returned without completing response."
 
 
 def _recorded_names(replay: Replay) -> set[tuple[str, str, str]]:

@@ -14,6 +14,7 @@ from typing import Any
 
 from replay_sim.errors import ConfigError
 from replay_sim.redaction import RULES_META_KEY, Redactor
+from replay_sim.replay.faults import Faults, Latency
 from replay_sim.replay.miss import Forward, MissPolicyName, MissSettings
 from replay_sim.replay.replay import Replay
 from replay_sim.resolve.calibration import MatchConfig
@@ -37,6 +38,8 @@ def open_replay(
     llm_api_key: str | None = None,
     index_dir: str | Path | None = None,
     match_config: MatchConfig | None = None,
+    latency: Latency | str | None = None,
+    faults: Faults | None = None,
 ) -> Replay:
     """Open an existing store (or a verified snapshot) and build the replay servers over it.
 
@@ -54,17 +57,21 @@ def open_replay(
         llm_api_key: Bearer token for ``llm_url``, if it needs one.
         index_dir: Where the vector index lives (default: the resolver's; a snapshot's own).
         match_config: Thresholds and per-tool overrides (a snapshot brings the one it was frozen with).
+        latency: How long answers are held: ``none`` (default), ``recorded``, ``fixed:MS``, ``scale:F``.
+        faults: Which tool calls fail on purpose, and how (default: none).
 
     Returns:
         The replay, ready for :func:`~replay_sim.replay.app.create_app` or :meth:`Replay.serve_stdio`.
 
     Raises:
         ConfigError: Inconsistent options (a writing miss policy on a read-only snapshot, ``live``
-            without ``forward`` …).
+            without ``forward``, a malformed latency …).
         SnapshotError: The snapshot is missing or tampered with.
         StoreError: The store does not exist or cannot be opened.
     """
     policy = MissPolicyName(miss)
+    if isinstance(latency, str):
+        latency = Latency.parse(latency)  # before opening anything
     snapshot_id: str | None = None
     resolver_options: dict[str, Any] = {}
     if snapshot is not None:
@@ -98,5 +105,12 @@ def open_replay(
     recorded_with = Redactor.from_rules(store.meta(RULES_META_KEY))
     redactor = recorded_with if redactor is None else recorded_with.merged(redactor)
     return Replay(
-        store, resolver=resolver, miss=policy, settings=settings, snapshot=snapshot_id, redactor=redactor
+        store,
+        resolver=resolver,
+        miss=policy,
+        settings=settings,
+        snapshot=snapshot_id,
+        redactor=redactor,
+        latency=latency,
+        faults=faults,
     )

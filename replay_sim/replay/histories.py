@@ -1,15 +1,16 @@
-"""Episode histories: the :class:`~replay_sim.resolve.lineage.Trail` of each episode, per recorded server.
+"""Whose history a request extends, and the histories themselves, per recorded server.
 
 The resolver picks among several recordings of one call by comparing a recorded session's prefix
-with the history of the episode asking. An *episode* is named by the client (``X-Replay-Episode``
-header or ``_meta["replay-sim/episode"]``) so that several MCP sessions of one rollout share it;
-otherwise it is the MCP connection itself: a handshake-era session, or the one client of a stdio
-process in either era (:func:`one_client`). Modern-era (2026-07-28) HTTP requests carry no session,
-so without an episode id they have no history — and a call whose answer depends on the server's
-state cannot be answered faithfully without one: :func:`needs_history` says when, and why.
+with the history of the episode asking. An *episode* is named by the client — in an episode URL
+(``/episodes/<id>/mcp/<server>``), the ``X-Replay-Episode`` header or ``_meta["replay-sim/episode"]``
+— so that several MCP sessions of one rollout share it (:mod:`~replay_sim.replay.episodes` keeps
+them); otherwise it is the MCP connection itself: a handshake-era session, or the one client of a
+stdio process in either era (:func:`one_client`). Modern-era (2026-07-28) HTTP requests carry no
+session, so without an episode id they have no history — and a call whose answer depends on the
+server's state cannot be answered faithfully without one: :func:`needs_history` says when, and why.
 
 History is kept per recorded server, because recorded sessions are per server: a rollout that
-talks to ``git`` and ``fetch`` has two histories under one episode id.
+talks to ``git`` and ``fetch`` has two trails under one episode id.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import contextlib
 import json
 import threading
 import weakref
-from collections import OrderedDict
 from collections.abc import Hashable, Iterator
 from contextvars import ContextVar
 from typing import Any
@@ -26,21 +26,25 @@ from typing import Any
 from mcp.server.context import ServerRequestContext
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from replay_sim.protocol import EPISODE_META_KEY, episode_id
+from replay_sim.protocol import EPISODE_HEADER, EPISODE_META_KEY, agreed_episode
 from replay_sim.replay.conversation import questions
+from replay_sim.replay.episodes import Episode, Episodes, History
 from replay_sim.resolve.lineage import Trail
 from replay_sim.resolve.resolution import Candidate, Problem, Resolution, Tier
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.store import Recording
 
-__all__ = ["EPISODE_FIX", "Histories", "needs_history", "one_client", "scope"]
+__all__ = ["EPISODE_FIX", "URL_EPISODE", "Histories", "needs_history", "one_client", "scope"]
 
 EPISODE_FIX = (
-    "send an episode id with every request of the rollout: the X-Replay-Episode header or "
-    f'_meta["{EPISODE_META_KEY}"] (or connect in the handshake era, whose Mcp-Session-Id keeps '
-    "history per session)"
+    "name an episode in every request of the rollout: serve it from an episode URL, "
+    "/episodes/<id>/mcp/<server> (POST /api/episodes creates one), or send the X-Replay-Episode "
+    f'header or _meta["{EPISODE_META_KEY}"] (or connect in the handshake era, whose Mcp-Session-Id '
+    "keeps history per session)"
 )
 """How a client gives its requests a history (the fix named by a sessionless miss)."""
+URL_EPISODE = "replay_sim.episode"
+"""The ASGI scope key under which the router passes on the id of an episode URL."""
 
 _NO_HISTORY = "and this request has no episode id and no MCP session"
 
@@ -69,8 +73,15 @@ def scope(ctx: ServerRequestContext[Any, Any]) -> str | Hashable | None:
     """Whose history a request extends: its episode id, else its MCP session or stdio client, else None.
 
     None is a 2026-era HTTP request without an episode id: nothing ties it to the requests before it.
+
+    Raises:
+        EpisodeError: The request names a malformed episode id, or two different ones.
     """
-    named = episode_id((ctx.params or {}).get("_meta"), getattr(ctx.request, "headers", None))
+    request = ctx.request
+    url = getattr(request, "scope", {}).get(URL_EPISODE) if request is not None else None
+    headers = getattr(request, "headers", None)
+    header = headers.get(EPISODE_HEADER) if headers is not None else None
+    named = agreed_episode(url, header, (ctx.params or {}).get("_meta"))
     if named is not None:
         return named
     if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
@@ -79,74 +90,57 @@ def scope(ctx: ServerRequestContext[Any, Any]) -> str | Hashable | None:
     return _ONE_CLIENT.get()
 
 
-DEFAULT_MAX_EPISODES = 100_000
-
-
 class Histories:
     """Histories of named episodes and of MCP connections, per recorded server.
 
-    Named episodes live until evicted (least recently used beyond ``max_episodes``) or reset;
+    Named episodes live in :attr:`episodes` (bounded; see :class:`~replay_sim.replay.episodes.Episodes`);
     connection histories live exactly as long as their connection object (weak references), so
     a closed MCP session frees its history without bookkeeping.
 
     Args:
-        max_episodes: How many named (episode, server) histories to keep.
+        episodes: The named episodes (default: an :class:`Episodes` with its default bounds).
     """
 
-    def __init__(self, max_episodes: int = DEFAULT_MAX_EPISODES) -> None:
-        self.max_episodes = max_episodes
-        self._named: OrderedDict[tuple[str, str], Trail] = OrderedDict()
-        self._connections: weakref.WeakKeyDictionary[Any, dict[str, Trail]] = weakref.WeakKeyDictionary()
+    def __init__(self, episodes: Episodes | None = None) -> None:
+        self.episodes = episodes or Episodes()
+        self._connections: weakref.WeakKeyDictionary[Any, History] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
 
-    def _history(self, server: str, scope: str | Hashable | None, create: bool) -> Trail | None:
+    def history(self, scope: str | Hashable | None) -> History | None:
+        """The history of a scope (created on first use), or None for a None scope.
+
+        Args:
+            scope: An episode id (str), a connection object (held weakly), or None (no history).
+
+        Raises:
+            EpisodeError: A new episode past the cap of live episodes (status 503).
+        """
         if scope is None:
             return None
         if isinstance(scope, str):
-            key = (scope, server)
-            found = self._named.get(key)
-            if found is not None:
-                self._named.move_to_end(key)
-            elif create:
-                found = self._named[key] = Trail()
-                while len(self._named) > self.max_episodes:
-                    self._named.popitem(last=False)
+            return self.episodes.open(scope)
+        with self._lock:
+            found = self._connections.get(scope)
+            if found is None:
+                found = self._connections[scope] = History()
             return found
-        per_server = self._connections.get(scope)
-        if per_server is None:
-            if not create:
-                return None
-            per_server = self._connections[scope] = {}
-        found = per_server.get(server)
-        if found is None and create:
-            found = per_server[server] = Trail()
-        return found
 
     def trail(self, server: str, scope: str | Hashable | None) -> Trail | None:
-        """The trail of this episode on ``server`` (created empty), or None for a None scope.
-
-        Args:
-            server: Recorded server name.
-            scope: An episode id (str), a connection object (held weakly), or None (no history).
+        """The trail of this scope on ``server`` (created empty), or None for a None scope.
 
         Returns:
             The live trail: the resolver reads it and advances it with each resolved call.
         """
-        with self._lock:
-            return self._history(server, scope, create=True)
+        history = self.history(scope)
+        return None if history is None else history.trail(server)
 
     def reset(self, episode: str) -> bool:
-        """Forget a named episode on every server; True when it existed."""
-        with self._lock:
-            doomed = [key for key in self._named if key[0] == episode]
-            for key in doomed:
-                del self._named[key]
-            return bool(doomed)
+        """End a named episode on every server; True when it was live."""
+        return self.episodes.end(episode) is not None
 
-    def named(self) -> list[dict[str, Any]]:
-        """Every named episode history: ``{"episode", "server", "calls"}``, least recently used first."""
-        with self._lock:
-            return [{"episode": e, "server": s, "calls": len(h)} for (e, s), h in self._named.items()]
+    def named(self) -> list[Episode]:
+        """Every live named episode, least recently used first."""
+        return self.episodes.live()
 
 
 def needs_history(

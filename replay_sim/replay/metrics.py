@@ -31,7 +31,7 @@ _TIMELINE_STEP = 10  # seconds per timeline bucket
 _TIMELINE_LEN = 360  # one hour of buckets
 UNKNOWN_NAME = "(unknown)"
 """The tool label shared by calls of names that nothing recorded (see :meth:`Metrics.label_only`)."""
-_UNLEARNED = frozenset({"miss", "refused"})  # tiers that do not show a name was recorded
+_UNLEARNED = frozenset({"miss", "refused", "fault"})  # tiers that do not show a name was recorded
 _TEXT = 512  # characters kept of one string in a recent miss
 _ITEMS = 32  # items kept of one array or object
 _DEPTH = 6  # nesting kept
@@ -144,6 +144,11 @@ class Metrics:
         self.misses: deque[MissRecord] = deque(maxlen=max_misses)
         self.started = time.time()
         self._labelled: set[tuple[str, str, str]] | None = None  # None: every name gets its series
+        self._faults: Counter[tuple[str, str, str]] = Counter()  # (server, tool, kind): injected
+        self.delays = 0
+        """Answers held on purpose (``serve --latency``, timeout faults)."""
+        self.delay_seconds = 0.0
+        """Seconds they were held in all."""
 
     def label_only(self, names: Iterable[tuple[str, str, str]]) -> None:
         """Give a series of its own only to these ``(server, method, name)`` and to names answered later.
@@ -178,6 +183,26 @@ class Metrics:
             if not self._timeline or self._timeline[-1][0] != now:
                 self._timeline.append((now, Counter()))
             self._timeline[-1][1][tier] += 1
+
+    def count_fault(self, server: str, tool: str, kind: str) -> None:
+        """Count one fault injected on purpose (``serve --faults``)."""
+        with self._lock:
+            labelled = self._labelled
+            if labelled is not None and (server, "tools/call", tool) not in labelled:
+                tool = UNKNOWN_NAME
+            self._faults[(server, tool, str(kind))] += 1
+
+    def delayed(self, seconds: float) -> None:
+        """Count one answer held on purpose for ``seconds``."""
+        with self._lock:
+            self.delays += 1
+            self.delay_seconds += seconds
+
+    def faults(self) -> list[dict[str, Any]]:
+        """Faults injected so far, per server, tool and kind."""
+        with self._lock:
+            items = sorted(self._faults.items())
+        return [{"server": s, "tool": t, "kind": k, "count": n} for (s, t, k), n in items]
 
     def record_miss(self, miss: MissRecord) -> None:
         """Keep a miss (and its candidates, cut to a few kilobytes) for the admin API and dashboard."""
@@ -234,6 +259,8 @@ class Metrics:
         with self._lock:
             items = [(k, s.count, s.total, list(s.buckets)) for k, s in sorted(self._series.items())]
             misses = len(self.misses)
+            faults = sorted(self._faults.items())
+            delays, delay_seconds = self.delays, self.delay_seconds
         lines = [
             "# HELP replay_sim_calls_total Calls answered, by server, method, tool and tier.",
             "# TYPE replay_sim_calls_total counter",
@@ -259,6 +286,17 @@ class Metrics:
             lines.append(f"replay_sim_call_seconds_sum{{{labels}}} {total:.6f}")
             lines.append(f"replay_sim_call_seconds_count{{{labels}}} {count}")
         lines += [
+            "# HELP replay_sim_faults_total Faults injected (serve --faults), by server, tool and kind.",
+            "# TYPE replay_sim_faults_total counter",
+        ]
+        for (server, name, kind), count in faults:
+            labels = f'server="{_label(server)}",tool="{_label(name)}",kind="{_label(kind)}"'
+            lines.append(f"replay_sim_faults_total{{{labels}}} {count}")
+        lines += [
+            "# HELP replay_sim_injected_delay_seconds Time answers were held (serve --latency, timeouts).",
+            "# TYPE replay_sim_injected_delay_seconds summary",
+            f"replay_sim_injected_delay_seconds_sum {delay_seconds:.6f}",
+            f"replay_sim_injected_delay_seconds_count {delays}",
             "# HELP replay_sim_recent_misses Misses currently kept for /api/misses.",
             "# TYPE replay_sim_recent_misses gauge",
             f"replay_sim_recent_misses {misses}",

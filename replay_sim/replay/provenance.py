@@ -4,10 +4,14 @@ Every replayed reply carries ``_meta["replay-sim/match"]`` (DESIGN.md "Provenanc
 (the tier, or ``synthetic``), the score, the recording and the snapshot; the near misses of a miss
 or a ``nearest`` answer, and the arguments in which a canonical or semantic hit's recording differs.
 A miss is rendered the way its method fails on a real server, with a message saying what came closest.
+An injected fault or delay says so (``"fault"``, ``"latency_ms"``). :func:`match_of` reads the record
+back as a typed :class:`Match`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import mcp_types as types
@@ -18,9 +22,13 @@ from replay_sim.resolve.resolution import Candidate, FieldDiff, Resolution, Tier
 from replay_sim.store import Origin
 
 __all__ = [
+    "FAULT_STATUS",
+    "Match",
     "Reply",
     "candidate_json",
     "differences_json",
+    "fault_provenance",
+    "match_of",
     "miss_message",
     "provenance",
     "render",
@@ -31,6 +39,81 @@ Reply = dict[str, Any] | MCPError
 """What a request gets: a result's wire JSON, or a JSON-RPC error."""
 
 RESOURCE_NOT_FOUND = -32002  # the spec's code for resources/read of an unknown URI
+FAULT_STATUS = "fault"
+"""The provenance status of a call failed on purpose (``serve --faults``); ``"fault"`` says how."""
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """How a replayed result was answered: its ``_meta["replay-sim/match"]`` record, typed.
+
+    Attributes:
+        status: ``exact``, ``canonical``, ``semantic``, ``nearest``, ``live``, ``synthetic``,
+            ``miss`` or ``fault`` (an injected fault).
+        score: The match score (1.0 exact, 0.0 for a miss or a fault).
+        recording: The recording id that answered, or None.
+        snapshot: The snapshot id served, or None.
+        differences: The arguments in which a canonical or semantic hit's recording differs
+            (``{"field", "recorded", "requested"}`` each).
+        candidates: A miss's (or ``nearest`` answer's) near misses (``{"recording", "score",
+            "differences"}`` each).
+        fault: The injected fault's kind (``timeout``, ``error``, ``is_error``, ``disconnect``), or None.
+        latency_ms: The delay injected before the answer (``serve --latency``), or None.
+    """
+
+    status: str
+    score: float
+    recording: int | None = None
+    snapshot: str | None = None
+    differences: tuple[dict[str, Any], ...] = ()
+    candidates: tuple[dict[str, Any], ...] = ()
+    fault: str | None = None
+    latency_ms: float | None = None
+
+    @property
+    def hit(self) -> bool:
+        """Whether a recording answered (exact, canonical, semantic, nearest, live or synthetic)."""
+        return self.recording is not None and self.status not in ("miss", FAULT_STATUS)
+
+
+def match_of(result: Any) -> Match | None:
+    """The replay-sim provenance of a result, typed; None when it carries none.
+
+    Args:
+        result: A ``CallToolResult`` (or any SDK result model with ``meta``), its wire JSON (a dict
+            with ``_meta``), a JSON-RPC error's ``data`` or an ``MCPError`` (an injected fault's),
+            or the ``_meta["replay-sim/match"]`` record itself.
+    """
+    error = getattr(result, "error", None)
+    if error is not None and hasattr(error, "data"):  # an MCPError
+        result = error.data
+    if isinstance(result, Mapping):
+        record = result.get(MATCH_META_KEY)
+        if record is None and isinstance(result.get("_meta"), Mapping):
+            record = result["_meta"].get(MATCH_META_KEY)
+        if record is None and "status" in result and "score" in result:
+            record = result
+    else:
+        meta = getattr(result, "meta", None)
+        record = meta.get(MATCH_META_KEY) if isinstance(meta, Mapping) else None
+    if not isinstance(record, Mapping):
+        return None
+    latency = record.get("latency_ms")
+    return Match(
+        status=str(record.get("status")),
+        score=float(record.get("score") or 0.0),
+        recording=record.get("recording"),
+        snapshot=record.get("snapshot"),
+        differences=tuple(record.get("differences") or ()),
+        candidates=tuple(record.get("candidates") or ()),
+        fault=record.get("fault"),
+        latency_ms=None if latency is None else float(latency),
+    )
+
+
+def fault_provenance(kind: str, snapshot: str | None) -> dict[str, Any]:
+    """The ``_meta["replay-sim/match"]`` record of a call failed on purpose."""
+    return {"status": FAULT_STATUS, "score": 0.0, "recording": None, "snapshot": snapshot, "fault": kind}
 
 
 def status_of(resolution: Resolution) -> str:

@@ -3,7 +3,8 @@
 :class:`Replay` orchestrates answering a call: it resolves it (exact, canonical, semantic), checks
 a call nothing answers against the recorded tool schemas (refusing it as the real server would),
 falls back to the miss policy, re-enacts what the real server sent during the recorded call
-(notifications, questions to the client), advances the episode's history and counts the answer.
+(notifications, questions to the client), advances the episode's history and counts the answer;
+and it injects the latency and faults asked for (:mod:`~replay_sim.replay.faults`).
 The servers themselves are built in :mod:`~replay_sim.replay.server`; replies and their provenance
 are rendered in :mod:`~replay_sim.replay.provenance`.
 """
@@ -13,27 +14,31 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 import anyio.to_thread
+import mcp_types as types
 from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from replay_sim.canonical import call_identity, call_key
-from replay_sim.errors import ConfigError, ReplaySimError
+from replay_sim.errors import ConfigError, EpisodeError, ReplaySimError
 from replay_sim.protocol import MATCH_META_KEY, declared
 from replay_sim.redaction import RULES_META_KEY, Redactor
 from replay_sim.replay.conversation import Rounds, questions, reenact, suited
+from replay_sim.replay.episodes import Episode, Episodes
+from replay_sim.replay.faults import FaultKind, Faults, Latency
 from replay_sim.replay.histories import Histories, needs_history, one_client
 from replay_sim.replay.histories import scope as history_scope
+from replay_sim.replay.injection import Injector
 from replay_sim.replay.metrics import Metrics, MissRecord
 from replay_sim.replay.miss import Miss, MissPolicy, MissPolicyName, MissSettings
 from replay_sim.replay.policies import make_policy
-from replay_sim.replay.provenance import Reply, candidate_json, provenance, render, status_of
+from replay_sim.replay.provenance import FAULT_STATUS, Reply, candidate_json, provenance, render, status_of
 from replay_sim.replay.server import build_server
 from replay_sim.replay.surface import Surface
 from replay_sim.resolve.lineage import DIVERGED, Trail
@@ -59,10 +64,14 @@ class Answer:
     """The real server would refuse the call (unknown tool, invalid arguments); answered its way."""
     pending: bool = False
     """The answer asks the (2026-era) client for input first; the call is not answered yet."""
+    fault: FaultKind | None = None
+    """The fault injected instead of the recorded answer, if any."""
 
     @property
     def status(self) -> str:
-        """The tier for metrics: the provenance status, or ``refused``."""
+        """The tier for metrics: the provenance status, ``refused`` or ``fault``."""
+        if self.fault is not None:
+            return FAULT_STATUS
         return "refused" if self.refused else status_of(self.resolution)
 
 
@@ -80,6 +89,10 @@ class Replay:
         redactor: Applied to incoming params before resolving, so calls carrying secrets find
             the recordings the recorder redacted the same way (when None: the rules the store
             records were made with).
+        latency: How long answers are held (``none``, ``recorded``, ``fixed:MS``, ``scale:F``).
+        faults: Which tool calls fail on purpose, and how (default: none).
+        sleep: How the replay waits (injected latency, a timeout fault's hold); ``anyio.sleep``
+            unless a test injects a clock.
     """
 
     def __init__(
@@ -93,6 +106,9 @@ class Replay:
         histories: Histories | None = None,
         metrics: Metrics | None = None,
         redactor: Redactor | None = None,
+        latency: Latency | str | None = None,
+        faults: Faults | None = None,
+        sleep: Callable[[float], Awaitable[None]] | None = None,
     ) -> None:
         self.store = store
         self.redactor = redactor or Redactor.from_rules(store.meta(RULES_META_KEY))
@@ -107,7 +123,31 @@ class Replay:
         self.miss_log: MissLog | None = MissLog(store)
         """Where misses persist for ``replay-sim backfill`` (None: nowhere)."""
         self.surfaces = {record.name: Surface(store, record) for record in store.servers()}
+        self.injector = Injector(
+            Latency.parse(latency) if isinstance(latency, str) else latency or Latency(),
+            faults or Faults(),
+            # What faults are drawn from besides the episode: the same content gets the same faults.
+            basis=snapshot or f"store:{store.fingerprint()}",
+            snapshot=snapshot,
+            metrics=self.metrics,
+            sleep=sleep,
+        )
         self._servers: dict[str, Server[Any]] = {}
+
+    @property
+    def episodes(self) -> Episodes:
+        """The live named episodes (``/api/episodes``)."""
+        return self.histories.episodes
+
+    def close(self) -> None:
+        """Close the store (idempotent); the replay answers nothing after."""
+        self.store.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # -- servers ------------------------------------------------------------------------------
 
@@ -185,17 +225,33 @@ class Replay:
         """
         started = time.perf_counter()
         params = {k: v for k, v in (ctx.params or {}).items() if k != "_meta"}
-        scope = self.scope(ctx)
-        trail = self.histories.trail(server, scope)
-        answer = await self.resolve(server, method, params, trail)
-        if answer.resolution.recording is not None:
-            answer = await self._converse(ctx, server, method, params, answer, trail or ())
-        if answer.pending:  # the client retries the call with its answers: that is the call
-            assert isinstance(answer.reply, dict)
-            return answer.reply
-        if trail is not None and not answer.refused:  # a refusal changed nothing on the real server
-            self.resolver.advance(trail, answer.resolution)
+        try:
+            history = self.histories.history(self.scope(ctx))
+        except EpisodeError as exc:
+            code = types.INVALID_REQUEST if exc.status == 400 else -32000
+            raise MCPError(code, str(exc)) from exc
+        trail = None if history is None else history.trail(server)
+        fault = self.injector.draw(history, server, method, params)
+        if fault is not None:
+            name = str(params.get("name", ""))
+            reply, why = self.injector.fail(server, name, fault)
+            answer = Answer(name, Resolution(Tier.MISS, 0.0, reason=why), reply, fault=fault)
+        else:
+            answer = await self.resolve(server, method, params, trail)
+            if answer.resolution.recording is not None:
+                answer = await self._converse(ctx, server, method, params, answer, trail or ())
+            if answer.pending:  # the client retries the call with its answers: that is the call
+                assert isinstance(answer.reply, dict)
+                return answer.reply
+            if trail is not None and not answer.refused:  # a refusal changed nothing on the real server
+                self.resolver.advance(trail, answer.resolution)
+        if history is not None:
+            history.called(server)
         self.metrics.observe(server, method, answer.name, answer.status, time.perf_counter() - started)
+        if isinstance(history, Episode):
+            history.count(server, answer.name, answer.status, fault, answer.resolution.reason)
+        recording = answer.resolution.recording
+        await self.injector.deliver(ctx, answer.reply, fault, recording.latency_ms if recording else None)
         if isinstance(answer.reply, MCPError):
             raise answer.reply
         return answer.reply

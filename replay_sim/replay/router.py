@@ -1,28 +1,56 @@
-"""The replay app's front door: ``/mcp/<server>`` straight to that server's MCP session manager.
+"""The replay app's front door: the MCP endpoints straight to their server's MCP session manager.
 
-The MCP endpoints are the hot path, so they skip the admin app's routing table and middleware;
-every other request (admin API, dashboard, docs, metrics) and the lifespan go to the admin app.
-Every request passes the Host/Origin check (:class:`~replay_sim.listener.HostGuard`) and the body
-read timeout first; MCP requests then :class:`~replay_sim.replay.admission.Admission`.
+``/mcp/<server>`` and the episode-scoped ``/episodes/<id>/mcp/<server>`` are the hot path, so they
+skip the admin app's routing table and middleware; every other request (admin API, dashboard,
+docs, metrics) and the lifespan go to the admin app. Every request passes the Host/Origin check
+(:class:`~replay_sim.listener.HostGuard`) and the body read timeout first; MCP requests then
+:class:`~replay_sim.replay.admission.Admission`.
+
+An MCP request may name its episode in the URL, the ``X-Replay-Episode`` header and
+``_meta["replay-sim/episode"]``: a POST's body is read here first (:func:`_peek`), so a malformed
+id or two different ids get ``400`` and a new episode past the cap gets ``503``, each with a
+JSON-RPC error, before the MCP SDK sees the request. The episode URL's id travels on to the
+handlers in the ASGI scope (:data:`~replay_sim.replay.histories.URL_EPISODE`).
 """
 
 from __future__ import annotations
 
+import functools
+import json
+from collections import deque
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+import anyio
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
+from replay_sim.errors import EpisodeError
 from replay_sim.listener import HostCheck, HostGuard
+from replay_sim.protocol import EPISODE_HEADER, EPISODE_META_KEY, EPISODES_PATH, agreed_episode
 from replay_sim.replay.admission import Admission, BodyTimeout, Limits
+from replay_sim.replay.episodes import Episodes
+from replay_sim.replay.faults import Hangup
+from replay_sim.replay.histories import URL_EPISODE
 
 __all__ = ["ReplayApp"]
 
 
+MAX_PEEK_BYTES = 1 << 20
+"""The largest POST body read for ``_meta["replay-sim/episode"]`` here (a larger one: the handler checks)."""
+_EPISODE_KEY = EPISODE_META_KEY.encode()
+_EPISODE_HEADER = EPISODE_HEADER.encode()
+_SSE_START: Message = {
+    "type": "http.response.start",
+    "status": 200,
+    "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")],
+}
+
+
 class ReplayApp:
-    """The ASGI entry point: ``/mcp/<server>`` goes straight to that server's session manager.
+    """The ASGI entry point: the MCP endpoints go straight to their server's session manager.
 
     Everything else (admin API, dashboard, docs, metrics, and the lifespan that starts the session
     managers) is the FastAPI app's, reachable as :attr:`admin`.
@@ -32,6 +60,8 @@ class ReplayApp:
         managers: Each recorded server's streamable HTTP session manager, by server name.
         admission: What the MCP endpoints take on (default: :class:`Limits`' defaults).
         hosts: Which Host and Origin headers are answered (default: a loopback server's).
+        episodes: The live named episodes (a new one past their cap is refused here).
+        hangups: Whether a call may have its connection dropped (``disconnect`` faults).
     """
 
     def __init__(
@@ -40,20 +70,27 @@ class ReplayApp:
         managers: dict[str, StreamableHTTPSessionManager],
         admission: Admission | None = None,
         hosts: HostCheck | None = None,
+        episodes: Episodes | None = None,
+        hangups: bool = False,
     ) -> None:
         self.admin = admin
         self.managers = managers
         self.admission = admission or Admission(Limits())
+        self.episodes = episodes if episodes is not None else Episodes()
+        self.hangups = hangups
         timeout = self.admission.limits.body_timeout
         routed = self._route if timeout is None else BodyTimeout(self._route, timeout)
         self._guarded = HostGuard(routed, hosts or HostCheck())
 
     def load(self) -> dict[str, Any]:
-        """MCP requests in flight and open sessions per server, for the admin API and ``/metrics``."""
+        """Requests in flight, open sessions per server, live episodes: for the admin API, ``/metrics``."""
         return {
             "in_flight": self.admission.in_flight,
             # The SDK keeps no public count of its sessions; its registry is the truth.
             "sessions": {name: len(m._server_instances) for name, m in sorted(self.managers.items())},
+            "episodes": len(self.episodes),
+            "episodes_expired": self.episodes.expired,
+            "episodes_refused": self.episodes.refused,
         }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -61,10 +98,22 @@ class ReplayApp:
 
     async def _route(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope.get("path", "")
-        if scope["type"] != "http" or not path.startswith("/mcp/"):
+        if scope["type"] != "http":
             await self.admin(scope, receive, send)
             return
-        name = path[len("/mcp/") :].rstrip("/")
+        if path.startswith("/mcp/"):
+            url_episode, name = None, path[len("/mcp/") :].rstrip("/")
+        elif path.startswith(EPISODES_PATH):
+            tail = path[len(EPISODES_PATH) :]
+            cut = tail.find("/mcp/")
+            if cut < 0:
+                said = f"no endpoint {path!r}: episode endpoints are /episodes/<id>/mcp/<server>"
+                await _refuse(send, 404, said)
+                return
+            url_episode, name = tail[:cut], tail[cut + len("/mcp/") :].rstrip("/")
+        else:
+            await self.admin(scope, receive, send)
+            return
         manager = self.managers.get(name)
         if manager is None:
             known = ", ".join(sorted(self.managers)) or "none"
@@ -73,4 +122,139 @@ class ReplayApp:
             )
             await response(scope, receive, send)
             return
-        await self.admission(manager.handle_request, scope, receive, send)
+        await self.admission(functools.partial(self._mcp, manager, url_episode), scope, receive, send)
+
+    async def _mcp(
+        self,
+        manager: StreamableHTTPSessionManager,
+        url_episode: str | None,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        """Check the episode a request names (URL, header, ``_meta``), then hand it to ``manager``."""
+        meta = None
+        if scope["method"] == "POST":
+            messages = await _peek(receive)
+            receive = _replaying(messages, receive)
+            meta = _meta(messages)
+        header = next((v.decode("latin-1") for k, v in scope["headers"] if k == _EPISODE_HEADER), None)
+        try:
+            episode = agreed_episode(url_episode, header, meta)
+            if episode is not None and scope["method"] == "POST":
+                self.episodes.open(episode)  # refused here (503) past the cap, not mid-call
+        except EpisodeError as exc:
+            retry = [(b"retry-after", str(self.admission.limits.retry_after).encode())]
+            await _refuse(send, exc.status, str(exc), retry if exc.status == 503 else [], code=_code(exc))
+            return
+        if url_episode is not None:
+            scope[URL_EPISODE] = url_episode
+        app: Callable[[Scope, Receive, Send], Awaitable[None]] = manager.handle_request
+        if self.hangups and scope["method"] == "POST":
+            app = _hanging_up(app)
+        await app(scope, receive, send)
+
+
+def _code(exc: EpisodeError) -> int:
+    """The JSON-RPC error code of an episode refusal: invalid request (400), else server-defined."""
+    return -32600 if exc.status == 400 else -32000
+
+
+async def _refuse(
+    send: Send,
+    status: int,
+    message: str,
+    headers: list[tuple[bytes, bytes]] | None = None,
+    code: int = -32600,
+) -> None:
+    """Answer an MCP request with ``status`` and a JSON-RPC error saying ``message``."""
+    body = {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), *(headers or [])],
+        }
+    )
+    await send({"type": "http.response.body", "body": json.dumps(body).encode()})
+
+
+async def _peek(receive: Receive) -> list[Message]:
+    """A request's first messages: its whole body when at most :data:`MAX_PEEK_BYTES`, else its start."""
+    messages: list[Message] = []
+    size = 0
+    while True:
+        message = await receive()
+        messages.append(message)
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            return messages
+        size += len(message.get("body", b""))
+        if size > MAX_PEEK_BYTES:
+            return messages
+
+
+def _replaying(messages: list[Message], receive: Receive) -> Receive:
+    """``receive`` with ``messages`` (already read) handed out first."""
+    queue = deque(messages)
+
+    async def replayed() -> Message:
+        return queue.popleft() if queue else await receive()
+
+    return replayed
+
+
+def _meta(messages: list[Message]) -> Any:
+    """The ``_meta`` of a whole body's JSON-RPC message naming an episode there (cheap when none does)."""
+    last = messages[-1]
+    if last["type"] != "http.request" or last.get("more_body", False):
+        return None  # not the whole body: the handler checks what it names
+    body = b"".join(m.get("body", b"") for m in messages)
+    if _EPISODE_KEY not in body:
+        return None
+    try:
+        decoded = json.loads(body)
+    except ValueError:
+        return None  # the SDK answers a body that is not JSON
+    for item in decoded if isinstance(decoded, list) else [decoded]:
+        params = item.get("params") if isinstance(item, dict) else None
+        meta = params.get("_meta") if isinstance(params, dict) else None
+        if isinstance(meta, dict) and meta.get(EPISODE_META_KEY) not in (None, ""):
+            return meta
+    return None
+
+
+def _hanging_up(
+    app: Callable[[Scope, Receive, Send], Awaitable[None]],
+) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
+    """``app``, able to drop the connection of a request whose call asks (a ``disconnect`` fault).
+
+    The call sets its :class:`~replay_sim.replay.faults.Hangup`; the request is stopped, its
+    response started if it was not, and left unfinished, so the server closes the connection.
+    """
+
+    async def serve(scope: Scope, receive: Receive, send: Send) -> None:
+        hangup = scope[Hangup.KEY] = Hangup()
+        started = False
+
+        async def guarded_send(message: Message) -> None:
+            nonlocal started
+            if hangup.asked.is_set():
+                return
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        async with anyio.create_task_group() as tg:
+
+            async def handle() -> None:
+                await app(scope, receive, guarded_send)
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(handle)
+            await hangup.asked.wait()
+            tg.cancel_scope.cancel()
+        if hangup.asked.is_set():
+            if not started:
+                await send(_SSE_START)
+            hangup.done.set()  # returning with the response unfinished: the connection is closed
+
+    return serve

@@ -12,6 +12,9 @@ this order:
 3. ``_meta["replay-sim/episode"]`` in a POSTed JSON-RPC body;
 4. the ``X-Replay-Episode`` header (the replay server, too, lets ``_meta`` win over the header).
 
+A request may also name a replica itself (``X-Replay-Replica``, the header every answer carries):
+that is how a scraper reads each replica's ``/metrics`` and admin API.
+
 Reading the body is the gateway's one extra cost: it is parsed only for a POST whose content type
 is JSON and whose body is at most :data:`MAX_PEEK_BYTES` (a JSON-RPC call; a larger body is
 forwarded unread and routed by the URL and headers alone). No Ray here: this is plain parsing,
@@ -30,6 +33,7 @@ from replay_sim.protocol import EPISODE_HEADER, episode_id
 
 __all__ = [
     "MAX_PEEK_BYTES",
+    "REPLICA_HEADER",
     "SESSION_HEADER",
     "Affinity",
     "affinity",
@@ -42,6 +46,8 @@ MAX_PEEK_BYTES = 1 << 20
 """The largest POST body whose JSON is read for ``_meta["replay-sim/episode"]`` (1 MiB)."""
 SESSION_HEADER = "mcp-session-id"
 """The streamable HTTP session header (lower case, as ASGI carries header names)."""
+REPLICA_HEADER = "x-replay-replica"
+"""Names the replica that answered (response); asks for one replica (request: its ``/metrics``, ``/api``)."""
 _SESSION_MARK = "r-"
 _SESSION_SEP = "."
 _EPISODES = "/episodes/"
@@ -54,7 +60,8 @@ class Affinity:
     Attributes:
         episode: The episode id the request names (URL, ``_meta`` or header), or None.
         session: The MCP session id as the client sent it (replica prefix included), or None.
-        replica: The replica that must serve the request because it holds its MCP session, or None.
+        replica: The replica that must serve the request because it holds its MCP session (or the
+            client asked for it with an ``X-Replay-Replica`` header, to read its metrics), or None.
     """
 
     episode: str | None = None
@@ -115,12 +122,12 @@ def affinity(method: str, path: str, headers: Iterable[tuple[bytes, bytes]], bod
     content_type = ""
     for name, value in headers:
         key = name.decode("latin-1").lower()
-        if key in (SESSION_HEADER, EPISODE_HEADER):
+        if key in (SESSION_HEADER, EPISODE_HEADER, REPLICA_HEADER):
             named[key] = value.decode("latin-1")
         elif key == "content-type":
             content_type = value.decode("latin-1").lower()
     session = named.get(SESSION_HEADER) or None
-    replica = split_session_id(session)[0] if session else None
+    replica = split_session_id(session)[0] if session else named.get(REPLICA_HEADER) or None
     episode = episode_from_path(path)
     if episode is None:
         meta = _meta(body) if method == "POST" and "json" in content_type else None

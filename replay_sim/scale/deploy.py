@@ -131,6 +131,11 @@ class _Replica:
         async for batch in self._replica.handle(envelope):
             yield batch
 
+    def check_health(self) -> None:
+        """Serve's health check: the replay app must still be running (else Serve replaces the replica)."""
+        if not self._lifespan.running:
+            raise RuntimeError("the replay app stopped")
+
     async def __del__(self) -> None:
         await self._lifespan.shutdown()
 

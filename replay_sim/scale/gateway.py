@@ -6,7 +6,8 @@ Per request it:
 
 1. reads the body (at most ``max_body`` bytes, else 413) and, for a JSON POST of at most 1 MiB,
    its ``_meta`` (:func:`~replay_sim.scale.affinity.affinity`) — one ``json.loads`` per call;
-2. picks the target: the replica minting the request's MCP session, else the replica it last saw
+2. picks the target: the replica minting the request's MCP session (or the one an
+   ``X-Replay-Replica`` request header names), else the replica it last saw
    answer the episode (remembered from ``X-Replay-Replica``, least recently used forgotten beyond
    ``max_holders``), else none — the router then hashes the episode onto the live replicas;
 3. refuses at once, naming the episode, a target that is no longer among the live replicas
@@ -14,13 +15,15 @@ Per request it:
 4. follows a replica's redirect once: an episode held by another live replica (the live set
    changed since it started) goes there, never to a fresh history.
 
-The replicas are reached through ``dispatch`` (an async iterator of ASGI message batches per
-:class:`~replay_sim.scale.wire.Envelope`); the Serve deployment supplies it (:mod:`~replay_sim.scale.deploy`).
+``/scale/replicas`` lists the live replicas' ids. The replicas are reached through ``dispatch``
+(an async iterator of ASGI message batches per :class:`~replay_sim.scale.wire.Envelope`); the Serve
+deployment supplies it (:mod:`~replay_sim.scale.deploy`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
@@ -28,13 +31,14 @@ from dataclasses import replace
 import anyio
 from starlette.types import Message, Receive, Scope, Send
 
-from replay_sim.scale.affinity import Affinity, affinity
+from replay_sim.scale.affinity import REPLICA_HEADER, Affinity, affinity
 from replay_sim.scale.lost import conflict, error_messages, lost, unavailable
-from replay_sim.scale.replica import REPLICA_HEADER
 from replay_sim.scale.wire import REDIRECT, Envelope, scope_for_wire
 
-__all__ = ["DEFAULT_MAX_BODY", "Gateway", "ReplicaGone"]
+__all__ = ["DEFAULT_MAX_BODY", "REPLICAS_PATH", "Gateway", "ReplicaGone"]
 
+REPLICAS_PATH = "/scale/replicas"
+"""The gateway's own endpoint: the ids of the live replicas (for scraping each one's ``/metrics``)."""
 DEFAULT_MAX_BODY = 32 << 20
 """The largest request body the gateway forwards (32 MiB, as a stdio request line)."""
 DEFAULT_MAX_HOLDERS = 200_000
@@ -87,6 +91,10 @@ class Gateway:
             return
         if scope["type"] != "http":
             return  # no websockets: the MCP transport is HTTP
+        if scope.get("path") == REPLICAS_PATH:
+            listed = json.dumps({"replicas": sorted(self.live())}).encode()
+            await _send_all(send, _json(200, listed))
+            return
         body = await self._read(receive)
         if body is None:
             await _send_all(
@@ -199,6 +207,14 @@ async def _watch_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:
         while (await receive())["type"] != "http.disconnect":
             pass
         scope.cancel()
+
+
+def _json(status: int, payload: bytes) -> list[Message]:
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+    return [
+        {"type": "http.response.start", "status": status, "headers": headers},
+        {"type": "http.response.body", "body": payload, "more_body": False},
+    ]
 
 
 async def _send_all(send: Send, messages: list[Message]) -> None:

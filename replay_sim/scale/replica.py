@@ -30,14 +30,12 @@ from starlette.types import Message
 from replay_sim.errors import SnapshotError
 from replay_sim.replay.app import create_app
 from replay_sim.replay.factory import open_replay
-from replay_sim.scale.affinity import SESSION_HEADER, session_id_for, split_session_id
+from replay_sim.scale.affinity import REPLICA_HEADER, SESSION_HEADER, session_id_for, split_session_id
 from replay_sim.scale.lost import lost
 from replay_sim.scale.wire import REDIRECT, Envelope, Lifespan, run_buffered
 
 __all__ = ["REPLICA_HEADER", "ReplayReplica"]
 
-REPLICA_HEADER = "x-replay-replica"
-"""Response header naming the replica that answered."""
 _HELD_CACHE = 200_000
 _SESSION = SESSION_HEADER.encode()
 _SAMPLE = re.compile(rb"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^\n]*?\})?( [^\n]*)$", re.MULTILINE)

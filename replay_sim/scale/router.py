@@ -17,6 +17,7 @@ replicas it sees (:func:`live_replicas`), so the gateway can tell a lost holder 
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from ray.serve.request_router import PendingRequest, RequestRouter, RunningReplica
@@ -39,9 +40,11 @@ class EpisodeRouter(RequestRouter):
 
     def update_replicas(self, replicas: list[RunningReplica]) -> None:
         """Record the new set of running replicas (and publish it to :func:`live_replicas`)."""
-        global _live
         super().update_replicas(replicas)
-        _live = frozenset(r.replica_id.unique_id for r in replicas)
+        # Serve ships this class to the caller pickled by value, with globals of its own: publish
+        # through the module as imported in this process, where live_replicas() reads.
+        module = importlib.import_module(__name__)
+        module._live = frozenset(r.replica_id.unique_id for r in replicas)  # type: ignore[attr-defined]
 
     async def choose_replicas(
         self,

@@ -143,6 +143,11 @@ class Lifespan:
         self._outbox: asyncio.Queue[Message] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
 
+    @property
+    def running(self) -> bool:
+        """True from a completed startup until the app's lifespan ends."""
+        return self._task is not None and not self._task.done()
+
     async def startup(self) -> None:
         """Start the app; returns once its startup completed.
 

@@ -94,6 +94,9 @@ def test_an_episode_can_be_listed_and_reset(tmp_path: Path) -> None:
     replay = make_replay(tmp_path / "ep.db")
     replay.resolver.advance(replay.histories.trail("demo", "ep-1"), Resolution(Tier.MISS, 0.0, step="k"))
     with serving_in_thread(create_app(replay)) as url:
-        assert _get(f"{url}/api/episodes").json() == [{"episode": "ep-1", "server": "demo", "calls": 1}]
-        assert httpx2.delete(f"{url}/api/episodes/ep-1").json() == {"episode": "ep-1", "reset": True}
+        [listed] = _get(f"{url}/api/episodes").json()
+        assert listed["id"] == "ep-1" and listed["urls"]["demo"] == f"{url}/episodes/ep-1/mcp/demo"
+        ended = httpx2.delete(f"{url}/api/episodes/ep-1").json()
+        assert ended["id"] == "ep-1" and ended["ended"] is True
         assert _get(f"{url}/api/episodes").json() == []
+        assert httpx2.delete(f"{url}/api/episodes/ep-1").status_code == 404

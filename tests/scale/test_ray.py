@@ -29,6 +29,7 @@ serve = pytest.importorskip("ray.serve")
 
 from replay_sim.errors import ConfigError  # noqa: E402
 from replay_sim.scale.deploy import APP_NAME, ScaleSettings, app_builder, build_app  # noqa: E402
+from replay_sim.scale.ring import owner  # noqa: E402
 
 pytestmark = pytest.mark.anyio
 DEMO = Path(__file__).parents[2] / "replay_sim" / "cli" / "demo_data" / "memory.jsonl"
@@ -157,7 +158,17 @@ async def test_interleaved_episodes_get_the_single_servers_bytes_each_on_one_rep
     # the final read is the graph the episode's own writes made, not the empty one
     final = json.loads(scaled[episodes[0]][-1][0])["result"]
     assert final["structuredContent"]["entities"] and final["_meta"]["replay-sim/match"]["status"] == "exact"
-    assert len({scaled[e][0][1] for e in episodes}) == 2  # both replicas took episodes
+    replicas = {scaled[e][0][1] for e in episodes}
+    assert len(replicas) == 2  # both replicas took episodes...
+    # ...each the one its id hashes to (the router's choice, not a redirect or luck)
+    assert all(scaled[e][0][1] == owner(e, replicas) for e in episodes)
+    async with httpx2.AsyncClient(base_url=cluster, timeout=60) as http:
+        listed = (await http.get("/scale/replicas")).json()["replicas"]
+        metrics = {r: await http.get("/metrics", headers={"X-Replay-Replica": r}) for r in listed}
+    assert set(listed) == replicas
+    for replica, scraped in metrics.items():
+        assert scraped.headers["x-replay-replica"] == replica
+        assert f'replica="{replica}"' in scraped.text and "replay_sim_" in scraped.text
 
 
 @contextlib.asynccontextmanager
