@@ -10,20 +10,10 @@ import threading
 from pathlib import Path
 
 import pytest
+from store_helpers import echo_call, write_from_process
 
 from replay_sim.errors import StoreError
 from replay_sim.store import Origin, ServerRecord, Store
-
-
-def _call(store: Store, n: int, session: str | None = None) -> int:
-    return store.record_call(
-        "echo",
-        "tools/call",
-        {"name": "echo", "arguments": {"n": n}},
-        result={"content": [{"type": "text", "text": str(n)}]},
-        session=session,
-        latency_ms=1.5,
-    )
 
 
 def test_a_recorded_call_reads_back_exactly_as_written(tmp_path: Path) -> None:
@@ -52,8 +42,8 @@ def test_sequence_numbers_count_up_per_session(tmp_path: Path) -> None:
     with Store(tmp_path / "r.db") as store:
         a, b = store.start_session("echo"), store.start_session("echo")
         for n in range(3):
-            _call(store, n, a)
-        _call(store, 9, b)
+            echo_call(store, n, a)
+        echo_call(store, 9, b)
         assert [r.seq for r in store.recordings(session=a)] == [1, 2, 3]
         assert [r.seq for r in store.recordings(session=b)] == [1]
         assert {s["id"]: s["calls"] for s in store.sessions()} == {a: 3, b: 1}
@@ -81,7 +71,7 @@ def test_threads_writing_at_once_lose_nothing(tmp_path: Path) -> None:
 
     def work(session: str) -> None:
         for n in range(50):
-            _call(store, n, session)
+            echo_call(store, n, session)
 
     threads = [threading.Thread(target=work, args=(s,)) for s in sessions]
     for t in threads:
@@ -93,17 +83,11 @@ def test_threads_writing_at_once_lose_nothing(tmp_path: Path) -> None:
     store.close()
 
 
-def _write_from_process(path: str, session: str) -> None:
-    with Store(path) as store:
-        for n in range(40):
-            _call(store, n, session)
-
-
 def test_processes_writing_to_one_file_lose_nothing(tmp_path: Path) -> None:
     path = str(tmp_path / "r.db")
     Store(path).close()
     ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_write_from_process, args=(path, f"p{i}")) for i in range(4)]
+    procs = [ctx.Process(target=write_from_process, args=(path, f"p{i}")) for i in range(4)]
     for p in procs:
         p.start()
     for p in procs:
@@ -116,7 +100,7 @@ def test_processes_writing_to_one_file_lose_nothing(tmp_path: Path) -> None:
 
 def test_a_full_disk_is_a_clear_error_and_leaves_no_partial_rows(tmp_path: Path) -> None:
     with Store(tmp_path / "r.db") as store:
-        _call(store, 0)
+        echo_call(store, 0)
         pages = store.conn.execute("PRAGMA page_count").fetchone()[0]
         store.conn.execute(f"PRAGMA max_page_count={pages}")  # the file cannot grow: SQLITE_FULL
         big = {"content": [{"type": "text", "text": "x" * 200_000}]}
@@ -135,7 +119,7 @@ def test_a_locked_store_is_a_clear_error(tmp_path: Path) -> None:
             Store(path, timeout=0.05) as store,
             pytest.raises(StoreError, match="another process holds a write lock"),
         ):
-            _call(store, 1)
+            echo_call(store, 1)
     finally:
         holder.execute("ROLLBACK")
         holder.close()
@@ -144,11 +128,11 @@ def test_a_locked_store_is_a_clear_error(tmp_path: Path) -> None:
 def test_a_read_only_store_refuses_writes_and_missing_files(tmp_path: Path) -> None:
     path = tmp_path / "r.db"
     with Store(path) as store:
-        _call(store, 1)
+        echo_call(store, 1)
     with Store(path, readonly=True) as store:
         assert len(store.recordings()) == 1
         with pytest.raises(StoreError, match="read-only"):
-            _call(store, 2)
+            echo_call(store, 2)
     with pytest.raises(StoreError, match="no such recording store"):
         Store(tmp_path / "missing.db", readonly=True)
 
@@ -172,7 +156,7 @@ def test_a_store_opened_without_create_refuses_a_missing_file_or_a_folder(tmp_pa
         Store(tmp_path, create=False)
     Store(tmp_path / "r.db").close()  # recording and import create the store
     with Store(tmp_path / "r.db", create=False) as store:
-        _call(store, 1)  # an existing store opens for writing (e.g. the embedding cache)
+        echo_call(store, 1)  # an existing store opens for writing (e.g. the embedding cache)
         assert len(store.recordings()) == 1
 
 
