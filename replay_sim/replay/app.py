@@ -18,7 +18,6 @@ import logging
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 
-import anyio.to_thread
 from fastapi import FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
@@ -96,11 +95,10 @@ def create_app(
             await replay.enter(stack)
             for manager in managers.values():
                 await stack.enter_async_context(manager.run())
-            await anyio.to_thread.run_sync(replay.resolver.warm)  # index and model: before "ready"
-            if freeze_gc:
-                # The model, index and caches live as long as the server: keep the garbage
-                # collector from rescanning them on every full collection (costly under load).
-                gc.freeze()
+            # Index, model and thresholds load in the background: exact hits are answered at once.
+            # Once loaded, they live as long as the server: keep the garbage collector from
+            # rescanning them on every full collection (costly under load).
+            replay.resolver.warm(wait=False, then=gc.freeze if freeze_gc else None)
             ready = True
             try:
                 yield

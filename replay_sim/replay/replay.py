@@ -202,7 +202,7 @@ class Replay:
         server = self.server(name)
         async with contextlib.AsyncExitStack() as stack:
             await self.enter(stack)
-            await anyio.to_thread.run_sync(self.resolver.warm)
+            self.resolver.warm(wait=False)  # in the background: exact hits are answered at once
             stack.enter_context(one_client())  # before the stream's tasks start: they inherit it
             read_stream, write_stream = await stack.enter_async_context(native_stdio())
             await server.run(read_stream, write_stream, server.create_initialization_options())
@@ -277,7 +277,11 @@ class Replay:
         # a miss policy the real params (a live upstream needs the real credentials).
         redacted = self.redactor.redact(params)
         name, arguments = call_identity(method, redacted)
-        resolution = self.resolver.resolve(server, method, redacted, () if history is None else history)
+        steps = () if history is None else history
+        resolution = self.resolver.resolve_now(server, method, redacted, steps)
+        if resolution is None:  # it needs the model or index still loading: wait off the event loop
+            resolve = self.resolver.resolve
+            resolution = await anyio.to_thread.run_sync(resolve, server, method, redacted, steps)
         if not resolution.hit and method == "tools/call":
             # Checked only when nothing answers: a recorded answer is the real server's own verdict.
             refusal = self._refusal(surface, method, name, arguments)

@@ -3,11 +3,14 @@
 :func:`build_index` embeds only recordings added since the manifest's last one (or rebuilds from
 scratch when the index belongs to another store or another model) and re-embeds a tool whose
 free-text fields changed. :class:`LiveIndex` is what a resolver searches: the persisted index,
-rebuilt when the store grows, or refused as stale when building is not allowed.
+rebuilt when the store grows, or refused as stale when building is not allowed. Whether the store
+grew is asked of the store's change counters (no query over the calls) on every search; only when
+they moved is the store's fingerprint, a scan of the calls table, compared again.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -162,6 +165,17 @@ class LiveIndex:
         self.directory = directory
         self.auto_build = auto_build
         self._index: IndexSet | None = None
+        self._verified: tuple[int, int] | None = None  # the store's counters when last found current
+        self._lock = threading.Lock()  # one build at a time; a search that needs it waits for it
+
+    def _counters(self) -> tuple[int, int]:
+        """This store's content commits and other connections' commits: they move when calls may be added."""
+        return self.store.generation, self.store.data_version()
+
+    @property
+    def loaded(self) -> bool:
+        """Whether an index is held (it may still turn out stale)."""
+        return self._index is not None
 
     def current(self, embedder: Embedder) -> IndexSet:
         """The index, brought up to date with ``embedder`` if needed and allowed.
@@ -169,21 +183,28 @@ class LiveIndex:
         Raises:
             VectorIndexError: The index is missing or stale and ``auto_build`` is False.
         """
-        if self._index is not None and self._index.is_current(self.store):
+        index = self._index
+        if index is not None and self._verified == self._counters():
+            return index
+        with self._lock:
+            counters = self._counters()  # read before the fingerprint: a later commit moves them
+            if self._index is None or not self._index.is_current(self.store):
+                self._index = self._load_or_build(embedder)
+            self._verified = counters
             return self._index
+
+    def _load_or_build(self, embedder: Embedder) -> IndexSet:
         if not self.auto_build:
             index = IndexSet.load(Path(self.directory or DEFAULT_INDEX_DIR))
             if not index.is_current(self.store):
                 raise VectorIndexError(
                     f"{self.directory}: index is stale for {self.store.path}; run `replay-sim index build`"
                 )
-            self._index = index
             return index
         try:
-            self._index = build_index(self.store, self.schemas, embedder, self.directory)
+            return build_index(self.store, self.schemas, embedder, self.directory)
         except VectorIndexError:
             if self.directory is None:
                 raise
             # The folder is not writable (e.g. a read-only snapshot): keep the index in memory.
-            self._index = build_index(self.store, self.schemas, embedder, None)
-        return self._index
+            return build_index(self.store, self.schemas, embedder, None)

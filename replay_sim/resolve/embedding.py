@@ -1,8 +1,10 @@
 """Text embeddings: the :class:`Embedder` protocol, the default model, and the store-backed cache.
 
 Vectors are float32 and L2-normalised, so inner product is cosine similarity. Every vector the
-:class:`CachedEmbedder` computes is stored in the recording store under (model id, sha256 of the
-text), so no text is ever embedded twice — not in this process, not in the next one.
+:class:`CachedEmbedder` of an index build computes is stored in the recording store under (model
+id, sha256 of the text), so no recorded text is ever embedded twice — not in this process, not in
+the next one. A replay's query embeddings stay in a bounded in-memory cache: serving never writes
+to the store.
 """
 
 from __future__ import annotations
@@ -129,12 +131,23 @@ class CachedEmbedder:
         embedder: The model that computes vectors on a cache miss.
         store: Where vectors are cached; a read-only store is read but never written.
         memory_items: Size of the in-process LRU (hot query texts).
+        store_writes: Whether new vectors are written to ``store`` (an index build's); when False
+            the store's cache is only read, and new vectors live in the LRU alone (a replay's
+            query embeddings: serving writes nothing, and the store does not grow with traffic).
     """
 
-    def __init__(self, embedder: Embedder, store: Store | None = None, memory_items: int = 4096) -> None:
+    def __init__(
+        self,
+        embedder: Embedder,
+        store: Store | None = None,
+        memory_items: int = 4096,
+        *,
+        store_writes: bool = True,
+    ) -> None:
         self.embedder = embedder
         self.store = store
         self.memory_items = memory_items
+        self.store_writes = store_writes
         self._memory: OrderedDict[str, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
         self.encoded = 0
@@ -146,6 +159,12 @@ class CachedEmbedder:
     def model_id(self) -> str:
         """The wrapped model's id."""
         return self.embedder.model_id
+
+    def writing(self) -> CachedEmbedder:
+        """This cache as an index build uses it: same model and store, new vectors stored."""
+        if self.store_writes:
+            return self
+        return CachedEmbedder(self.embedder, self.store, self.memory_items)
 
     @property
     def dimension(self) -> int:
@@ -179,7 +198,7 @@ class CachedEmbedder:
             self.encoded += len(missing)
             fresh = {s: vectors[i] for i, s in enumerate(missing)}
             found.update(fresh)
-            if self.store is not None:
+            if self.store is not None and self.store_writes:
                 self.store.cache_embeddings(self.model_id, {s: v.tobytes() for s, v in fresh.items()})
         with self._lock:
             for sha in dict.fromkeys(shas):

@@ -18,7 +18,7 @@ same answers.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from replay_sim.resolve.lineage import DIVERGED, StateLookup, Trail
 from replay_sim.resolve.resolution import Candidate, FieldDiff, Problem, Resolution, Tier
 from replay_sim.resolve.schemas import RecordedSchemas
 from replay_sim.resolve.toolstate import ToolState, field_diffs
+from replay_sim.resolve.warmup import Warmup
 from replay_sim.schema import ToolSchema
 from replay_sim.store import Recording, Store
 
@@ -77,6 +78,8 @@ class Resolver:
         self.live_index = LiveIndex(store, self.schemas, index_dir, auto_build=auto_index)
         self._states: dict[tuple[str, str], ToolState] = {}
         self._version: tuple[int, int] | None = None
+        self._builder: CachedEmbedder | None = None
+        self.warmup = Warmup(self._warm_up)
 
     # -- caches -----------------------------------------------------------------------------
 
@@ -99,13 +102,17 @@ class Resolver:
 
     @property
     def embedder(self) -> CachedEmbedder:
-        """The embedder, wrapped in the store-backed cache."""
+        """The query embedder: the model behind a bounded in-memory cache that also reads the store's.
+
+        Query embeddings are never written to the store (serving writes nothing); an embedder
+        given as a :class:`CachedEmbedder` is used as it is.
+        """
         if self._cached is None:
             given = self._embedder
             self._cached = (
                 given
                 if isinstance(given, CachedEmbedder)
-                else CachedEmbedder(given or default_embedder(), self.store)
+                else CachedEmbedder(given or default_embedder(), self.store, store_writes=False)
             )
         return self._cached
 
@@ -124,31 +131,49 @@ class Resolver:
         Raises:
             VectorIndexError: The index is missing or stale and ``auto_index`` is False.
         """
-        return self.live_index.current(self.embedder)
+        self.warmup.need()
+        if self._builder is None:  # an index build caches the recordings' embeddings in the store
+            self._builder = self.embedder.writing()
+        return self.live_index.current(self._builder)
 
-    def warm(self) -> None:
-        """Do the slow first-use work now: bring the index up to date, load the embedding model.
+    def warm(self, *, wait: bool = True, then: Callable[[], None] | None = None) -> None:
+        """Load the index and the model and calibrate every tool's threshold, in a background thread.
 
-        A replay server calls this before it reports ready, so the first semantic call of a
-        rollout (or its first near-miss diagnosis) costs milliseconds, not the seconds a model load
-        takes. The model is loaded only when there are recorded tool calls to compare against.
+        The first semantic call then costs milliseconds, not seconds; exact and canonical hits
+        need none of it (see :meth:`resolve_now`). Started once; later calls only wait.
+
+        Args:
+            wait: Return only once it is done.
+            then: Called once it is done (in its thread; at once when it is done already).
         """
+        self.warmup.start(then)
+        if wait:
+            self.warmup.wait()
+
+    def _warm_up(self) -> None:
         if not self.semantic:
             return
         try:
             index = self.index()
+            if any(len(part) for part in index.partitions.values()):
+                self.embedder.embedder.encode(["warm-up"])  # the model itself: nothing worth caching
+                self._check_version()
+                for server, tool in sorted(index.partitions):  # thresholds now, not on first calls
+                    schema = self.tool_schema(server, tool)
+                    if schema is not None and (state := self._state(server, tool, schema)).semantic:
+                        state.threshold(index)
         except ReplaySimError:
             return  # reported on each call that needs the index, in its miss reason
-        if any(len(part) for part in index.partitions.values()):
-            self.embedder.embedder.encode(["warm-up"])  # the model itself: nothing worth caching
 
     def _state(self, server: str, tool: str, schema: ToolSchema) -> ToolState:
         state = self._states.get((server, tool))
         if state is None:
+            self.warmup.need()
+            version = self._version
             recordings = self.store.recordings(server, method="tools/call", name=tool)
-            state = self._states[(server, tool)] = ToolState(
-                server, schema, recordings, self.config, self.lookup.state_of
-            )
+            state = ToolState(server, schema, recordings, self.config, self.lookup.state_of)
+            if self._version == version:  # else the store changed meanwhile (the warm-up's thread)
+                self._states[(server, tool)] = state
         return state
 
     # -- episodes ------------------------------------------------------------------------------
@@ -172,6 +197,16 @@ class Resolver:
         return [recording, *others]
 
     # -- resolution ------------------------------------------------------------------------------
+
+    def resolve_now(
+        self, server: str, method: str, params: Any, history: Sequence[str] | Trail = ()
+    ) -> Resolution | None:
+        """:meth:`resolve`, or None when the call needs what the warm-up (:meth:`warm`) still loads.
+
+        Exact hits never need it: an event loop answers them at once and hands only calls that
+        would wait (for the model, the index or a tool's matching state) to a thread.
+        """
+        return self.warmup.attempt(lambda: self.resolve(server, method, params, history))
 
     def resolve(
         self, server: str, method: str, params: Any, history: Sequence[str] | Trail = ()

@@ -1,7 +1,9 @@
 """Vector search: the :class:`VectorIndex` protocol and its faiss implementation.
 
 A :class:`FaissIndex` holds (recording id, unit vector) pairs for one tool: exact inner product
-(``IndexFlatIP``) while small, HNSW above ``hnsw_threshold`` vectors. faiss reports every C++
+(``IndexFlatIP``) while small, HNSW above ``hnsw_threshold`` vectors. Its vectors are also kept as
+one array (read from faiss once, on first need), so scoring a call against some of a tool's
+recordings, or calibrating its threshold, is one matrix product, not a loop. faiss reports every C++
 failure as a ``RuntimeError``; :func:`translate_faiss` turns it into a
 :class:`~replay_sim.errors.VectorIndexError` here and nowhere else.
 """
@@ -68,6 +70,7 @@ class FaissIndex:
         self.dimension = dimension
         self.hnsw_threshold = hnsw_threshold
         self.index = index if index is not None else faiss.IndexIDMap2(faiss.IndexFlatIP(dimension))
+        self._arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     @property
     def kind(self) -> str:
@@ -80,6 +83,7 @@ class FaissIndex:
     def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
         """Add vectors; switches a flat partition to HNSW when it crosses the threshold."""
         with translate_faiss("add vectors"):
+            self._arrays = None
             self.index.add_with_ids(
                 np.ascontiguousarray(vectors, dtype=np.float32), np.asarray(ids, dtype=np.int64)
             )
@@ -95,15 +99,42 @@ class FaissIndex:
         index = faiss.IndexIDMap2(hnsw)
         index.add_with_ids(vectors, ids)
         self.index = index
+        self._arrays = None
+
+    def _matrix(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(vectors in storage order, ids sorted, the row of each sorted id)``, read once per change."""
+        arrays = self._arrays
+        if arrays is None:
+            with translate_faiss("read vectors"):
+                ids = faiss.vector_to_array(self.index.id_map).astype(np.int64)
+                matrix = (
+                    self.index.index.reconstruct_n(0, len(ids))
+                    if len(ids)
+                    else np.zeros((0, self.dimension), dtype=np.float32)
+                )
+            order = np.argsort(ids, kind="stable")
+            arrays = self._arrays = (matrix, ids[order], order)
+        return arrays
 
     def vectors(self, ids: Collection[int]) -> np.ndarray:
-        """The stored vectors of ``ids`` (each must be present)."""
-        with translate_faiss("read vectors"):
-            return (
-                np.stack([self.index.reconstruct(int(i)) for i in ids])
-                if ids
-                else np.zeros((0, self.dimension))
+        """The stored vectors of ``ids``, in the order given (each must be present).
+
+        Raises:
+            VectorIndexError: An id is not in this partition.
+        """
+        if not ids:
+            return np.zeros((0, self.dimension))
+        matrix, stored, rows = self._matrix()
+        wanted = np.fromiter(ids, dtype=np.int64, count=len(ids))
+        at = np.minimum(np.searchsorted(stored, wanted), max(len(stored) - 1, 0))
+        if not len(stored) or not np.array_equal(stored[at], wanted):
+            held = set(stored.tolist())
+            absent = [int(i) for i in wanted.tolist() if i not in held][:3]
+            raise VectorIndexError(
+                f"cannot read vectors: recording(s) {absent} are not in the partition; "
+                "rebuild with `replay-sim index build`"
             )
+        return matrix[rows[at]]
 
     def search(
         self, vector: np.ndarray, k: int, allowed: Collection[int] | None = None
@@ -116,8 +147,9 @@ class FaissIndex:
                 return []
             if len(allowed) <= EXACT_ALLOWED_LIMIT:
                 scores = self.vectors(allowed) @ query[0]
-                order = sorted(range(len(allowed)), key=lambda i: (-scores[i], allowed[i]))[:k]
-                return [(allowed[i], float(scores[i])) for i in order]
+                # Best first, ties by lower id (``allowed`` is sorted, and lexsort is stable).
+                order = np.lexsort((np.arange(len(allowed)), -scores))[:k]
+                return [(allowed[i], float(scores[i])) for i in order.tolist()]
         with translate_faiss("search"):
             params = None
             if allowed is not None:
