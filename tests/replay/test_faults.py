@@ -6,6 +6,8 @@ no test waits on (or asserts about) the wall clock. The dropped connection is ch
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -302,3 +304,31 @@ def test_a_dropped_connection_over_http_closes_it_without_an_answer_and_the_serv
                 assert _text(await client.call_tool("counter", {})) == "0"
 
     anyio.run(modern)
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--latency", "slow"], "fixed:MS"),
+        (["--faults", "2"], "from 0 to 1"),
+        (["--faults", "demo/echo=0.1:explode"], "unknown fault kinds"),
+    ],
+)
+def test_serve_refuses_a_bad_latency_or_fault_spec_in_one_line(
+    tmp_path: Path, args: list[str], said: str
+) -> None:
+    build_store(tmp_path / "cli.db").close()
+    command = [
+        sys.executable,
+        "-m",
+        "replay_sim",
+        "serve",
+        "--db",
+        str(tmp_path / "cli.db"),
+        "--port",
+        "0",
+        *args,
+    ]
+    ran = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert ran.returncode != 0 and said in ran.stderr
+    assert len(ran.stderr.strip().splitlines()) == 1
