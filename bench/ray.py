@@ -80,14 +80,17 @@ def make_snapshot(folder: Path) -> Path:
     return freeze(folder / "memory.db", folder / "snapshot").path
 
 
-def wait_ready(base: str, deadline_s: float = 120) -> None:
+def wait_ready(base: str, deadline_s: float = 300) -> None:
     deadline = time.monotonic() + deadline_s
+    answer = "no answer"
     while True:
         with contextlib.suppress(httpx2.TransportError):
-            if httpx2.get(f"{base}/api/ready", timeout=2).status_code == 200:
+            response = httpx2.get(f"{base}/api/ready", timeout=5)
+            if response.status_code == 200:
                 return
+            answer = f"{response.status_code} {response.text[:200]}"
         if time.monotonic() > deadline:
-            raise RuntimeError(f"{base} did not become ready")
+            raise RuntimeError(f"{base} did not become ready: {answer}")
         time.sleep(0.2)
 
 
@@ -95,17 +98,9 @@ def wait_ready(base: str, deadline_s: float = 120) -> None:
 def single(snapshot: Path) -> Iterator[str]:
     """``replay-sim serve --snapshot`` in a subprocess; yields its base URL."""
     port = free_port()
-    command = [
-        sys.executable,
-        "-m",
-        "replay_sim.cli",
-        "serve",
-        "--snapshot",
-        str(snapshot),
-        "--port",
-        str(port),
-    ]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    replay_sim = str(Path(sys.executable).parent / "replay-sim")
+    command = [replay_sim, "serve", "--snapshot", str(snapshot), "--port", str(port)]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
     try:
         wait_ready(f"http://127.0.0.1:{port}")
         yield f"http://127.0.0.1:{port}"

@@ -8,7 +8,8 @@ this order:
 1. the MCP session (``Mcp-Session-Id``, on POST, the GET stream and DELETE alike): a session id
    minted on a replica carries that replica's id (:func:`session_id_for`), so it is routed straight
    to it — the session's transport exists nowhere else;
-2. the episode URL ``/episodes/<id>/mcp/<server>``;
+2. the episode URL ``/episodes/<id>/mcp/<server>`` (and the episode admin API,
+   ``/api/episodes/<id>`` and ``POST /api/episodes {"id": ...}``);
 3. ``_meta["replay-sim/episode"]`` in a POSTed JSON-RPC body;
 4. the ``X-Replay-Episode`` header (the replay server, too, lets ``_meta`` win over the header).
 
@@ -51,6 +52,7 @@ REPLICA_HEADER = "x-replay-replica"
 _SESSION_MARK = "r-"
 _SESSION_SEP = "."
 _EPISODES = "/episodes/"
+_EPISODES_API = "/api/episodes"
 
 
 @dataclass(frozen=True)
@@ -99,11 +101,15 @@ def split_session_id(value: str) -> tuple[str | None, str]:
 
 
 def episode_from_path(path: str) -> str | None:
-    """The episode of an episode-scoped URL (``/episodes/<id>/mcp/<server>``), else None."""
-    if not path.startswith(_EPISODES):
-        return None
-    episode, slash, _ = path[len(_EPISODES) :].partition("/")
-    return unquote(episode) if episode and slash else None
+    """The episode of an episode-scoped URL (``/episodes/<id>/mcp/<server>``) or of the episode
+    admin API (``/api/episodes/<id>``), else None."""
+    if path.startswith(_EPISODES):
+        episode, slash, _ = path[len(_EPISODES) :].partition("/")
+        return unquote(episode) if episode and slash else None
+    if path.startswith(_EPISODES_API + "/"):
+        episode = path[len(_EPISODES_API) + 1 :].partition("/")[0]
+        return unquote(episode) or None
+    return None
 
 
 def affinity(method: str, path: str, headers: Iterable[tuple[bytes, bytes]], body: bytes = b"") -> Affinity:
@@ -129,10 +135,24 @@ def affinity(method: str, path: str, headers: Iterable[tuple[bytes, bytes]], bod
     session = named.get(SESSION_HEADER) or None
     replica = split_session_id(session)[0] if session else named.get(REPLICA_HEADER) or None
     episode = episode_from_path(path)
-    if episode is None:
+    if episode is None and method == "POST" and path == _EPISODES_API:
+        episode = _created_id(body)  # POST /api/episodes {"id": ...}: created where it will be served
+    elif episode is None:
         meta = _meta(body) if method == "POST" and "json" in content_type else None
         episode = episode_id(meta, named)
     return Affinity(episode=episode, session=session, replica=replica)
+
+
+def _created_id(body: bytes) -> str | None:
+    """The ``id`` a ``POST /api/episodes`` body asks for, if any."""
+    if not body or len(body) > MAX_PEEK_BYTES:
+        return None
+    try:
+        asked = json.loads(body)
+    except ValueError:
+        return None
+    value = asked.get("id") if isinstance(asked, dict) else None
+    return value if isinstance(value, str) and value else None
 
 
 def _meta(body: bytes) -> Any:

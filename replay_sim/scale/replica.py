@@ -19,6 +19,8 @@ Around the app it does three things:
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import re
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -101,9 +103,23 @@ class ReplayReplica:
                 yield [{"type": REDIRECT, "replica": holder}]
                 return
             self._remember(affinity.episode)
-        metrics = scope.get("path") == "/metrics"
+        path = scope.get("path")
+        metrics = path == "/metrics"
+        created = affinity.episode is None and path == "/api/episodes" and scope["method"] == "POST"
         async for batch in run_buffered(self.app, scope, envelope.body):
+            if created:  # an episode with an id of the replay's choosing: this replica holds it
+                await self._claim_created(batch)
             yield [self._stamp(m, metrics) for m in batch]
+
+    async def _claim_created(self, batch: list[Message]) -> None:
+        """Claim the episode a ``POST /api/episodes`` without an id created here (its id is in the answer)."""
+        for message in batch:
+            if message["type"] == "http.response.body" and message.get("body"):
+                with contextlib.suppress(ValueError, AttributeError):
+                    episode = json.loads(message["body"]).get("id")
+                    if isinstance(episode, str):
+                        await self.claim(episode, self.replica)
+                        self._remember(episode)
 
     async def _holds(self, episode: str) -> bool:
         if episode in self._held:

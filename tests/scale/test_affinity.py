@@ -65,6 +65,11 @@ def call(meta: dict[str, Any] | None = None) -> bytes:
         ),
         ("DELETE", "/mcp/memory", [(b"mcp-session-id", b"plain")], b"", Affinity(session="plain")),
         ("POST", "/mcp/memory", [JSON], b"{not json", Affinity()),
+        ("GET", "/api/episodes/e9", [], b"", Affinity(episode="e9")),
+        ("DELETE", "/api/episodes/e9", [], b"", Affinity(episode="e9")),
+        ("POST", "/api/episodes", [JSON], b'{"id": "c1", "seed": 3}', Affinity(episode="c1")),
+        ("POST", "/api/episodes", [JSON], b"{}", Affinity()),
+        ("GET", "/api/episodes", [], b"", Affinity()),
         (
             "POST",
             "/mcp/memory",

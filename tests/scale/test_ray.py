@@ -130,11 +130,11 @@ async def run_episodes(base: str, episodes: list[str]) -> dict[str, list[tuple[b
     async with httpx2.AsyncClient(base_url=base, timeout=60) as http:
 
         async def one(step: int, episode: str) -> None:
-            in_meta = episode.startswith("meta")
-            headers = MODERN | modern(STEPS[step]) | ({} if in_meta else {"X-Replay-Episode": episode})
-            response = await http.post(
-                "/mcp/memory", json=body(step, STEPS[step], episode, in_meta), headers=headers
-            )
+            kind = episode.split("-")[0]  # where the episode is named: header, _meta or URL
+            named = {"X-Replay-Episode": episode} if kind == "header" else {}
+            sent = body(step, STEPS[step], episode, kind == "meta")
+            path = f"/episodes/{episode}/mcp/memory" if kind == "url" else "/mcp/memory"
+            response = await http.post(path, json=sent, headers=MODERN | modern(STEPS[step]) | named)
             assert response.status_code == 200, response.text
             answers[episode].append((response.content, response.headers.get("x-replay-replica")))
 
@@ -148,7 +148,7 @@ async def run_episodes(base: str, episodes: list[str]) -> dict[str, list[tuple[b
 async def test_interleaved_episodes_get_the_single_servers_bytes_each_on_one_replica(
     cluster: str, single: str
 ) -> None:
-    episodes = [f"{kind}-{i}" for i in range(32) for kind in ("header", "meta")]
+    episodes = [f"{('header', 'meta', 'url')[i % 3]}-{i}" for i in range(64)]
     with anyio.fail_after(240):
         scaled = await run_episodes(cluster, episodes)
         reference = await run_episodes(single, episodes)
@@ -244,6 +244,25 @@ async def test_a_sessions_get_stream_and_delete_reach_the_replica_that_minted_it
             refused = await http.post(url, json=body(0, "read_graph", "x", False), headers=foreign)
     assert refused.status_code == 410
     assert "MCP session 'r-gone.0123' was held by replay replica gone" in refused.json()["error"]["message"]
+
+
+async def test_an_episode_created_through_the_admin_api_is_served_and_described_by_one_replica(
+    cluster: str,
+) -> None:
+    with anyio.fail_after(120):
+        async with httpx2.AsyncClient(base_url=cluster, timeout=60) as http:
+            created = await http.post("/api/episodes", json={"metadata": {"run": 1}})
+            assert created.status_code == 201, created.text
+            episode, holder = created.json()["id"], created.headers["x-replay-replica"]
+            url = created.json()["urls"]["memory"]
+            answers = []
+            for i, name in enumerate(STEPS):
+                sent = body(i, name, episode, False)
+                answers.append(await http.post(url, json=sent, headers=MODERN | modern(name)))
+            described = await http.get(f"/api/episodes/{episode}")
+    assert "Ada Lovelace" in answers[-1].text
+    assert {a.headers["x-replay-replica"] for a in answers} == {holder}
+    assert described.headers["x-replay-replica"] == holder and described.json()["calls"] == 4
 
 
 def replica_states() -> dict[str, int]:
