@@ -13,11 +13,12 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Self
-
-import sqlite_utils
+from typing import TYPE_CHECKING, Any, Self
 
 from replay_sim.errors import StoreError
+
+if TYPE_CHECKING:
+    import sqlite_utils
 
 __all__ = ["SCHEMA_VERSION", "Database", "drop_embedding_cache"]
 
@@ -108,7 +109,20 @@ class Database:
                 conn.executescript(_SCHEMA)
                 self._check_schema(conn)
             self.conn = conn
-            self.db = sqlite_utils.Database(conn)
+            self._db: sqlite_utils.Database | None = None
+
+    @property
+    def db(self) -> sqlite_utils.Database:
+        """sqlite-utils over this connection, for ad-hoc queries.
+
+        Imported on first use: it imports pandas when that is installed, a third of a second a
+        replay server need not wait for.
+        """
+        if self._db is None:
+            import sqlite_utils
+
+            self._db = sqlite_utils.Database(self.conn)
+        return self._db
 
     @contextmanager
     def _translate(self, action: str) -> Iterator[None]:
@@ -239,9 +253,11 @@ class Database:
             return self.conn.execute(sql, params).fetchall()
 
     def _rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
-        """Query rows as dicts keyed by column name (sqlite-utils), under the store's lock."""
+        """Query rows as dicts keyed by column name, under the store's lock."""
         with self._lock, self._translate("read"):
-            return list(self.db.query(sql, params))
+            cursor = self.conn.execute(sql, params)
+            names = [column[0] for column in cursor.description]
+            return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
     def data_version(self) -> int:
         """A number that changes when *another* connection commits to the file (``PRAGMA data_version``)."""
