@@ -105,11 +105,24 @@ def call_key(server: str, method: str, name: str, arguments: dict[str, Any]) -> 
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 
+_NONE = object()
+_DEFAULTS = {"isError": False, "resultType": "complete", "ttlMs": 0, "cacheScope": "private"}
+"""Result fields whose value here says nothing an absent field does not: a raw answer leaves them
+out, an SDK client's model dump spells them out, a 2026-era answer adds "do not cache" hints, and a
+recording may be any of these."""
+
+
 def answer_text(result: dict[str, Any] | None, error: dict[str, Any] | None) -> str:
     """The canonical form of what a server said: its result without ``_meta``, or its error.
 
     Two answers are the same answer when these are equal (``_meta`` carries provenance and
-    server stamps, not the answer).
+    server stamps, not the answer; ``isError: false``, ``resultType: "complete"``, the no-cache hints
+    ``ttlMs: 0`` and ``cacheScope: "private"``, and an error's ``data: null`` are what their absence
+    means).
     """
-    bare = None if result is None else {k: v for k, v in result.items() if k != "_meta"}
+    bare = None
+    if result is not None:
+        bare = {k: v for k, v in result.items() if k != "_meta" and _DEFAULTS.get(k, _NONE) != v}
+    if error is not None and "data" in error and error["data"] is None:
+        error = {k: v for k, v in error.items() if k != "data"}
     return canonical_json({"result": bare, "error": error})

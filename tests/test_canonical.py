@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from replay_sim.canonical import call_identity, call_key, canonical_json, normalize
+from replay_sim.canonical import answer_text, call_identity, call_key, canonical_json, normalize
 
 EQUAL = [
     ("key order does not matter", {"b": 1, "a": 2}, {"a": 2, "b": 1}),
@@ -82,3 +82,25 @@ def test_call_identity_splits_params_per_method_and_ignores_meta(
     method: str, params: dict, expected: tuple
 ) -> None:
     assert call_identity(method, params) == expected
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "same"),
+    [
+        (
+            {"content": [], "isError": False, "resultType": "complete"},
+            {"content": []},
+            True,
+        ),  # SDK dump vs raw
+        ({"content": [], "_meta": {"x": 1}}, {"content": []}, True),
+        ({"content": [], "isError": True}, {"content": []}, False),
+        ({"content": [], "resultType": "input_required"}, {"content": []}, False),
+        ({"contents": [], "ttlMs": 0, "cacheScope": "private"}, {"contents": []}, True),  # 2026-era hints
+        ({"contents": [], "ttlMs": 60000}, {"contents": []}, False),
+    ],
+)
+def test_answers_equal_when_they_differ_only_in_what_a_default_means(a: dict, b: dict, same: bool) -> None:
+    assert (answer_text(a, None) == answer_text(b, None)) is same
+    assert answer_text(None, {"code": 1, "message": "m", "data": None}) == answer_text(
+        None, {"code": 1, "message": "m"}
+    )
