@@ -105,6 +105,31 @@ def explore_command(
         click.echo(line)
 
 
+def store_answers(store: Store, match_config: MatchConfig | None = None) -> Callable[[MissEntry], bool]:
+    """Whether ``store`` answers a miss from the state it was missed in (exact and canonical tiers).
+
+    A state-changing call before it that no recording answers is a diverged step, as in the
+    replay. A new resolver is made whenever the store changed: a history is read before the
+    resolver would notice new recordings, so a reused one could judge it by stale effects.
+    """
+    made: dict[int, Resolver] = {}
+
+    def answers(entry: MissEntry) -> bool:
+        resolver = made.get(store.generation)
+        if resolver is None:
+            made.clear()
+            resolver = made[store.generation] = Resolver(
+                store, config=match_config, index_dir=None, semantic=False
+            )
+        steps = [
+            s["key"] if store.recordings(key=s["key"], limit=1) else DIVERGED + s["key"]
+            for s in entry.prefix or []
+        ]
+        return resolver.resolve(entry.server, entry.method, entry.params, steps).hit
+
+    return answers
+
+
 def _kept(path: Path) -> list[MissEntry]:
     """The misses kept in a store, a side file, or beside a snapshot bundle (and in its store)."""
     files = [side_file(path / STORE_FILE), path / STORE_FILE] if path.is_dir() else [path]
@@ -152,20 +177,17 @@ def backfill_command(
         for source in sources:
             misses += _kept(source)
         read_only = _read_only(store, match_config)
-        resolver = Resolver(store, config=match_config, index_dir=None, semantic=False)
-
-        def answers(entry: MissEntry) -> bool:
-            steps = [
-                s["key"] if store.recordings(key=s["key"], limit=1) else DIVERGED + s["key"]
-                for s in entry.prefix or []
-            ]
-            return resolver.resolve(entry.server, entry.method, entry.params, steps).hit
-
         bar, progress = _bar("backfilling", "miss")
         with bar:
             report = anyio.run(
                 lambda: backfill(
-                    store, misses, config, read_only, answers=answers, limit=limit, progress=progress
+                    store,
+                    misses,
+                    config,
+                    read_only,
+                    answers=store_answers(store, match_config),
+                    limit=limit,
+                    progress=progress,
                 )
             )
     for line in report.lines():

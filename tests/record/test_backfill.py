@@ -14,14 +14,14 @@ from typing import Any
 import pytest
 from recording_helpers import PYTHON, ROOT, proxy_stdio, run_script
 
+from replay_sim.cli.coverage import store_answers
 from replay_sim.record.backfill import backfill
 from replay_sim.record.config import RecorderConfig, UpstreamSpec
 from replay_sim.replay.replay import Replay
-from replay_sim.resolve.lineage import DIVERGED
 from replay_sim.resolve.resolution import Tier
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.store import Origin, Store
-from replay_sim.store.misses import MissEntry, MissLog, read_misses, side_file
+from replay_sim.store.misses import MissLog, read_misses, side_file
 
 COUNTER = [PYTHON, ROOT / "fixtures" / "counter_server.py"]
 pytestmark = pytest.mark.anyio
@@ -60,18 +60,6 @@ async def _episode(replay: Replay, *calls: tuple[str, dict[str, Any]]) -> list[T
 
 def _replay(store: Store) -> Replay:
     return Replay(store, resolver=Resolver(store, index_dir=None, semantic=False))
-
-
-def _answers(store: Store) -> Any:
-    resolver = Resolver(store, index_dir=None, semantic=False)
-
-    def answers(entry: MissEntry) -> bool:
-        steps = [
-            s["key"] if store.recordings(key=s["key"]) else DIVERGED + s["key"] for s in entry.prefix or []
-        ]
-        return resolver.resolve(entry.server, entry.method, entry.params, steps).hit
-
-    return answers
 
 
 @pytest.mark.slow
@@ -113,7 +101,7 @@ async def test_backfill_asks_each_miss_from_its_state_and_the_replay_then_answer
     # Without a reset only the read at the initial state is asked (a fresh process, a read-only
     # tool, a canary answered as recorded); the miss after a write is reported, not guessed.
     plain = RecorderConfig({"counter": _spec()})
-    report = await backfill(store, misses, plain, _read_only, answers=_answers(store))
+    report = await backfill(store, misses, plain, _read_only, answers=store_answers(store))
     assert (report.recorded, report.answered_after) == (1, 1)
     assert report.skipped == {
         "missed after state-changing calls; upstream 'counter' needs a reset command": 1
@@ -122,7 +110,7 @@ async def test_backfill_asks_each_miss_from_its_state_and_the_replay_then_answer
 
     # With a reset, the write is asked again first, and both calls are recorded as one session.
     resetting = RecorderConfig({"counter": _spec(reset="true")})
-    report = await backfill(store, misses, resetting, _read_only, answers=_answers(store))
+    report = await backfill(store, misses, resetting, _read_only, answers=store_answers(store))
     assert (report.answered_before, report.recorded, report.answered_after, report.resets) == (1, 1, 2, 1)
     backfilled = [r for r in store.recordings() if r.origin == Origin.BACKFILL]
     assert [(r.name, r.arguments, r.result["content"][0]["text"]) for r in backfilled] == [  # type: ignore[index]
