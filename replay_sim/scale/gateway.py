@@ -44,6 +44,7 @@ DEFAULT_MAX_BODY = 32 << 20
 DEFAULT_MAX_HOLDERS = 200_000
 """How many episodes' holders a gateway remembers."""
 _REPLICA = REPLICA_HEADER.encode()
+_GONE = b"\x00gone"  # a sentinel no body compares identical to
 
 Dispatch = Callable[[Envelope], AsyncIterator[list[Message]]]
 
@@ -96,6 +97,8 @@ class Gateway:
             await _send_all(send, _json(200, listed))
             return
         body = await self._read(receive)
+        if body is _GONE:
+            return  # the client left before sending its whole request
         if body is None:
             await _send_all(
                 send, error_messages(413, -32600, f"request body over {self.max_body} bytes", b"")
@@ -184,13 +187,14 @@ class Gateway:
                 return
 
     async def _read(self, receive: Receive) -> bytes | None:
-        """The whole request body, or None when it is larger than ``max_body``."""
+        """The whole request body; None when it is larger than ``max_body``, :data:`_GONE` when the
+        client disconnected first."""
         chunks: list[bytes] = []
         size = 0
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
-                break
+                return _GONE
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_body:

@@ -201,3 +201,28 @@ def test_the_gateway_names_a_lost_episode_and_serves_new_ones() -> None:
         assert status == 410 and "MCP session 'r-a.s1' was held by replay replica a" in body.decode()
 
     anyio.run(run)
+
+
+def test_the_gateway_forwards_nothing_for_a_client_gone_before_its_body_and_refuses_oversized_bodies() -> (
+    None
+):
+    replicas = FakeReplicas({})
+    sent: list[dict[str, Any]] = []
+    scope = {"type": "http", "method": "POST", "path": "/mcp/memory", "headers": [JSON]}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async def run() -> None:
+        gone = [{"type": "http.disconnect"}, {"type": "http.request", "body": b"{", "more_body": True}]
+        await Gateway(replicas.dispatch, replicas.live)(scope, lambda: _pop(gone), send)
+        assert sent == [] and replicas.sent == []
+        big = [{"type": "http.request", "body": b"x" * 11, "more_body": False}]
+        await Gateway(replicas.dispatch, replicas.live, max_body=10)(scope, lambda: _pop(big), send)
+        assert sent[0]["status"] == 413 and replicas.sent == []
+
+    anyio.run(run)
+
+
+async def _pop(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    return messages.pop()
