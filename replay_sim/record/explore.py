@@ -32,11 +32,13 @@ from typing import Any
 from replay_sim.canonical import answer_text
 from replay_sim.record.effect_probes import EffectProbes
 from replay_sim.schema import ToolSchema, tool_schemas
-from replay_sim.store import Origin, Store
+from replay_sim.store import Origin, Recording, Store
 from replay_sim.store.ledger import explored
 from replay_sim.variants import MIN_EVIDENCE, Transform
 
 __all__ = ["Explorer", "Variant"]
+
+_SEEN_SESSIONS = 256  # recorded sessions the effect probes take in when a run resumes a store
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,20 +74,22 @@ class Explorer:
         self.effects.declare(tools)
 
     def resume(self, store: Store, server: str) -> int:
-        """Take in what ``store`` already holds of ``server``: its listed tools, every recorded
-        session (the effect probes judge them) and every variant asked before (the ledger).
+        """Take in what ``store`` already holds of ``server``: its listed tools, its latest recorded
+        sessions (the effect probes judge them) and every variant asked before (the ledger).
 
         Returns:
             How many recorded variant calls were taken in.
         """
         self.declare(tool_schemas(store.listings(server).get("tools/list")))
-        recordings = store.recordings(server)
-        recordings.sort(key=lambda r: (r.session or "", r.seq or 0, r.id))
-        for rec in recordings:
-            session = rec.session if rec.session is not None else f"#{rec.id}"
-            self.effects.observe(
-                session, rec.method, rec.params, rec.result, rec.error, rec.origin == Origin.EXPLORE
-            )
+        sessions: dict[str, list[Recording]] = defaultdict(list)
+        for rec in store.recordings(server):
+            sessions[rec.session if rec.session is not None else f"#{rec.id}"].append(rec)
+        # The latest sessions only: the probes' verdicts are worked out again as calls come in.
+        latest = sorted(sessions.items(), key=lambda item: max(r.id for r in item[1]))[-_SEEN_SESSIONS:]
+        for session, calls in latest:
+            for rec in sorted(calls, key=lambda r: (r.seq or 0, r.id)):
+                probe = rec.origin == Origin.EXPLORE
+                self.effects.observe(session, rec.method, rec.params, rec.result, rec.error, probe)
         schemas = {name: tool.input_schema for name, tool in self.tools.items()}
         taken = 0
         for asked in explored(store, server, schemas):

@@ -157,6 +157,7 @@ async def explore_store(
         if not todo:
             continue
         spec = config.servers[name]
+        rerun: Rerun | None = None
         try:
             if spec.reset is not None:
                 await reset(name, spec)
@@ -169,10 +170,11 @@ async def explore_store(
                     done += 1
                     if progress is not None:
                         progress(done, total)
-                report.asked += rerun.calls
         except UpstreamError as exc:
             report.problems.append(f"{name}: not explored: {exc}")
             done = start + len(calls)
+        finally:
+            report.asked += 0 if rerun is None else rerun.calls
     return report
 
 
