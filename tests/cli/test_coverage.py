@@ -18,6 +18,7 @@ import pytest
 from recording_helpers import BIN, PYTHON, ROOT, proxy_stdio, run_script, stdio
 
 from replay_sim.store import Store
+from replay_sim.store.misses import MissLog, side_file
 
 COUNTER = ROOT / "fixtures" / "counter_server.py"
 REPLAY_SIM = [sys.executable, "-m", "replay_sim"]
@@ -111,3 +112,14 @@ def test_backfill_reads_a_miss_log_from_an_older_snapshot_as_holding_none(tmp_pa
     done = _run("backfill", "--config", _config(tmp_path), "--db", db, "--misses", older)
     assert done.returncode == 0, done.stderr
     assert f"no misses kept in {older}" in done.stdout and "backfilled 0 of 0 misses" in done.stdout
+
+    # Served read-only, the snapshot's misses went to a side file next to the bundle: backfill reads it.
+    with Store(older / "store.db", readonly=True) as frozen:
+        log = MissLog(frozen)
+        log.add("counter", "tools/call", "get", {"key": "k"}, prefix=[], status="miss", reason="none")
+        log.close()
+    assert side_file(older / "store.db") == tmp_path / "older.misses.db"
+    done = _run("backfill", "--config", _config(tmp_path), "--db", db, "--misses", older)
+    assert done.returncode == 0, done.stderr
+    assert "backfilled 0 of 1 misses" in done.stdout
+    assert "the call may change state; upstream 'counter' needs a reset command" in done.stdout
