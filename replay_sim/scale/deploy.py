@@ -27,7 +27,7 @@ from typing import Any, cast
 
 import ray
 from ray import serve
-from ray.exceptions import RayActorError
+from ray.exceptions import RayActorError, RayError
 from ray.serve.config import AutoscalingConfig
 from ray.serve.deployment import Deployment
 from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
@@ -166,7 +166,9 @@ class _Gateway:
             async for batch in stream:
                 yield batch
             finished = True
-        except RayActorError as error:
+        except RayError as error:
+            if not _died(error):
+                raise
             raise ReplicaGone(envelope.target) from error
         finally:
             if not finished:
@@ -289,6 +291,18 @@ def run(
         if started:
             serve.shutdown()
             ray.shutdown()
+
+
+def _died(error: BaseException) -> bool:
+    """Whether a Ray error says the actor serving the call died or is unreachable (maybe wrapped)."""
+    seen: BaseException | None = error
+    for _ in range(8):  # a few wrappings deep (Ray task errors, Serve's own)
+        if seen is None:
+            return False
+        if isinstance(seen, RayActorError):
+            return True
+        seen = getattr(seen, "cause", None) or seen.__cause__
+    return False
 
 
 def _deployment(cls: type) -> Deployment:
