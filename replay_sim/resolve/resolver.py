@@ -244,6 +244,7 @@ class Resolver:
                 problem=Problem.INVALID_ARGUMENTS,
             )
         try:
+            self._check_version()  # before the trail: its steps are judged with what the store holds now
             return self._resolve(server, method, name, arguments, key, self.lookup.trail(history))
         except ReplaySimError as exc:
             return Resolution(Tier.MISS, 0.0, reason=str(exc), key=key)
@@ -251,7 +252,6 @@ class Resolver:
     def _resolve(
         self, server: str, method: str, name: str, arguments: dict[str, Any], key: str, trail: Trail
     ) -> Resolution:
-        self._check_version()
         what = f"{method} {name!r} on {server!r}"
         if trail.diverged:
             return Resolution(
