@@ -1,11 +1,15 @@
-"""The Ray Serve application: a gateway in front of N replay replicas of one frozen snapshot.
+"""The Ray Serve application: N replay replicas of one frozen snapshot, each episode on one.
 
 ```
-client ─► Serve HTTP proxy ─► Gateway (ingress, stateless) ─► ReplayReplica x N (EpisodeRouter)
-                                                                 │ first call of an episode
-                                                                 ▼
-                                                           EpisodeRegistry (1 replica)
+client ─► Serve HTTP proxy ──EpisodeRouter──► ReplayReplica x N ──(held elsewhere)──► its replica
+                                                   │ first call of an episode
+                                                   ▼
+                                             EpisodeRegistry (1 replica)
 ```
+
+Serve's proxy routes by URL and headers (:mod:`~replay_sim.scale.router`); each replica's ingress
+is a :class:`~replay_sim.scale.gateway.Gateway` that reads the body (``_meta`` episodes), serves
+what is its own and forwards the rest to the replica holding it.
 
 :func:`build_app` builds it from :class:`ScaleSettings`; :func:`app_builder` is the same for a
 ``serve run`` config (``import_path: replay_sim.scale.deploy:app_builder``, ``args`` as the settings'
@@ -72,7 +76,6 @@ class ScaleSettings:
         autoscale_min: With ``autoscale_max``: Ray Serve autoscaling bounds (by ongoing requests).
         autoscale_max: See ``autoscale_min``.
         target_ongoing_requests: Autoscaling's target of ongoing requests per replica.
-        gateways: Gateway replicas (stateless; one per node is plenty for most loads).
         replica_cpus: CPUs Ray reserves per replay replica.
         host: The interface Serve's HTTP proxy binds (also decides which Host headers are accepted).
         port: Its port.
@@ -89,7 +92,6 @@ class ScaleSettings:
     autoscale_min: int | None = None
     autoscale_max: int | None = None
     target_ongoing_requests: float = 64
-    gateways: int = 1
     replica_cpus: float = 1
     host: str = "127.0.0.1"
     port: int = 8765
@@ -105,8 +107,8 @@ class ScaleSettings:
         Raises:
             ConfigError: Naming the setting.
         """
-        if self.replicas < 1 or self.gateways < 1:
-            raise ConfigError("--replicas and gateways must be at least 1")
+        if self.replicas < 1:
+            raise ConfigError("--replicas must be at least 1")
         if (self.autoscale_min is None) != (self.autoscale_max is None):
             raise ConfigError("give both --autoscale-min and --autoscale-max, or neither")
         low, high = self.autoscale_min, self.autoscale_max
@@ -119,48 +121,54 @@ class ScaleSettings:
             raise ConfigError(f"--miss {self.miss} records new answers; replicas serve a read-only snapshot")
 
 
+@serve.ingress()
 class _Replica:
-    """The replay replica deployment (Serve wraps this class; :class:`ReplayReplica` does the work)."""
+    """The replica deployment: Serve's HTTP ingress and the replay, in one actor.
+
+    Requests come from Serve's proxy (already routed by the URL and headers) or, forwarded, from
+    another replica (:meth:`handle`). Its ASGI app is a :class:`Gateway` that serves locally what is
+    this replica's and forwards the rest through a handle to the deployment itself.
+    """
 
     async def __init__(  # type: ignore[misc]  # Serve awaits an async constructor
-        self, snapshot: str, snapshot_id: str, app_options: dict[str, Any], registry: DeploymentHandle
+        self,
+        snapshot: str,
+        snapshot_id: str,
+        app_options: dict[str, Any],
+        registry: DeploymentHandle,
+        max_body: int,
     ) -> None:
         configure_runtime()  # a replica is a process that exists to serve the replay
-        me = serve.get_replica_context().replica_id.unique_id
+        me = serve.get_replica_context().replica_id
+        self._me = me.unique_id
+        self._max_body = max_body
+        peers = serve.get_deployment_handle(me.deployment_id.name, me.deployment_id.app_name)
+        self._peers = peers.options(stream=True)
+        with contextlib.suppress(Exception):  # start its router now: the live replicas are known at once
+            self._peers._init()
 
         async def claim(episode: str, replica: str) -> str:
             return str(await registry.claim.remote(episode, replica))
 
         self._replica, self._lifespan = await ReplayReplica.open(
-            me, snapshot, snapshot_id, app_options, claim
+            self._me, snapshot, snapshot_id, app_options, claim
         )
-
-    async def handle(self, envelope: Envelope) -> AsyncIterator[list[Message]]:
-        async for batch in self._replica.handle(envelope):
-            yield batch
-
-    def check_health(self) -> None:
-        """Serve's health check: the replay app must still be running (else Serve replaces the replica)."""
-        if not self._lifespan.running:
-            raise RuntimeError("the replay app stopped")
-
-    async def __del__(self) -> None:
-        await self._lifespan.shutdown()
-
-
-@serve.ingress()
-class _Gateway:
-    """The ingress deployment: :class:`Gateway` over a streaming handle to the replicas."""
-
-    def __init__(self, replicas: DeploymentHandle, max_body: int) -> None:
-        self._replicas = replicas.options(stream=True)
-        self._max_body = max_body
 
     def __serve_build_asgi_app__(self) -> Gateway:
         return Gateway(self._dispatch, live_replicas, max_body=self._max_body)
 
+    async def handle(self, envelope: Envelope) -> AsyncIterator[list[Message]]:
+        """Answer a request another replica forwarded here."""
+        async for batch in self._replica.handle(envelope):
+            yield batch
+
     async def _dispatch(self, envelope: Envelope) -> AsyncIterator[list[Message]]:
-        stream = cast(DeploymentResponseGenerator[Any], self._replicas.handle.remote(envelope))
+        """Serve here what is not another replica's; forward the rest to its replica."""
+        if envelope.target is None or envelope.target == self._me:
+            async for batch in self._replica.handle(envelope):
+                yield batch
+            return
+        stream = cast(DeploymentResponseGenerator[Any], self._peers.handle.remote(envelope))
         finished = False
         try:
             async for batch in stream:
@@ -173,6 +181,14 @@ class _Gateway:
         finally:
             if not finished:
                 stream.cancel()
+
+    def check_health(self) -> None:
+        """Serve's health check: the replay app must still be running (else Serve replaces the replica)."""
+        if not self._lifespan.running:
+            raise RuntimeError("the replay app stopped")
+
+    async def __del__(self) -> None:
+        await self._lifespan.shutdown()
 
 
 def build_app(settings: ScaleSettings) -> serve.Application:
@@ -218,15 +234,7 @@ def build_app(settings: ScaleSettings) -> serve.Application:
         health_check_period_s=5,
         logging_config=quiet,
     )
-    gateway = _deployment(_Gateway).options(
-        name="Gateway",
-        num_replicas=settings.gateways,
-        max_ongoing_requests=100_000,  # long-lived MCP streams pass through here
-        ray_actor_options={"num_cpus": 0, "runtime_env": ONE_LOOP},
-    )
-    return gateway.bind(
-        replicas.bind(str(snapshot), snapshot_id, app_options, registry.bind()), settings.max_body
-    )
+    return replicas.bind(str(snapshot), snapshot_id, app_options, registry.bind(), settings.max_body)
 
 
 def app_builder(args: dict[str, Any]) -> serve.Application:

@@ -1,14 +1,17 @@
 """Ray Serve request router: every request of an episode or MCP session reaches its replica.
 
-Serve calls :meth:`EpisodeRouter.choose_replicas` in the caller's process (here the gateway) for
-each call of the replica deployment. The gateway passes an :class:`~replay_sim.scale.wire.Envelope`:
+Serve calls :meth:`EpisodeRouter.choose_replicas` in the caller's process for each call of the
+replica deployment: in Serve's HTTP proxy for a client's request (whose URL and headers it reads
+from the request's ASGI scope — not its body, which the proxy has not read yet), and in a replica
+for a request it forwards (an :class:`~replay_sim.scale.wire.Envelope`). A request goes
 
-- with a ``target`` (the replica holding the request's MCP session, or the episode's known
-  holder): that replica alone — and when it is not among the live replicas, any replica, which
-  then refuses the request as lost (it is not the target);
-- with an episode and no target: the episode's owner by rendezvous hashing over the live replicas
-  (:func:`~replay_sim.scale.ring.owner`), the same in every router;
-- with neither: any replica, the least loaded (Serve's queue-length probing).
+- with a target (the replica that minted its MCP session, the episode's known holder, or the one
+  an ``X-Replay-Replica`` header names) to that replica alone — and when it is not among the live
+  replicas, to any, which then refuses the request as lost (it is not the target);
+- with an episode (URL or ``X-Replay-Episode``) to the episode's owner by rendezvous hashing over
+  the live replicas (:func:`~replay_sim.scale.ring.owner`), the same in every router;
+- with neither (an episode named only in ``_meta`` included) to the least loaded replica, which
+  reads the body and forwards it to the episode's holder if that is another replica.
 
 A single chosen replica that is at ``max_ongoing_requests`` is waited for (with backoff), never
 swapped for another: routing does not depend on load or luck. Each router also publishes the live
@@ -18,10 +21,12 @@ replicas it sees (:func:`live_replicas`), so the gateway can tell a lost holder 
 from __future__ import annotations
 
 import importlib
+import pickle
 from typing import Any
 
 from ray.serve.request_router import PendingRequest, RequestRouter, RunningReplica
 
+from replay_sim.scale.affinity import affinity
 from replay_sim.scale.ring import owner
 from replay_sim.scale.wire import Envelope
 
@@ -54,26 +59,44 @@ class EpisodeRouter(RequestRouter):
         """One replica for a targeted or episode request; every candidate for the rest."""
         if not candidate_replicas:
             return []
-        envelope = _envelope(pending_request)
-        if envelope is None:
-            return [candidate_replicas]
+        target, key = _route(pending_request)
         by_id = {r.replica_id.unique_id: r for r in candidate_replicas}
-        chosen = envelope.target
-        if chosen is None and envelope.affinity.key is not None:
-            chosen = owner(envelope.affinity.key, by_id)
+        chosen = target if target is not None else (owner(key, by_id) if key is not None else None)
         if chosen is None:
             return [candidate_replicas]
         if chosen not in by_id:
             # The holder is gone: any replica will do, since none but the holder may answer — the
-            # one chosen sees it is not the target and answers that the episode is lost.
+            # one chosen sees it is not the holder and answers that the episode is lost.
             return [candidate_replicas]
         assert pending_request is not None
         pending_request.routing_context.should_backoff = True  # wait for it, never fall over
         return [[by_id[chosen]]]
 
 
-def _envelope(pending: PendingRequest | None) -> Envelope | None:
-    """The envelope a replica call carries as its first argument, if any."""
+def _route(pending: PendingRequest | None) -> tuple[str | None, str | None]:
+    """The replica a call must reach (if named) and the episode to hash (if any).
+
+    A forwarded call carries an :class:`~replay_sim.scale.wire.Envelope`; an HTTP request from
+    Serve's proxy carries its ASGI scope, pickled: its URL and headers are read (not its body).
+    """
     args: list[Any] = pending.args if pending is not None else []
     first = args[0] if args else None
-    return first if isinstance(first, Envelope) else None
+    if isinstance(first, Envelope):
+        return first.target, first.affinity.key
+    scope = _proxied_scope(first)
+    if scope is None:
+        return None, None
+    found = affinity(scope.get("method", ""), scope.get("path", ""), scope.get("headers", []))
+    return found.replica, found.key
+
+
+def _proxied_scope(argument: Any) -> dict[str, Any] | None:
+    """The ASGI scope of a request Serve's HTTP proxy sends (a pickled request object), or None."""
+    if not isinstance(argument, bytes | bytearray):
+        return None
+    try:
+        request = pickle.loads(argument)
+    except Exception:  # not the proxy's request object: route it as keyless
+        return None
+    scope = getattr(request, "asgi_scope", None)
+    return scope if isinstance(scope, dict) else None

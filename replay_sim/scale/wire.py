@@ -26,6 +26,7 @@ __all__ = ["REDIRECT", "Envelope", "Lifespan", "run_buffered", "scope_for_wire"]
 REDIRECT = "replay-sim.redirect"
 """A replica's answer meaning "not mine: this episode is held by replica ``message['replica']``"."""
 START = "http.response.start"
+_finishing: set[asyncio.Future[None]] = set()  # apps finishing requests already answered (kept alive)
 _SCOPE_KEYS = (
     "type",
     "asgi",
@@ -71,8 +72,9 @@ async def run_buffered(app: ASGIApp, scope: Scope, body: bytes) -> AsyncIterator
     """Run an ASGI app on one buffered request, yielding what it sends in batches.
 
     A response start is yielded with its first body part (but a GET's, a standalone stream, at
-    once), so a plain JSON answer is one batch. When the consumer stops early (the client went
-    away), the app sees ``http.disconnect`` and is cancelled.
+    once), so a plain JSON answer is one batch. When the consumer stops before the answer is
+    complete (the client went away), the app sees ``http.disconnect`` and is cancelled; once it
+    is complete, the app finishes the request undisturbed.
 
     Args:
         app: The ASGI app.
@@ -106,8 +108,8 @@ async def run_buffered(app: ASGIApp, scope: Scope, body: bytes) -> AsyncIterator
     # A GET is a standalone stream: its first event may come much later, its headers must not wait.
     hold = scope.get("method") != "GET"
     task = asyncio.ensure_future(run())
+    done = False
     try:
-        done = False
         while not done:
             batch: list[Message] = []
             while not done and (
@@ -123,8 +125,16 @@ async def run_buffered(app: ASGIApp, scope: Scope, body: bytes) -> AsyncIterator
                 yield batch
         await task  # re-raises what the app raised
     finally:
-        gone.set()
-        if not task.done():
+        if task.done():
+            pass
+        elif done:
+            # The answer is complete: let the app finish its request on its own. Cancelling its tail
+            # would undo what it settles after answering (the SDK keeps a new MCP session only once
+            # the request that opened it returns normally).
+            _finishing.add(task)
+            task.add_done_callback(_finishing.discard)
+        else:
+            gone.set()  # the client went away mid-answer
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task

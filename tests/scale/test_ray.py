@@ -161,7 +161,8 @@ async def test_interleaved_episodes_get_the_single_servers_bytes_each_on_one_rep
     replicas = {scaled[e][0][1] for e in episodes}
     assert len(replicas) == 2  # both replicas took episodes...
     # ...each the one its id hashes to (the router's choice, not a redirect or luck)
-    assert all(scaled[e][0][1] == owner(e, replicas) for e in episodes)
+    # (an episode named only in _meta is held where its first call landed: the proxy cannot read bodies)
+    assert all(scaled[e][0][1] == owner(e, replicas) for e in episodes if not e.startswith("meta"))
     async with httpx2.AsyncClient(base_url=cluster, timeout=60) as http:
         listed = (await http.get("/scale/replicas")).json()["replicas"]
         metrics = {r: await http.get("/metrics", headers={"X-Replay-Replica": r}) for r in listed}
