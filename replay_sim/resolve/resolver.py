@@ -22,17 +22,23 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from replay_sim.canonical import call_identity, call_key, normalize
+from replay_sim.canonical import call_identity, call_key
 from replay_sim.errors import ReplaySimError, StoreError
 from replay_sim.resolve.build import LiveIndex
 from replay_sim.resolve.calibration import MatchConfig
-from replay_sim.resolve.dialect import Judgement
 from replay_sim.resolve.embedding import MAX_TEXT_CHARS, CachedEmbedder, Embedder, default_embedder
 from replay_sim.resolve.index import DEFAULT_INDEX_DIR, IndexSet, call_text
 from replay_sim.resolve.lineage import DIVERGED, StateLookup, Trail
-from replay_sim.resolve.resolution import Candidate, FieldDiff, Problem, Resolution, Tier
+from replay_sim.resolve.reasons import (
+    differences_from,
+    miss_reason,
+    near_misses,
+    structural_miss,
+    violation_reason,
+)
+from replay_sim.resolve.resolution import Problem, Resolution, Tier
 from replay_sim.resolve.schemas import RecordedSchemas
-from replay_sim.resolve.toolstate import ToolState, field_diffs
+from replay_sim.resolve.toolstate import ToolState
 from replay_sim.resolve.warmup import Warmup
 from replay_sim.schema import ToolSchema
 from replay_sim.store import Recording, Store
@@ -266,7 +272,7 @@ class Resolver:
                 return Resolution(Tier.EXACT, 1.0, chosen, key=key, step=chosen.key)
         schema = self.tool_schema(server, name) if method == "tools/call" else None
         if method != "tools/call" or schema is None:
-            return self._structural_miss(server, method, name, key, exact, what)
+            return structural_miss(self.schemas.tools(server), server, method, name, key, exact, what)
         state = self._state(server, name, schema)
         # Schema violations the recordings do not show accepted: servers coerce or refuse them.
         judgement = state.evidence.judge(arguments)
@@ -280,7 +286,7 @@ class Resolver:
             if chosen is not None:
                 if chosen.key == key:
                     return Resolution(Tier.EXACT, 1.0, chosen, key=key, step=chosen.key)
-                differences = _differences(chosen, arguments)
+                differences = differences_from(chosen, arguments)
                 return Resolution(
                     Tier.CANONICAL, 1.0, chosen, key=key, step=chosen.key, differences=differences
                 )
@@ -288,20 +294,20 @@ class Resolver:
         if self.semantic and not judgement.unproven and state.semantic_ready(normalised, MAX_TEXT_CHARS):
             hit = self._semantic(state, normalised, trail)
             if hit is not None:
-                differences = _differences(hit[0], arguments)
+                differences = differences_from(hit[0], arguments)
                 return Resolution(
                     Tier.SEMANTIC, hit[1], hit[0], key=key, step=hit[0].key, differences=differences
                 )
         refused = judgement.refusal is not None  # a refused call changes nothing
         step = DIVERGED + key if schema.changes_state(arguments) and not refused else key
-        candidates = self._near_misses(state, normalised)
+        candidates = near_misses(state, normalised, self.index, self.embedder)
         if same_state_miss:
             reason = f"{what} was recorded, but only after state changes this episode did not make"
             return Resolution(Tier.MISS, 0.0, None, candidates, reason, key, Problem.OTHER_STATE, step)
         if judgement.unproven:
-            reason = _violation_reason(judgement, what)
+            reason = violation_reason(judgement, what)
             return Resolution(Tier.MISS, 0.0, None, candidates, reason, key, Problem.INVALID_ARGUMENTS, step)
-        reason = self._miss_reason(state, normalised, what)
+        reason = miss_reason(state, normalised, what, self.index)
         if judgement.violations:  # diagnosable: the values a schema check would have refused
             broken = "; ".join(v.describe() for v in judgement.violations)
             reason += (
@@ -309,61 +315,6 @@ class Resolver:
                 "recordings show the server accepting)"
             )
         return Resolution(Tier.MISS, 0.0, None, candidates, reason, key, step=step)
-
-    def _miss_reason(self, state: ToolState, normalised: dict[str, Any], what: str) -> str:
-        """Why no recording of a known tool answers: other identifiers, or free text too far."""
-        if not state.group(normalised):
-            return f"no recording of {what} has these identifiers and values"
-        same = sorted(k for k in normalised if k not in state.free_text)
-        recorded = f"recordings of {what}" + (f" with the same {', '.join(same)}" if same else "")
-        if state.semantic and (code := state.code_text(normalised)):
-            return (
-                f"{recorded} differ in {', '.join(code)}, which must match exactly: it is shaped like "
-                "code (SQL, an expression, a pattern or a path), whose smallest change can flip the answer"
-            )
-        if not state.semantic:  # free text compared exactly: say why
-            if state.echoed:
-                why = f"the tool echoes {', '.join(sorted(state.echoed))} in its answers"
-            elif not state.schema.read_only:
-                why = "the tool changes state"
-            else:
-                why = "the matching config turns meaning-matching off for it"
-            return f"{recorded} differ in free text, which must match exactly: {why}"
-        try:
-            threshold = state.threshold(self.index())
-        except ReplaySimError as exc:
-            return f"{recorded} differ in free text; {exc}"
-        calibration = state.calibration
-        if calibration is not None and not calibration.calibrated and state.override.threshold is None:
-            return (
-                f"{recorded} differ in free text, and there is no recorded evidence to calibrate "
-                f"{state.schema.name}'s threshold: {calibration.near} pair(s) of its recordings with "
-                f"different free text and different answers lie within {calibration.band:g} below it "
-                f"({calibration.needed} needed), so it is not compared by meaning"
-            )
-        if threshold > 1.0:
-            return f"{recorded} differ in free text, which must match exactly for this tool"
-        return f"{recorded} differ in free text by more than the tool's threshold ({threshold:.3f})"
-
-    def _structural_miss(
-        self, server: str, method: str, name: str, key: str, exact: Sequence[Recording], what: str
-    ) -> Resolution:
-        """A miss outside the tools/call tiers: resources, prompts, completions, unknown tools."""
-        if exact:
-            return Resolution(
-                Tier.MISS, 0.0, key=key, problem=Problem.OTHER_STATE, step=key,
-                reason=f"{what} was recorded, but only after state changes this episode did not make",
-            )  # fmt: skip
-        if method == "tools/call":
-            tools = self.schemas.tools(server)
-            if tools is None:
-                reason = f"unknown tool {name!r}: server {server!r} has no recorded tools/list"
-            else:
-                known = ", ".join(sorted(tools)) or "none"
-                reason = f"unknown tool {name!r} on {server!r} (recorded tools: {known})"
-            return Resolution(Tier.MISS, 0.0, key=key, reason=reason, problem=Problem.UNKNOWN_TOOL, step=key)
-        reason = f"no recording of {what} (exact match only for {method})"
-        return Resolution(Tier.MISS, 0.0, key=key, reason=reason, step=key)
 
     def _semantic(
         self, state: ToolState, normalised: dict[str, Any], trail: Trail
@@ -387,43 +338,3 @@ class Resolver:
             if state.evidence.proven(chosen):
                 return chosen, round(score, 6)
         return None
-
-    def _near_misses(self, state: ToolState, normalised: dict[str, Any], k: int = 3) -> list[Candidate]:
-        """The ``k`` recordings of the tool nearest to the call, with the fields that differ."""
-        if not state.recordings:
-            return []
-        try:
-            index = self.index()
-            vector = self.embedder.encode([call_text(normalised, state.free_text)])[0]
-            scored = index.search(state.server, state.schema.name, vector, k)
-        except ReplaySimError:
-            scored = state.lexical_nearest(normalised, k)
-        return [
-            Candidate(
-                rid, round(score, 6), [FieldDiff(*d) for d in field_diffs(state.normalised[rid], normalised)]
-            )
-            for rid, score in scored
-            if rid in state.normalised
-        ]
-
-
-def _violation_reason(judgement: Judgement, what: str) -> str:
-    """Why a call whose arguments violate the inputSchema is not answered from other recordings."""
-    refusal = judgement.refusal
-    if refusal is not None:
-        shown = (
-            ""
-            if judgement.refused_by is None
-            else f" (recording #{judgement.refused_by.id} shows it refused)"
-        )
-        return f"arguments of {what} violate its inputSchema: {refusal.describe()}{shown}"
-    return (
-        f"no recording of {what} with these arguments, which may violate its inputSchema "
-        f"({judgement.describe()}): servers coerce or refuse such values and no recording shows what "
-        "this one does, so only a recording of this very call answers it"
-    )
-
-
-def _differences(recording: Recording, arguments: dict[str, Any]) -> list[FieldDiff]:
-    """The arguments in which a recording answering a call differs from it, as sent."""
-    return [FieldDiff(*d) for d in field_diffs(normalize(recording.arguments), normalize(arguments))]
