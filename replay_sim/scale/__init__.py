@@ -1,14 +1,14 @@
 """Scale-out: replicas of one frozen snapshot on Ray Serve, every episode on one replica.
 
 DESIGN.md "Scale-out". One replay process serves one machine's rollouts; beyond that, Ray Serve
-runs N replicas of one snapshot behind a gateway that sends every request of an episode or MCP
-session to the replica holding its history:
+runs N replicas of one snapshot, and every request of an episode or MCP session reaches the replica
+holding its history (routed in Serve's proxy, forwarded by a replica when only the body names it):
 
 - :mod:`~replay_sim.scale.affinity` — what a request belongs to (episode URL, ``_meta``, header,
   MCP session), and the session ids that name their replica;
 - :mod:`~replay_sim.scale.ring` — which live replica owns an episode (rendezvous hashing);
 - :mod:`~replay_sim.scale.wire` — the buffered request a replica is sent, and running the app on it;
-- :mod:`~replay_sim.scale.gateway` — the ingress: reads, routes, follows redirects, reports losses;
+- :mod:`~replay_sim.scale.gateway` — each replica's front: reads, forwards, reports losses;
 - :mod:`~replay_sim.scale.router` — Ray Serve's request router for the replicas;
 - :mod:`~replay_sim.scale.replica` — one replica: the unchanged replay app over the snapshot;
 - :mod:`~replay_sim.scale.registry` — which replica holds each episode (so none restarts empty);

@@ -16,7 +16,8 @@ this order:
 A request may also name a replica itself (``X-Replay-Replica``, the header every answer carries):
 that is how a scraper reads each replica's ``/metrics`` and admin API.
 
-Reading the body is the gateway's one extra cost: it is parsed only for a POST whose content type
+Reading the body is the replica front's one extra cost (Serve's proxy routes by URL and headers
+alone): it is parsed only for a POST whose content type
 is JSON and whose body is at most :data:`MAX_PEEK_BYTES` (a JSON-RPC call; a larger body is
 forwarded unread and routed by the URL and headers alone). No Ray here: this is plain parsing,
 tested on its own.

@@ -58,8 +58,8 @@ ONE_LOOP = {
         "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": "0",
     }
 }
-"""Gateway and replicas run their code, and the gateway its router, on the actor's own event loop:
-one thread hop less per request (Ray Serve's documented latency settings)."""
+"""Replicas run their code and their router (for forwarding) on the actor's own event loop: one
+thread hop less per request (Ray Serve's documented latency settings)."""
 ROUTER = "replay_sim.scale.router.EpisodeRouter"
 """The replica deployment's request router (imported by name in each process that calls it)."""
 
@@ -83,7 +83,7 @@ class ScaleSettings:
         token: The admin API's bearer token (required beyond loopback).
         miss: Miss policy: ``error`` or ``nearest`` (a snapshot is read-only).
         limits: Each replica's sessions, concurrency and body read time.
-        max_body: The largest request body the gateway forwards.
+        max_body: The largest request body a replica accepts.
     """
 
     snapshot: str

@@ -1,23 +1,25 @@
-"""The gateway: reads each request, finds what it belongs to, and sends it to the replica holding it.
+"""Each replica's front door: reads a request, finds what it belongs to, serves it here or forwards it.
 
-Ray Serve's HTTP proxy routes before it reads a body, but an episode may be named in the body
-(``_meta["replay-sim/episode"]``), so the application's ingress is this small stateless ASGI app.
-Per request it:
+Serve's proxy has already routed the request by its URL and headers (:mod:`~replay_sim.scale.router`),
+so a request of an MCP session or of an episode named in the URL or a header is normally this
+replica's own. But the proxy routes before it reads a body, and an episode may be named only there
+(``_meta["replay-sim/episode"]``), or the live set may have changed since the episode started. Per
+request the gateway:
 
 1. reads the body (at most ``max_body`` bytes, else 413) and, for a JSON POST of at most 1 MiB,
    its ``_meta`` (:func:`~replay_sim.scale.affinity.affinity`) — one ``json.loads`` per call;
 2. picks the target: the replica minting the request's MCP session (or the one an
-   ``X-Replay-Replica`` request header names), else the replica it last saw
-   answer the episode (remembered from ``X-Replay-Replica``, least recently used forgotten beyond
-   ``max_holders``), else none — the router then hashes the episode onto the live replicas;
+   ``X-Replay-Replica`` request header names), else the replica it last saw answer the episode
+   (remembered from ``X-Replay-Replica``, least recently used forgotten beyond ``max_holders``),
+   else none — this replica then claims the episode, or learns its holder;
 3. refuses at once, naming the episode, a target that is no longer among the live replicas
    (:func:`~replay_sim.scale.lost.lost`), and a replica that dies under the request;
-4. follows a replica's redirect once: an episode held by another live replica (the live set
-   changed since it started) goes there, never to a fresh history.
+4. follows a redirect once: an episode held by another live replica is forwarded there, never
+   started afresh here.
 
-``/scale/replicas`` lists the live replicas' ids. The replicas are reached through ``dispatch``
-(an async iterator of ASGI message batches per :class:`~replay_sim.scale.wire.Envelope`); the Serve
-deployment supplies it (:mod:`~replay_sim.scale.deploy`).
+``/scale/replicas`` lists the live replicas' ids. ``dispatch`` serves an
+:class:`~replay_sim.scale.wire.Envelope` here or on its target replica (an async iterator of ASGI
+message batches); the Serve deployment supplies it (:mod:`~replay_sim.scale.deploy`). No Ray here.
 """
 
 from __future__ import annotations
@@ -62,11 +64,11 @@ class ReplicaGone(Exception):
 
 
 class Gateway:
-    """The application's ASGI ingress (see the module docstring).
+    """A replica's ASGI ingress (see the module docstring).
 
     Args:
-        dispatch: Sends an envelope to the replica the router picks; yields its message batches;
-            raises :class:`ReplicaGone` when that replica dies.
+        dispatch: Serves an envelope here (no target, or this replica) or on its target replica;
+            yields the message batches; raises :class:`ReplicaGone` when that replica dies.
         live: The ids of the replicas running now (empty when not yet known).
         max_body: The largest request body accepted.
         max_holders: How many episodes' holders to remember.

@@ -4,12 +4,12 @@ Routing sends an episode to one replica, but the live set changes: a replica die
 now hash elsewhere), or autoscaling adds one (some episodes now hash to it). The replica that
 receives an episode it does not know claims it here first (once per episode, not per call); the
 answer is the episode's holder — itself for a new episode, else the replica that served its
-first call. The replica then refuses to start a second history for it, and the gateway either sends
+first call. The replica then refuses to start a second history for it, and its front either sends
 the request to the live holder or tells the client the episode is lost.
 
 The table is a Serve deployment of one replica, so it lives and dies with the application. If it
 is restarted it starts empty: replicas keep serving the episodes they hold, but an episode whose
-holder died in the same window would be restarted empty elsewhere — the gateway's own record of
+holder died in the same window would be restarted empty elsewhere — each front's own record of
 holders still catches that for the episodes it routed.
 """
 

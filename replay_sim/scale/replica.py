@@ -2,7 +2,8 @@
 
 Each replica verifies the snapshot bundle against the id the deployment was built for, opens its
 store read-only, loads the index and the model once (the app's startup) and then answers the
-gateway's :class:`~replay_sim.scale.wire.Envelope` s with exactly what ``replay-sim serve`` answers.
+:class:`~replay_sim.scale.wire.Envelope` s (its own front's, or forwarded by another replica's) with
+exactly what ``replay-sim serve`` answers.
 Around the app it does three things:
 
 - **names itself**: every response carries ``X-Replay-Replica: <replica id>`` and ``/metrics``
@@ -13,7 +14,8 @@ Around the app it does three things:
   alone; a session minted elsewhere is refused as lost;
 - **owns its episodes**: an episode it has not seen is claimed in the registry
   (:mod:`~replay_sim.scale.registry`) before its first call is answered; one held elsewhere is sent
-  back to the gateway (:data:`~replay_sim.scale.wire.REDIRECT`), never started afresh here.
+  back to the front (:data:`~replay_sim.scale.wire.REDIRECT`), which forwards it — never started
+  afresh here.
 """
 
 from __future__ import annotations

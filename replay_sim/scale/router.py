@@ -15,7 +15,7 @@ for a request it forwards (an :class:`~replay_sim.scale.wire.Envelope`). A reque
 
 A single chosen replica that is at ``max_ongoing_requests`` is waited for (with backoff), never
 swapped for another: routing does not depend on load or luck. Each router also publishes the live
-replicas it sees (:func:`live_replicas`), so the gateway can tell a lost holder from a live one.
+replicas it sees (:func:`live_replicas`), so a replica's front can tell a lost holder from a live one.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
-"""What the gateway hands a replica, and running the replay app on it: one buffered HTTP request.
+"""What a replica's front serves or forwards, and running the replay app on it: one buffered request.
 
-The gateway reads the request (it must, to find ``_meta`` episodes) and sends the replica an
+The front (:mod:`~replay_sim.scale.gateway`) reads the request (it must, to find ``_meta``
+episodes) and serves here, or sends the replica holding the episode, an
 :class:`Envelope`: the ASGI scope, the whole body, what the request belongs to and — when the
-gateway knows — the replica that must serve it. The replica runs the unchanged replay app
+front knows — the replica that must serve it. The replica runs the unchanged replay app
 (:func:`~replay_sim.replay.app.create_app`) on it with :func:`run_buffered` and streams back the
 ASGI messages the app sends, batched. :class:`Lifespan` runs the app's startup and shutdown, as
 uvicorn would. No Ray here.
@@ -45,7 +46,7 @@ _SCOPE_KEYS = (
 
 @dataclass(frozen=True)
 class Envelope:
-    """One HTTP request as the gateway forwards it to a replica.
+    """One HTTP request as a replica's front serves or forwards it.
 
     Attributes:
         scope: The ASGI scope, reduced to what crosses processes (:func:`scope_for_wire`).
