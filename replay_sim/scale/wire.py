@@ -124,7 +124,9 @@ async def run_buffered(app: ASGIApp, scope: Scope, body: bytes) -> AsyncIterator
                     done = message["type"] == "http.response.body" and not message.get("more_body", False)
             if batch:
                 yield batch
-        await task  # re-raises what the app raised
+        # Shielded: a consumer cancelled now (the client closed after its answer) must not cancel the
+        # app, whose request is complete (asyncio cancels an awaited task with its awaiter).
+        await asyncio.shield(task)  # re-raises what the app raised
     finally:
         if task.done():
             pass
