@@ -295,10 +295,11 @@ def run(
     finally:
         signal.signal(signal.SIGTERM, previous)
         with contextlib.suppress(Exception):
-            serve.delete(APP_NAME)
-        if started:
-            serve.shutdown()
-            ray.shutdown()
+            if started:  # the Ray started here goes, with Serve and the application
+                serve.shutdown()
+                ray.shutdown()
+            else:  # a cluster that was there before stays: only the application goes
+                serve.delete(APP_NAME)
 
 
 def _died(error: BaseException) -> bool:
