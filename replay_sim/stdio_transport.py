@@ -12,6 +12,10 @@ framed in time linear in their length (:class:`LineSplitter`), and capped: a lin
 never held whole — and answered with ``-32600`` naming the cap; the next line is served as usual.
 32 MiB holds a base64-encoded file or image of 24 MB, more than MCP clients send in practice, while
 bounding what one line can make the process hold to a few hundred MB while it is parsed.
+
+A :class:`Shortcut` may answer request lines itself before they are parsed into messages (the
+replay's fast path); it sees every message the server writes, and its answers and the server's are
+written whole, one at a time.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Protocol
 
 import anyio
 import mcp_types as types
@@ -30,7 +35,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
-__all__ = ["DEFAULT_MAX_LINE", "MAX_LINE_ENV", "LineSplitter", "TooLong", "native_stdio"]
+__all__ = ["DEFAULT_MAX_LINE", "MAX_LINE_ENV", "LineSplitter", "Shortcut", "TooLong", "native_stdio"]
 
 _CHUNK = 1 << 16
 DEFAULT_MAX_LINE = 32 << 20
@@ -39,6 +44,18 @@ MAX_LINE_ENV = "REPLAY_SIM_MAX_LINE_BYTES"
 _HEAD = 256  # bytes of a dropped line kept to find its request id
 # The id of a request line, when it is the first member (or follows "jsonrpc"), as SDKs write it.
 _LEADING_ID = re.compile(rb'^\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")')
+
+
+class Shortcut(Protocol):
+    """Answers some request lines before the server reads them."""
+
+    def answer(self, line: bytes) -> bytes | None:
+        """The whole response line (without its newline) to a request line, or None: the server reads it."""
+        ...
+
+    def sent(self, message: types.JSONRPCMessage) -> None:
+        """See a message the server writes (before it is written)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +156,7 @@ def _refusal(line: bytes | TooLong, max_line: int) -> SessionMessage:
 @asynccontextmanager
 async def native_stdio(
     max_line: int | None = None,
+    shortcut: Shortcut | None = None,
 ) -> AsyncIterator[
     tuple[MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage]]
 ]:
@@ -150,6 +168,7 @@ async def native_stdio(
     Args:
         max_line: The longest request line read, in bytes; default ``REPLAY_SIM_MAX_LINE_BYTES``
             from the environment, else :data:`DEFAULT_MAX_LINE`.
+        shortcut: Answers some request lines itself (see :class:`Shortcut`).
     """
     if sys.platform == "win32":  # pragma: no cover
         from mcp.server.stdio import stdio_server
@@ -170,6 +189,19 @@ async def native_stdio(
     write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
     answers = write_stream.clone()  # the reader's own answers to lines that are not messages
     limit = max_line or _max_line()
+    writing = anyio.Lock()
+
+    async def write(data: bytes) -> bool:
+        """Write all of ``data``; False when the client is gone."""
+        async with writing:
+            while data:
+                try:
+                    data = data[os.write(wire_out, data) :]
+                except BlockingIOError:
+                    await anyio.wait_writable(wire_out)
+                except (BrokenPipeError, ConnectionResetError):
+                    return False
+        return True
 
     async def reader() -> None:
         splitter = LineSplitter(limit)
@@ -185,6 +217,11 @@ async def native_stdio(
                 for line in splitter.feed(chunk):
                     if isinstance(line, bytes) and not line.strip():
                         continue
+                    if isinstance(line, bytes) and shortcut is not None:
+                        answered = shortcut.answer(line)
+                        if answered is not None:
+                            await write(answered + b"\n")
+                            continue
                     if isinstance(line, bytes):
                         try:
                             message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
@@ -198,14 +235,11 @@ async def native_stdio(
     async def writer() -> None:
         async with write_reader:
             async for item in write_reader:
+                if shortcut is not None:
+                    shortcut.sent(item.message)
                 data = (item.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n").encode()
-                while data:
-                    try:
-                        data = data[os.write(wire_out, data) :]
-                    except BlockingIOError:
-                        await anyio.wait_writable(wire_out)
-                    except (BrokenPipeError, ConnectionResetError):
-                        return
+                if not await write(data):
+                    return
 
     try:
         async with anyio.create_task_group() as tg:

@@ -27,6 +27,7 @@ from replay_sim.errors import ConfigError
 from replay_sim.listener import HostCheck, is_loopback
 from replay_sim.replay.admission import Admission, Limits
 from replay_sim.replay.api import admin_api
+from replay_sim.replay.fastpath import FastPath
 from replay_sim.replay.replay import Replay
 from replay_sim.replay.router import ReplayApp
 
@@ -111,8 +112,10 @@ def create_app(
         version="0.1.0",
         lifespan=lifespan,
     )
+    # Exact and canonical hits on established sessions skip the SDK (same bytes, prepared once).
+    fast = FastPath(replay.prepared, {name: replay.server(name) for name in managers}, replay.surfaces)
     front = ReplayApp(
-        app, managers, Admission(limits), HostCheck(host, allowed_hosts), replay.episodes, hangups
+        app, managers, Admission(limits), HostCheck(host, allowed_hosts), replay.episodes, hangups, fast
     )
     app.include_router(admin_api(replay, is_ready=lambda: ready, token=token, load=front.load))
 

@@ -12,6 +12,7 @@ are rendered in :mod:`~replay_sim.replay.provenance`.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Hashable, Sequence
@@ -31,6 +32,7 @@ from replay_sim.protocol import MATCH_META_KEY, declared
 from replay_sim.redaction import RULES_META_KEY, Redactor
 from replay_sim.replay.conversation import Rounds, questions, reenact, suited
 from replay_sim.replay.episodes import Episode, Episodes
+from replay_sim.replay.fastpath import SESSION_KEY, StdioFastPath
 from replay_sim.replay.faults import FaultKind, Faults, Latency
 from replay_sim.replay.histories import Histories, needs_history, one_client
 from replay_sim.replay.histories import scope as history_scope
@@ -38,7 +40,9 @@ from replay_sim.replay.injection import Injector
 from replay_sim.replay.metrics import Metrics, MissRecord
 from replay_sim.replay.miss import Miss, MissPolicy, MissPolicyName, MissSettings
 from replay_sim.replay.policies import make_policy
+from replay_sim.replay.prepared import Prepared
 from replay_sim.replay.provenance import FAULT_STATUS, Reply, candidate_json, provenance, render, status_of
+from replay_sim.replay.responses import stream_now
 from replay_sim.replay.server import build_server
 from replay_sim.replay.surface import Surface
 from replay_sim.resolve.lineage import DIVERGED, Trail
@@ -49,6 +53,15 @@ from replay_sim.store import Store
 from replay_sim.store.misses import MissLog
 
 __all__ = ["Answer", "Replay"]
+
+# The one client of a stdio server (either era): the SDK path and the fast path key its history alike.
+_STDIO_CLIENT: contextvars.ContextVar[Hashable | None] = contextvars.ContextVar(
+    "replay_sim_stdio", default=None
+)
+
+
+class _StdioClient:
+    """The one client of a stdio server (weakly referable)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +146,8 @@ class Replay:
             sleep=sleep,
         )
         self._servers: dict[str, Server[Any]] = {}
+        self.prepared = Prepared(self)
+        """Exact and canonical hits served from prepared bytes (the HTTP and stdio fast paths)."""
 
     @property
     def episodes(self) -> Episodes:
@@ -204,14 +219,30 @@ class Replay:
             await self.enter(stack)
             self.resolver.warm(wait=False)  # in the background: exact hits are answered at once
             stack.enter_context(one_client())  # before the stream's tasks start: they inherit it
-            read_stream, write_stream = await stack.enter_async_context(native_stdio())
+            client = _StdioClient()
+            token = _STDIO_CLIENT.set(client)
+            stack.callback(_STDIO_CLIENT.reset, token)
+            fast = StdioFastPath(self.prepared, name, server, client)
+            read_stream, write_stream = await stack.enter_async_context(native_stdio(shortcut=fast))
             await server.run(read_stream, write_stream, server.create_initialization_options())
 
     # -- answering ------------------------------------------------------------------------------
 
     def scope(self, ctx: ServerRequestContext[Any, Any]) -> str | Hashable | None:
-        """Whose history a request extends (see :func:`~replay_sim.replay.histories.scope`)."""
-        return history_scope(ctx)
+        """Whose history a request extends (see :func:`~replay_sim.replay.histories.scope`).
+
+        A connection is keyed as the fast path keys it: a handshake-era HTTP session by its
+        transport (which the router passes on), the one client of a stdio server by itself.
+        """
+        found = history_scope(ctx)
+        if found is None or isinstance(found, str):
+            return found
+        request = ctx.request
+        session = getattr(request, "scope", {}).get(SESSION_KEY) if request is not None else None
+        if session is not None:
+            return session  # type: ignore[no-any-return]
+        client = _STDIO_CLIENT.get()
+        return found if client is None else client
 
     async def answer(self, server: str, method: str, ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
         """Answer one replayed request of an MCP client (the handlers' common body).
@@ -251,7 +282,10 @@ class Replay:
         if isinstance(history, Episode):
             history.count(server, answer.name, answer.status, fault, answer.resolution.reason)
         recording = answer.resolution.recording
-        await self.injector.deliver(ctx, answer.reply, fault, recording.latency_ms if recording else None)
+        recorded_ms = recording.latency_ms if recording else None
+        if fault == FaultKind.TIMEOUT or (fault is None and self.injector.latency.seconds(recorded_ms) > 0):
+            await stream_now(ctx)  # a held answer: the client sees its response begin
+        await self.injector.deliver(ctx, answer.reply, fault, recorded_ms)
         if isinstance(answer.reply, MCPError):
             raise answer.reply
         return answer.reply

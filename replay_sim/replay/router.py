@@ -10,7 +10,12 @@ An MCP request may name its episode in the URL, the ``X-Replay-Episode`` header 
 ``_meta["replay-sim/episode"]``: a POST's body is read here first (:func:`_peek`), so a malformed
 id or two different ids get ``400`` and a new episode past the cap gets ``503``, each with a
 JSON-RPC error, before the MCP SDK sees the request. The episode URL's id travels on to the
-handlers in the ASGI scope (:data:`~replay_sim.replay.histories.URL_EPISODE`).
+handlers in the ASGI scope (:data:`~replay_sim.replay.histories.URL_EPISODE`), and so does a
+handshake-era request's session (:data:`~replay_sim.replay.fastpath.SESSION_KEY`).
+
+A replayed call the fast path can answer from prepared bytes never reaches the SDK
+(:mod:`~replay_sim.replay.fastpath`); every other handshake-era POST gets the SDK's answer as one
+JSON body unless it streams (:mod:`~replay_sim.replay.responses`).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import anyio
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.types import Message, Receive, Scope, Send
 
 from replay_sim.errors import EpisodeError
@@ -32,8 +38,10 @@ from replay_sim.listener import HostCheck, HostGuard
 from replay_sim.protocol import EPISODE_HEADER, EPISODE_META_KEY, EPISODES_PATH, agreed_episode
 from replay_sim.replay.admission import Admission, BodyTimeout, Limits
 from replay_sim.replay.episodes import Episodes
+from replay_sim.replay.fastpath import SESSION_KEY, FastPath
 from replay_sim.replay.faults import Hangup
 from replay_sim.replay.histories import URL_EPISODE
+from replay_sim.replay.responses import JsonUnlessStreamed, prefers_json
 
 __all__ = ["ReplayApp"]
 
@@ -42,6 +50,8 @@ MAX_PEEK_BYTES = 1 << 20
 """The largest POST body read for ``_meta["replay-sim/episode"]`` here (a larger one: the handler checks)."""
 _EPISODE_KEY = EPISODE_META_KEY.encode()
 _EPISODE_HEADER = EPISODE_HEADER.encode()
+_SESSION_HEADER = b"mcp-session-id"
+_VERSION_HEADER = b"mcp-protocol-version"
 _SSE_START: Message = {
     "type": "http.response.start",
     "status": 200,
@@ -62,6 +72,7 @@ class ReplayApp:
         hosts: Which Host and Origin headers are answered (default: a loopback server's).
         episodes: The live named episodes (a new one past their cap is refused here).
         hangups: Whether a call may have its connection dropped (``disconnect`` faults).
+        fast: Answers the replayed calls it can from prepared bytes (None: the SDK answers all).
     """
 
     def __init__(
@@ -72,12 +83,14 @@ class ReplayApp:
         hosts: HostCheck | None = None,
         episodes: Episodes | None = None,
         hangups: bool = False,
+        fast: FastPath | None = None,
     ) -> None:
         self.admin = admin
         self.managers = managers
         self.admission = admission or Admission(Limits())
         self.episodes = episodes if episodes is not None else Episodes()
         self.hangups = hangups
+        self.fast = fast
         timeout = self.admission.limits.body_timeout
         routed = self._route if timeout is None else BodyTimeout(self._route, timeout)
         self._guarded = HostGuard(routed, hosts or HostCheck())
@@ -122,26 +135,39 @@ class ReplayApp:
             )
             await response(scope, receive, send)
             return
-        await self.admission(functools.partial(self._mcp, manager, url_episode), scope, receive, send)
+        await self.admission(functools.partial(self._mcp, name, manager, url_episode), scope, receive, send)
 
     async def _mcp(
         self,
+        name: str,
         manager: StreamableHTTPSessionManager,
         url_episode: str | None,
         scope: Scope,
         receive: Receive,
         send: Send,
     ) -> None:
-        """Check the episode a request names (URL, header, ``_meta``), then hand it to ``manager``."""
+        """Check the episode a request names (URL, header, ``_meta``); answer fast, or hand it to the SDK."""
         meta = None
-        if scope["method"] == "POST":
+        post = scope["method"] == "POST"
+        messages: list[Message] = []
+        if post:
             messages = await _peek(receive)
             receive = _replaying(messages, receive)
             meta = _meta(messages)
-        header = next((v.decode("latin-1") for k, v in scope["headers"] if k == _EPISODE_HEADER), None)
+        header = session = version = None
+        accept = ""
+        for key, value in scope["headers"]:
+            if key == _EPISODE_HEADER:
+                header = value.decode("latin-1")
+            elif key == _SESSION_HEADER:
+                session = value.decode("latin-1")
+            elif key == _VERSION_HEADER:
+                version = value.decode("latin-1")
+            elif key == b"accept":
+                accept = value.decode("latin-1")
         try:
             episode = agreed_episode(url_episode, header, meta)
-            if episode is not None and scope["method"] == "POST":
+            if episode is not None and post:
                 self.episodes.open(episode)  # refused here (503) past the cap, not mid-call
         except EpisodeError as exc:
             retry = [(b"retry-after", str(self.admission.limits.retry_after).encode())]
@@ -149,8 +175,17 @@ class ReplayApp:
             return
         if url_episode is not None:
             scope[URL_EPISODE] = url_episode
+        handshake = version is None or version in HANDSHAKE_PROTOCOL_VERSIONS
+        if handshake and session is not None:
+            transport = manager._server_instances.get(session)  # its history's key, while it lives
+            if transport is not None:
+                scope[SESSION_KEY] = transport
+        if post and self.fast is not None and await self.fast(name, manager, episode, scope, messages, send):
+            return
         app: Callable[[Scope, Receive, Send], Awaitable[None]] = manager.handle_request
-        if self.hangups and scope["method"] == "POST":
+        if post and handshake and prefers_json(accept):
+            app = JsonUnlessStreamed(app)
+        if self.hangups and post:
             app = _hanging_up(app)
         await app(scope, receive, send)
 

@@ -83,6 +83,9 @@ def build_server(surface: Surface, answer: Answerer) -> Server[Any]:
         on_list_prompts=handlers.get("on_list_prompts"),
         on_get_prompt=handlers.get("on_get_prompt"),
         on_completion=handlers.get("on_completion"),
+        # 2026-era Mcp-Param-* headers are checked against the listed schema; looked up here rather
+        # than by the SDK running the tools/list handler for every call.
+        get_tool_input_schema=lambda tool: (surface.tools.get(tool) or {}).get("inputSchema"),
     )
 
     async def empty(ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:

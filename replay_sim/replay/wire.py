@@ -17,7 +17,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERS
 
 from replay_sim.replay.surface import Surface
 
-__all__ = ["Initialize", "PassThrough", "hand_over"]
+__all__ = ["Initialize", "PassThrough", "hand_over", "overlay", "stand_in"]
 
 # The handler's unshaped answer, so the middleware can hand the client the recorded JSON itself
 # rather than the SDK's re-dump (which reorders keys and drops fields its models do not know).
@@ -26,7 +26,7 @@ _raw_result: contextvars.ContextVar[list[dict[str, Any]] | None] = contextvars.C
 )
 
 
-def _overlay(raw: dict[str, Any], shaped: dict[str, Any]) -> dict[str, Any]:
+def overlay(raw: dict[str, Any], shaped: dict[str, Any]) -> dict[str, Any]:
     """The recorded result, plus what the SDK's envelope added (``resultType``, ``_meta`` stamps)."""
     out = dict(raw)
     for key, value in shaped.items():
@@ -63,7 +63,7 @@ class PassThrough:
         finally:
             _raw_result.reset(token)
         if holder and isinstance(shaped, dict):
-            return _overlay(holder[0], shaped)
+            return overlay(holder[0], shaped)
         return shaped
 
 
@@ -78,10 +78,15 @@ def hand_over(ctx: ServerRequestContext[Any, Any], result: dict[str, Any]) -> di
     if holder is None:
         return result
     holder[:] = [result]
-    stand_in = dict(_STAND_INS.get(ctx.method, {}))
-    if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
-        stand_in["resultType"] = "complete"
-    return stand_in
+    return stand_in(ctx.method, ctx.protocol_version)
+
+
+def stand_in(method: str, version: str) -> dict[str, Any]:
+    """What the SDK is given to shape instead of a replayed result of ``method`` at ``version``."""
+    shaped = dict(_STAND_INS.get(method, {}))
+    if version in MODERN_PROTOCOL_VERSIONS:
+        shaped["resultType"] = "complete"
+    return shaped
 
 
 class Initialize:

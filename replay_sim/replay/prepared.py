@@ -1,0 +1,199 @@
+"""Exact and canonical hits answered from bytes prepared once: the fast path's resolution and wire form.
+
+The SDK path validates each request into models, runs the middleware chain, shapes a result and
+serialises a response envelope for every call. A replayed exact or canonical hit needs none of
+that: its answer is the recorded result with the provenance spliced in, which only changes with
+the recording, the status, the score and the differences. :class:`Prepared` resolves a call the
+way :meth:`Replay.answer <replay_sim.replay.replay.Replay.answer>` does and, when nothing but the
+recorded result is to be sent (no fault, no delay, no notifications or questions to re-enact, a
+recorded result rather than an error), advances the episode, counts the call and hands back the
+result's JSON, serialised once per provenance and protocol version by the SDK's own serialisers:
+the same bytes as the SDK path. Anything else is the SDK path's (None).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Hashable
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, cast
+
+from mcp.server.runner import ServerRunner
+from mcp_types import JSONRPCResponse
+
+from replay_sim.canonical import call_identity
+from replay_sim.errors import EpisodeError
+from replay_sim.protocol import MATCH_META_KEY
+from replay_sim.replay.episodes import Episode
+from replay_sim.replay.histories import needs_history
+from replay_sim.replay.provenance import provenance, status_of
+from replay_sim.replay.wire import overlay, stand_in
+from replay_sim.resolve.resolution import Resolution, Tier
+
+if TYPE_CHECKING:
+    from replay_sim.replay.replay import Replay
+
+__all__ = ["FAST_METHODS", "Prepared", "Style", "envelope"]
+
+FAST_METHODS = frozenset({"tools/call", "resources/read", "prompts/get"})
+"""The requests the fast path answers (everything else is the SDK's)."""
+_FAST_TIERS = frozenset({Tier.EXACT, Tier.CANONICAL})
+_MAX_ENTRIES = 4096
+_MAX_BYTES = 64 << 20  # prepared answers kept at most (a larger one is prepared per call)
+
+
+class Style(StrEnum):
+    """How the SDK serialises a response on a wire, so the fast path writes the same bytes."""
+
+    PYDANTIC = "pydantic"
+    """``model_dump_json``: handshake-era streamable HTTP, and stdio in both eras."""
+    JSON = "json"
+    """``json.dumps`` of ``model_dump(mode="json", exclude_none=True)``: 2026-era streamable HTTP."""
+
+
+def _dump(response: JSONRPCResponse, style: Style) -> bytes:
+    if style is Style.PYDANTIC:
+        return response.model_dump_json(by_alias=True, exclude_unset=True).encode()
+    dumped = response.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return json.dumps(dumped, separators=(",", ":")).encode()
+
+
+def _id_json(id_: int | str, style: Style) -> bytes:
+    if style is Style.PYDANTIC:
+        return _dump(JSONRPCResponse(jsonrpc="2.0", id=id_, result={}), style)[len(_HEAD) : -len(_EMPTY)]
+    return json.dumps(id_).encode()
+
+
+_HEAD = b'{"jsonrpc":"2.0","id":'
+_EMPTY = b',"result":{}}'
+
+
+def envelope(id_: int | str, result: bytes, style: Style) -> bytes:
+    """The JSON-RPC response carrying ``result`` (prepared JSON) for request ``id_``, as the SDK writes it."""
+    pydantic_int = type(id_) is int and style is Style.PYDANTIC
+    id_bytes = str(id_).encode() if pydantic_int else _id_json(id_, style)
+    return b"".join((_HEAD, id_bytes, b',"result":', result, b"}"))
+
+
+class Prepared:
+    """The fast path's answers for one replay: resolved as the SDK path would, served as prepared bytes.
+
+    Args:
+        replay: The replay whose servers, resolver, histories, metrics and injector answer.
+    """
+
+    def __init__(self, replay: Replay) -> None:
+        self.replay = replay
+        self._answers: dict[Hashable, bytes] = {}
+        self._size = 0
+        self._shapes: dict[tuple[str, str, str], dict[str, Any]] = {}
+
+    def answer(
+        self,
+        server: str,
+        method: str,
+        params: dict[str, Any],
+        scope: Hashable | None,
+        version: str,
+        style: Style,
+    ) -> bytes | None:
+        """The result JSON of a call answered by an exact or canonical hit with nothing else to do.
+
+        Everything :meth:`Replay.answer <replay_sim.replay.replay.Replay.answer>` does for such a
+        call is done here — the episode's trail advanced, its call counted, metrics and episode
+        stats updated — and nothing is done when the answer is None.
+
+        Args:
+            server: Recorded server name.
+            method: One of :data:`FAST_METHODS`.
+            params: The request's params (wire JSON, ``_meta`` included).
+            scope: Whose history the call extends (an episode id, a session or stdio client's key),
+                None for none.
+            version: The protocol version the request is served at.
+            style: The wire's serialiser.
+
+        Returns:
+            The result's JSON bytes, or None when the SDK path must answer.
+        """
+        replay = self.replay
+        started = time.perf_counter()
+        call = {k: v for k, v in params.items() if k != "_meta"}
+        try:
+            history = replay.histories.history(scope)
+        except EpisodeError:
+            return None  # the SDK path says why
+        trail = None if history is None else history.trail(server)
+        if replay.injector.draw(history, server, method, call) is not None:
+            return None
+        redacted = replay.redactor.redact(call)
+        resolution = replay.resolver.resolve_now(server, method, redacted, () if trail is None else trail)
+        if resolution is None or resolution.tier not in _FAST_TIERS:
+            return None
+        recording = resolution.recording
+        if recording is None or recording.result is None or recording.error is not None:
+            return None
+        name, arguments = call_identity(method, redacted)
+        if history is None and needs_history(replay.resolver, server, method, name, arguments, resolution):
+            return None
+        if recording.notifications or replay.injector.latency.seconds(recording.latency_ms) > 0:
+            return None
+        alternatives = replay.resolver.alternatives(recording, () if trail is None else trail)
+        if len(alternatives) > 1 and any(r.notifications for r in alternatives):
+            return None  # which one answers depends on what the client can be asked
+        body = self._prepared(server, method, resolution, version, style)
+        if trail is not None:
+            replay.resolver.advance(trail, resolution)
+        if history is not None:
+            history.called(server)
+        status = status_of(resolution)
+        replay.metrics.observe(server, method, name, status, time.perf_counter() - started)
+        if isinstance(history, Episode):
+            history.count(server, name, status, None, resolution.reason)
+        return body
+
+    def _prepared(
+        self, server: str, method: str, resolution: Resolution, version: str, style: Style
+    ) -> bytes:
+        """The result JSON of a hit: prepared once per recording, provenance and protocol version."""
+        recording = resolution.recording
+        assert recording is not None and recording.result is not None
+        status = status_of(resolution)
+        match = provenance(resolution, self.replay.snapshot) if resolution.differences else None
+        spelled = json.dumps(match["differences"]) if match is not None else ""
+        key = (server, method, recording.id, status, resolution.score, spelled, version, style)
+        found = self._answers.get(key)
+        if found is not None:
+            return found
+        result = dict(recording.result)
+        match = match or provenance(resolution, self.replay.snapshot)
+        result["_meta"] = {**(result.get("_meta") or {}), MATCH_META_KEY: match}
+        shaped = overlay(result, self._shape(server, method, version))
+        prepared = _dump(JSONRPCResponse(jsonrpc="2.0", id=0, result=shaped), style)
+        head = _HEAD + b'0,"result":'
+        assert prepared.startswith(head) and prepared.endswith(b"}")
+        body = prepared[len(head) : -1]
+        if len(body) <= _MAX_BYTES // 16:
+            while self._answers and (
+                len(self._answers) >= _MAX_ENTRIES or self._size + len(body) > _MAX_BYTES
+            ):
+                self._size -= len(self._answers.pop(next(iter(self._answers))))
+            self._answers[key] = body
+            self._size += len(body)
+        return body
+
+    def _shape(self, server: str, method: str, version: str) -> dict[str, Any]:
+        """What the SDK's result shaping adds to a replayed result of ``method`` at ``version``.
+
+        The SDK path shapes a stand-in (:func:`~replay_sim.replay.wire.stand_in`) and overlays the
+        recorded result on it; the same pipeline (``ServerRunner``'s own shaping, which reads only
+        the server) is run here once per server, method and version.
+        """
+        key = (server, method, version)
+        shape = self._shapes.get(key)
+        if shape is None:
+            runner = ServerRunner(
+                server=self.replay.server(server), connection=cast(Any, None), lifespan_state=None
+            )
+            shape = self._shapes[key] = runner._serialize(method, version, stand_in(method, version))
+        return shape
