@@ -14,8 +14,11 @@ never held whole — and answered with ``-32600`` naming the cap; the next line 
 bounding what one line can make the process hold to a few hundred MB while it is parsed.
 
 A :class:`Shortcut` may answer request lines itself before they are parsed into messages (the
-replay's fast path); it sees every message the server writes, and its answers and the server's are
-written whole, one at a time.
+replay's fast path, the recorder's pass-through) — at once, or later from a task of its own; it
+sees every message the server writes, and its answers and the server's are written whole, one at
+a time. :class:`Opening` tells a shortcut what the connection's first requests settled (its era,
+and a handshake's version once the server answered ``initialize``): until then the server must see
+every request.
 """
 
 from __future__ import annotations
@@ -24,18 +27,28 @@ import json
 import os
 import re
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import anyio
+import anyio.abc
 import mcp_types as types
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
-__all__ = ["DEFAULT_MAX_LINE", "MAX_LINE_ENV", "LineSplitter", "Shortcut", "TooLong", "native_stdio"]
+__all__ = [
+    "DEFAULT_MAX_LINE",
+    "MAX_LINE_ENV",
+    "LineSplitter",
+    "Opening",
+    "Shortcut",
+    "TooLong",
+    "native_stdio",
+]
 
 _CHUNK = 1 << 16
 DEFAULT_MAX_LINE = 32 << 20
@@ -49,13 +62,60 @@ _LEADING_ID = re.compile(rb'^\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\
 class Shortcut(Protocol):
     """Answers some request lines before the server reads them."""
 
-    def answer(self, line: bytes) -> bytes | None:
-        """The whole response line (without its newline) to a request line, or None: the server reads it."""
+    def answer(self, line: bytes) -> bytes | Awaitable[bytes] | None:
+        """The response line (no newline) to a request line, or what produces it; None: the server reads it.
+
+        An awaitable is run in a task of the transport's and its line written when it is done.
+        """
         ...
 
     def sent(self, message: types.JSONRPCMessage) -> None:
         """See a message the server writes (before it is written)."""
         ...
+
+    def opened(self, write: Callable[[bytes], Awaitable[bool]]) -> None:
+        """Called once serving starts with the transport's writer (whole lines, in turn with the server's)."""
+        ...
+
+
+class Opening:
+    """What a stdio connection's first requests settled, for a :class:`Shortcut`.
+
+    The client's first request decides its era for the SDK (a request carrying the 2026 ``_meta``
+    envelope opens a modern connection, anything else a handshake one), so the server must see
+    it; a handshake-era connection serves calls once the server has answered ``initialize``.
+    """
+
+    def __init__(self) -> None:
+        self.modern: bool | None = None
+        """The era the first request opened (None: no request yet)."""
+        self.version: str | None = None
+        """The handshake's protocol version, once the server answered ``initialize``."""
+        self._initialize: Any = None
+
+    def request(self, request: dict[str, Any], modern: bool) -> bool:
+        """See a request (``modern``: it carries the 2026 envelope); True when the server must see it."""
+        method = request.get("method")
+        if method == "initialize" and self.version is None:
+            self._initialize = request.get("id")
+        if self.modern is None:
+            self.modern = modern and method != "initialize"
+            return True
+        return False
+
+    def ready(self, modern: bool) -> bool:
+        """Whether a request of that era may be answered by the shortcut (the era is the connection's)."""
+        return self.modern is modern and (modern or self.version is not None)
+
+    def sent(self, message: types.JSONRPCMessage) -> None:
+        """See a message the server writes: its answer to ``initialize`` settles the handshake's version."""
+        if self._initialize is None or getattr(message, "id", None) != self._initialize:
+            return
+        result = getattr(message, "result", None)
+        version = result.get("protocolVersion") if isinstance(result, dict) else None
+        if isinstance(version, str) and version in HANDSHAKE_PROTOCOL_VERSIONS:
+            self.version = version
+        self._initialize = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,7 +252,16 @@ async def native_stdio(
     writing = anyio.Lock()
 
     async def write(data: bytes) -> bool:
-        """Write all of ``data``; False when the client is gone."""
+        """Write all of ``data`` (after any write under way); False when the client is gone."""
+        if not writing.locked():  # nobody is mid-write: try at once, without a trip through the loop
+            try:
+                data = data[os.write(wire_out, data) :]
+            except BlockingIOError:
+                pass
+            except (BrokenPipeError, ConnectionResetError):
+                return False
+            if not data:
+                return True
         async with writing:
             while data:
                 try:
@@ -203,7 +272,10 @@ async def native_stdio(
                     return False
         return True
 
-    async def reader() -> None:
+    async def later(answer: Awaitable[bytes]) -> None:
+        await write(await answer + b"\n")
+
+    async def reader(tg: anyio.abc.TaskGroup) -> None:
         splitter = LineSplitter(limit)
         async with read_writer, answers:
             while True:
@@ -219,8 +291,11 @@ async def native_stdio(
                         continue
                     if isinstance(line, bytes) and shortcut is not None:
                         answered = shortcut.answer(line)
-                        if answered is not None:
+                        if isinstance(answered, bytes):
                             await write(answered + b"\n")
+                            continue
+                        if answered is not None:
+                            tg.start_soon(later, answered)
                             continue
                     if isinstance(line, bytes):
                         try:
@@ -241,9 +316,11 @@ async def native_stdio(
                 if not await write(data):
                     return
 
+    if shortcut is not None:
+        shortcut.opened(write)
     try:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(reader)
+            tg.start_soon(reader, tg)
             tg.start_soon(writer)
             try:
                 yield read_stream, write_stream

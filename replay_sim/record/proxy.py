@@ -24,6 +24,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERS
 
 from replay_sim.errors import StoreError, UpstreamError
 from replay_sim.protocol import LISTING_FIELDS, declared, episode_id
+from replay_sim.record.commits import GroupCommit
 from replay_sim.record.config import UpstreamSpec
 from replay_sim.record.explore import Explorer
 from replay_sim.record.session import Session
@@ -78,6 +79,7 @@ class ServerProxy:
         self.explorer = Explorer() if spec.explore else None
         self.read_only: frozenset[str] = frozenset()  # tools whose readOnlyHint is true
         self.sessions: set[Session] = set()
+        self.commits = GroupCommit(store, busy=lambda: any(s.inflight for s in self.sessions))
         self._episodes: dict[str, Session] = {}
         self._episode_lock = anyio.Lock()
 
@@ -153,6 +155,23 @@ class ServerProxy:
         """
         try:
             return fn()
+        except StoreError as exc:
+            raise MCPError(
+                code=types.INTERNAL_ERROR,
+                message=f"replay-sim could not record {what}, so it is not answered: {exc}",
+            ) from exc
+
+    async def record(self, what: str, **call: Any) -> int:
+        """Commit one call (:meth:`Store.record_call`'s arguments) and return its id, as :meth:`write`.
+
+        Calls of several sessions answered at once share one transaction (:class:`GroupCommit`);
+        each returns only once its row is committed.
+
+        Raises:
+            MCPError: The call could not be recorded; the client is told instead of getting its answer.
+        """
+        try:
+            return await self.commits.record(call)
         except StoreError as exc:
             raise MCPError(
                 code=types.INTERNAL_ERROR,

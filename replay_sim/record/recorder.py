@@ -33,6 +33,7 @@ from mcp.server.lowlevel import Server
 
 from replay_sim.errors import ConfigError, StoreError, UpstreamError
 from replay_sim.record.config import UpstreamSpec
+from replay_sim.record.passthrough import PassThrough
 from replay_sim.record.proxy import ServerProxy
 from replay_sim.record.upstream import Upstream
 from replay_sim.redaction import RULES_META_KEY, Redactor
@@ -152,9 +153,14 @@ class Recorder:
         return proxy.server
 
     async def serve_stdio(self, name: str) -> None:
-        """Serve upstream ``name`` to one client over this process's stdin/stdout until it hangs up."""
+        """Serve upstream ``name`` to one client over this process's stdin/stdout until it hangs up.
+
+        The client's plain calls pass through without the SDK server once its session is
+        established (:class:`~replay_sim.record.passthrough.PassThrough`).
+        """
         server = self.server(name)
-        async with native_stdio() as (read_stream, write_stream):
+        relay = PassThrough(self.proxies[name])
+        async with native_stdio(shortcut=relay) as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
 
 

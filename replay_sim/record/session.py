@@ -69,6 +69,10 @@ class SessionHost(Protocol):
         """Run one store write; a failure becomes an ``MCPError`` naming ``what`` was not recorded."""
         ...
 
+    async def record(self, what: str, **call: Any) -> int:
+        """Commit one call (``Store.record_call``'s arguments); a failure is an ``MCPError`` as for writes."""
+        ...
+
     def spawn(self, fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> None:
         """Run ``fn(*args)`` in the background, beyond the request that starts it."""
         ...
@@ -243,20 +247,17 @@ class Session:
     async def _record(self, method: str, params: dict[str, Any], call: Call, origin: Origin) -> None:
         """Commit one answered call (redacted) to this session."""
         redact = self.proxy.redactor.redact
-        await self.proxy.write(
-            partial(
-                self.proxy.store.record_call,
-                self.proxy.name,
-                method,
-                redact(params),
-                result=redact(call.result),
-                error=redact(call.error),
-                session=self.store_session,
-                latency_ms=round(call.latency_ms, 3),
-                origin=origin,
-                notifications=redact(call.notifications),
-            ),
+        await self.proxy.record(
             f"{method} {params.get('name') or params.get('uri') or ''}".strip(),
+            server=self.proxy.name,
+            method=method,
+            params=redact(params),
+            result=redact(call.result),
+            error=redact(call.error),
+            session=self.store_session,
+            latency_ms=round(call.latency_ms, 3),
+            origin=origin,
+            notifications=redact(call.notifications),
         )
 
     async def _explore(self, params: dict[str, Any], result: dict[str, Any]) -> None:

@@ -8,6 +8,10 @@ byte-exact pass-through. That is why it drives the SDK's ``JSONRPCDispatcher`` d
 later-revision fields and would reject a server's quirks) or
 ``mcp.Client`` (whose response cache could answer without asking the server).
 
+A stdio server's requests are written and answered raw
+(:class:`~replay_sim.record.child.ChildStdio`): the request line and the answer's JSON, with no
+model built on the way; the rest of its traffic goes through the SDK's dispatcher.
+
 Every transport failure is translated into :class:`UpstreamError` here, and nowhere else. A request
 the server leaves unanswered for its :attr:`~replay_sim.record.config.UpstreamSpec.timeout` (each
 progress notification about it restarts the clock) is an :class:`UpstreamTimeout`: the client is
@@ -28,8 +32,9 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 import mcp_types as types
+import pydantic_core
 from mcp.client.session import ClientRequestContext, ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
@@ -40,6 +45,7 @@ from pydantic import TypeAdapter
 
 from replay_sim.errors import UpstreamError
 from replay_sim.protocol import error_json
+from replay_sim.record.child import ChildStdio
 from replay_sim.record.config import UpstreamSpec
 
 __all__ = ["Exchange", "Upstream", "UpstreamTimeout"]
@@ -98,6 +104,7 @@ class Upstream:
         self.initialize_result: dict[str, Any] = {}
         self.protocol_version = LATEST_HANDSHAKE_VERSION
         self._dispatcher: JSONRPCDispatcher[Any] | None = None
+        self._child: ChildStdio | None = None  # a stdio server: requests go raw
         self._stderr: IO[str] | None = None
         self._closing = anyio.Event()
         self._done = anyio.Event()
@@ -170,7 +177,9 @@ class Upstream:
                 env=dict(self.spec.env) or None,
                 cwd=self.spec.cwd,
             )
-            read, write = await stack.enter_async_context(stdio_client(params, errlog=self._stderr))
+            child = ChildStdio(params, errlog=self._stderr)
+            read, write = await stack.enter_async_context(child.open())
+            self._child = child
         dispatcher: JSONRPCDispatcher[Any] = JSONRPCDispatcher(read, write)
         session = ClientSession(
             dispatcher=dispatcher,
@@ -237,20 +246,17 @@ class Upstream:
             raise MCPError(
                 code=types.CONNECTION_CLOSED, message=f"upstream {self.spec.describe()} is not connected"
             )
-        opts: dict[str, Any] = {"headers": {MCP_PROTOCOL_VERSION_HEADER: self.protocol_version}}
-        if request_id is not None:
-            opts["request_id"] = request_id
         timeout = self.spec.timeout
         try:
             if timeout is None:
-                return await self._dispatcher.send_raw_request(method, params, opts)  # type: ignore[arg-type]
+                return await self._send(method, params, request_id)
             # Our own deadline rather than the dispatcher's: progress about the request extends it.
             # Cancelling the request sends the server a courtesy notifications/cancelled.
             with anyio.CancelScope(deadline=anyio.current_time() + timeout) as scope:
                 if request_id is not None:
                     self._deadlines[request_id] = scope
                 try:
-                    return await self._dispatcher.send_raw_request(method, params, opts)  # type: ignore[arg-type]
+                    return await self._send(method, params, request_id)
                 finally:
                     self._deadlines.pop(request_id or "", None)
             raise UpstreamTimeout(
@@ -271,6 +277,32 @@ class Upstream:
                 detail += f"; its stderr ends: {' | '.join(tail.splitlines())}"
             raise MCPError(code=types.CONNECTION_CLOSED, message=detail) from exc
 
+    async def _send(
+        self, method: str, params: Mapping[str, Any] | None, request_id: str | None
+    ) -> dict[str, Any]:
+        """One request and its result: raw to a stdio server, else through the SDK's dispatcher."""
+        assert self._dispatcher is not None
+        if self._child is None or request_id is None:
+            opts: dict[str, Any] = {"headers": {MCP_PROTOCOL_VERSION_HEADER: self.protocol_version}}
+            if request_id is not None:
+                opts["request_id"] = request_id
+            return await self._dispatcher.send_raw_request(method, params, opts)  # type: ignore[arg-type]
+        answer = await self._child.request(request_id, _request_line(request_id, method, params))
+        error = answer.get("error")
+        if isinstance(error, dict):
+            raise MCPError(
+                code=error.get("code", types.INTERNAL_ERROR),
+                message=str(error.get("message", "")),
+                data=error.get("data"),
+            )
+        result = answer.get("result")
+        if not isinstance(result, dict):
+            raise MCPError(
+                code=types.INTERNAL_ERROR,
+                message=f"upstream {self.spec.describe()} answered {method} without a result object",
+            )
+        return result
+
     async def exchange(self, method: str, params: Mapping[str, Any], *, request_id: str) -> Exchange:
         """Send one request (see :meth:`request`); its result or error as recorded, and its latency.
 
@@ -280,6 +312,7 @@ class Upstream:
             UpstreamTimeout: No answer to record (see :meth:`request`).
         """
         result = error = None
+        delivered = -1 if self._child is None else self._child.delivered
         started = time.perf_counter()
         try:
             result = await self.request(method, params, request_id=request_id)
@@ -288,8 +321,9 @@ class Upstream:
         except MCPError as exc:
             error = error_json(exc)
         latency_ms = (time.perf_counter() - started) * 1000
-        # Notifications are handled in tasks spawned before the response was read; let them land.
-        await anyio.lowlevel.checkpoint()
+        if self._child is None or self._child.delivered != delivered:
+            # Notifications are handled in tasks spawned before the response was read; let them land.
+            await anyio.lowlevel.checkpoint()
         return Exchange(result, error, latency_ms)
 
     async def _on_message(self, message: Any) -> None:
@@ -348,6 +382,22 @@ class Upstream:
         elif self.spec.url is None:
             message += " (it wrote nothing to stderr)"
         return UpstreamError(message)
+
+
+def _request_line(request_id: str, method: str, params: Mapping[str, Any] | None) -> bytes:
+    """A request as the SDK's dispatcher writes it (``params`` left out when empty, as an empty ``_meta``)."""
+    out = dict(params or {})
+    if not out.get("_meta", True):
+        del out["_meta"]
+    parts = [
+        b'{"jsonrpc":"2.0","id":',
+        pydantic_core.to_json(request_id),
+        b',"method":',
+        pydantic_core.to_json(method),
+    ]
+    if out:
+        parts += [b',"params":', pydantic_core.to_json(out)]
+    return b"".join([*parts, b"}"])
 
 
 def _describe_exception(exc: BaseException) -> str:

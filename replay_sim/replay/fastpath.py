@@ -42,6 +42,7 @@ from replay_sim.protocol import agreed_episode
 from replay_sim.replay.prepared import FAST_METHODS, Prepared, Style, envelope
 from replay_sim.replay.responses import prefers_json
 from replay_sim.replay.surface import Surface
+from replay_sim.stdio_transport import Opening
 
 __all__ = ["SESSION_KEY", "FastPath", "StdioFastPath"]
 
@@ -276,9 +277,7 @@ class StdioFastPath(_Checks):
         super().__init__(prepared, {name: server})
         self.name = name
         self.client = client
-        self.modern: bool | None = None  # the era the client's first request opened (None: none yet)
-        self.version: str | None = None  # a handshake-era connection's version, once initialize is answered
-        self._initialize: Any = None
+        self.opening = Opening()
 
     def answer(self, line: bytes) -> bytes | None:
         """The response line to a request line, or None: the SDK reads the line."""
@@ -291,13 +290,10 @@ class StdioFastPath(_Checks):
         params = request.get("params")
         meta = params.get("_meta") if isinstance(params, dict) else None
         modern = isinstance(meta, dict) and "io.modelcontextprotocol/protocolVersion" in meta
-        if request["method"] == "initialize" and self.version is None:
-            self._initialize = request["id"]
-        if self.modern is None:  # the first request decides the era; the SDK must see it
-            self.modern = modern and request["method"] != "initialize"
+        if self.opening.request(request, modern) or not self.opening.ready(modern):
             return None
         params = self._request_params(self.name, request)
-        if params is None or modern != self.modern:
+        if params is None:
             return None
         if modern:
             route = classify_inbound_request(request)
@@ -306,10 +302,11 @@ class StdioFastPath(_Checks):
             version = route.protocol_version
             if not self._envelope_valid(request["method"], version, params["_meta"]):
                 return None
-        elif self.version is None or not _handshake_meta(meta):
+        elif not _handshake_meta(meta):
             return None
         else:
-            version = self.version
+            assert self.opening.version is not None
+            version = self.opening.version
         try:
             episode = agreed_episode(None, None, meta)
         except EpisodeError:
@@ -319,14 +316,11 @@ class StdioFastPath(_Checks):
         return None if result is None else envelope(request["id"], result, Style.PYDANTIC)
 
     def sent(self, message: Any) -> None:
-        """Watch what the server writes: the answer to ``initialize`` settles the handshake's version."""
-        if self._initialize is None or getattr(message, "id", None) != self._initialize:
-            return
-        result = getattr(message, "result", None)
-        version = result.get("protocolVersion") if isinstance(result, dict) else None
-        if isinstance(version, str) and version in HANDSHAKE_PROTOCOL_VERSIONS:
-            self.version = version
-        self._initialize = None
+        """Watch what the server writes (its answer to ``initialize``)."""
+        self.opening.sent(message)
+
+    def opened(self, write: Any) -> None:
+        """Answers go back as lines of the transport's own (nothing else is written)."""
 
 
 @functools.lru_cache(maxsize=256)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +129,15 @@ class Store(Database):
                 (session_id, server, started_at or utc_now()),
             )
         return session_id
+
+    def record_calls(self, calls: Sequence[Mapping[str, Any]]) -> list[int]:
+        """Commit several calls (keyword arguments of :meth:`record_call` each) in one transaction.
+
+        Returns:
+            Their recording ids, in order, once all of them are durable (or none is recorded).
+        """
+        with self.transaction(f"record {len(calls)} calls"):
+            return [self.record_call(**call) for call in calls]
 
     def record_call(
         self,

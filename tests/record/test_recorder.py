@@ -281,3 +281,154 @@ def test_upstream_requests_time_out_after_a_minute_unless_configured(tmp_path: P
     )
     servers = load_config(config).servers
     assert (servers["a"].timeout, servers["b"].timeout, servers["c"].timeout) == (60, 5, None)
+
+
+# -- the stdio pass-through -------------------------------------------------------------------
+
+_RECORD_STDIO = """
+import sys
+from replay_sim.cli import main
+from replay_sim.record import passthrough
+relayed = []
+relay = passthrough.PassThrough._relay
+def counted(self, session, request):
+    relayed.append(request["method"])
+    return relay(self, session, request)
+passthrough.PassThrough._relay = counted
+if sys.argv[1] == "sdk":
+    passthrough.PassThrough.answer = lambda self, line: None
+sys.argv = ["replay-sim", "record", "--db", sys.argv[2], "--name", "echo", "--", sys.executable, sys.argv[3]]
+try:
+    main()
+finally:
+    sys.stderr.write(f"relayed {len(relayed)}\\n")
+"""
+
+
+def _record_over_stdio(db: Path, messages: list[dict[str, object]], mode: str) -> tuple[list[bytes], int]:
+    """Drive ``replay-sim record -- echo_server`` by raw stdio lines: what it wrote, and the calls relayed."""
+    import json
+    import subprocess
+
+    process = subprocess.Popen(
+        [PYTHON, "-c", _RECORD_STDIO, mode, str(db), str(ECHO_SERVER)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        bufsize=0,
+    )
+    assert process.stdin is not None and process.stdout is not None and process.stderr is not None
+    written: list[bytes] = []
+    for message in messages:
+        process.stdin.write(json.dumps(message).encode() + b"\n")
+        if "id" not in message:
+            continue
+        while True:  # notifications may come first; then the answer
+            line = process.stdout.readline()
+            written.append(line)
+            if json.loads(line).get("id") == message["id"]:
+                break
+    process.stdin.close()
+    process.wait(timeout=60)
+    relayed = int(process.stderr.read().decode().split("relayed ")[-1].split()[0])
+    return written, relayed
+
+
+def test_plain_calls_pass_through_stdio_with_the_sdk_paths_bytes_and_rows(tmp_path: Path) -> None:
+    init = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}
+    calls = [
+        ("tools/call", {"name": "echo", "arguments": {"text": "héllo \u2028 ✓"}}),
+        ("tools/call", {"name": "add", "arguments": {"a": 1.5, "b": 2}}),  # structuredContent
+        ("tools/call", {"name": "progress", "arguments": {"steps": 2}}),  # log notifications relayed
+        ("tools/call", {"name": "nope", "arguments": {}}),  # the server's error
+        ("resources/read", {"uri": "echo://greeting"}),
+        ("prompts/get", {"name": "paint", "arguments": {"colour": "blue"}}),
+        (
+            "completion/complete",
+            {"ref": {"type": "ref/prompt", "name": "paint"}, "argument": {"name": "colour", "value": "b"}},
+        ),
+        (
+            "tools/call",
+            {"name": "echo", "arguments": {"text": "x"}, "_meta": {"progressToken": 5}},
+        ),  # the SDK's
+    ]
+    messages: list[dict[str, object]] = [
+        {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": "list", "method": "tools/list"},  # the session starts here
+        *({"jsonrpc": "2.0", "id": i, "method": m, "params": p} for i, (m, p) in enumerate(calls, start=1)),
+        {
+            "jsonrpc": "2.0",
+            "id": 2**70,
+            "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"text": "big id"}},
+        },
+    ]
+    fast, relayed = _record_over_stdio(tmp_path / "fast.db", messages, "fast")
+    sdk, none = _record_over_stdio(tmp_path / "sdk.db", messages, "sdk")
+    assert (relayed, none) == (len(calls), 0)  # every plain call passed through, and only those
+    assert fast == sdk
+    assert fast[-1].startswith(b'{"jsonrpc":"2.0","id":1180591620717411303424,"result":')
+
+    def rows(db: Path) -> list[tuple[object, ...]]:
+        with sqlite3.connect(db) as conn:
+            columns = "method, name, arguments, params, key, result, error, seq, origin, notifications"
+            return conn.execute(f"SELECT {columns} FROM calls ORDER BY id").fetchall()
+
+    assert rows(tmp_path / "fast.db") == rows(tmp_path / "sdk.db")
+
+
+# -- group commits ----------------------------------------------------------------------------
+
+
+def _call(i: int, **extra: object) -> dict[str, object]:
+    params = {"name": "echo", "arguments": {"text": f"call {i}", **extra}}
+    return {"server": "echo", "method": "tools/call", "params": params, "result": {"content": []}}
+
+
+async def test_calls_answered_at_once_share_one_commit_and_each_returns_once_committed(
+    tmp_path: Path,
+) -> None:
+    from replay_sim.record.commits import GroupCommit
+
+    with Store(tmp_path / "group.db") as store:
+        commits = GroupCommit(store, busy=lambda: True)  # other calls in flight: wait one instant for them
+        ids: dict[int, int] = {}
+
+        async def record(i: int) -> None:
+            ids[i] = await commits.record(_call(i))
+            # Returned only once committed: another connection sees the row.
+            with sqlite3.connect(tmp_path / "group.db") as other:
+                assert other.execute("SELECT COUNT(*) FROM calls WHERE id=?", (ids[i],)).fetchone() == (1,)
+
+        async with anyio.create_task_group() as tg:
+            for i in range(8):
+                tg.start_soon(record, i)
+        assert commits.transactions == 1
+        assert sorted(ids.values()) == [r.id for r in store.recordings("echo")]
+
+        alone = GroupCommit(store, busy=lambda: False)  # nothing else in flight: committed at once
+        for i in range(3):
+            await alone.record(_call(10 + i))
+        assert alone.transactions == 3
+
+
+async def test_a_call_that_cannot_be_recorded_fails_alone_in_its_group(tmp_path: Path) -> None:
+    from replay_sim.errors import StoreError
+    from replay_sim.record.commits import GroupCommit
+
+    with Store(tmp_path / "group.db") as store:
+        commits = GroupCommit(store, busy=lambda: True)
+        outcomes: dict[int, object] = {}
+
+        async def record(i: int) -> None:
+            try:
+                outcomes[i] = await commits.record(_call(i, bad={1, 2}) if i == 1 else _call(i))
+            except StoreError as exc:
+                outcomes[i] = exc
+
+        async with anyio.create_task_group() as tg:
+            for i in range(3):
+                tg.start_soon(record, i)
+        assert isinstance(outcomes[1], StoreError)
+        assert {r.arguments["text"] for r in store.recordings("echo")} == {"call 0", "call 2"}

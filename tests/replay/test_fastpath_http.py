@@ -399,16 +399,22 @@ def _stdio_answers(db: Path, lines: list[dict[str, Any]], fast: bool) -> list[by
         "anyio.run(replay.serve_stdio, 'demo')\n"
         "print(len(answered), file=sys.stderr)\n"
     )
-    text = "".join(json.dumps(line) + "\n" for line in lines)
-    done = subprocess.run(
+    process = subprocess.Popen(
         [sys.executable, "-c", script, str(db), "fast" if fast else "sdk"],
-        input=text.encode(),
-        capture_output=True,
-        timeout=120,
-        check=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        bufsize=0,
     )
-    answers = [line for line in done.stdout.splitlines() if b'"id"' in line]
-    fast_answers = int(done.stderr.decode().split()[-1])
+    assert process.stdin is not None and process.stdout is not None and process.stderr is not None
+    answers = []
+    for line in lines:  # one at a time: at the end of its input a server may drop what is in flight
+        process.stdin.write(json.dumps(line).encode() + b"\n")
+        if "id" in line:
+            answers.append(process.stdout.readline().rstrip(b"\n"))
+    process.stdin.close()
+    process.wait(timeout=120)
+    fast_answers = int(process.stderr.read().decode().split()[-1])
     assert fast_answers > 0 if fast else fast_answers == 0
     return sorted(answers)
 

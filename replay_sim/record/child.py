@@ -1,0 +1,216 @@
+"""A stdio upstream's process and its lines: the SDK's messages, and the recorder's raw requests.
+
+The SDK's stdio client hands every line the server writes to its dispatcher as a validated
+message, and writes every request from a model, a task hop each way. The recorder forwards its
+client's calls as they are, so :class:`ChildStdio` also lets it write a request line itself
+(:meth:`ChildStdio.request`) and takes the answer to it off the server's output as parsed JSON,
+before any model is built. Every other line — notifications, the server's own requests, answers
+to the SDK's requests — reaches the SDK's dispatcher as its stdio client would deliver it, and the
+server process is started and stopped by the SDK's own helpers (its own process group, stdin
+closed first, then the group terminated).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+from typing import Any, TextIO
+
+import anyio
+import anyio.abc
+import mcp_types as types
+import pydantic_core
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from mcp.client.stdio import (
+    StdioServerParameters,
+    _create_platform_compatible_process,  # the SDK's spawn: its own process group
+    _drain_stdout,
+    _get_executable_command,
+    _stop_server_process,  # the SDK's shutdown: stdin closed, grace period, group terminated
+    get_default_environment,
+)
+from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
+
+__all__ = ["ChildStdio"]
+
+_CHUNK = 1 << 16
+_FLUSH_TIMEOUT = 2.0  # seconds the SDK's messages already accepted may take to reach the server at close
+_CANCEL_TIMEOUT = 1.0  # seconds a courtesy cancel may take to write
+_HIGH_WATER = 1 << 16  # bytes buffered for the server's input before a writer waits
+
+
+class _Waiter:
+    """One raw request's answer, once the server wrote it (or the connection closed)."""
+
+    __slots__ = ("answer", "done")
+
+    def __init__(self) -> None:
+        self.done = anyio.Event()
+        self.answer: dict[str, Any] | None = None
+
+
+class ChildStdio:
+    """A stdio MCP server process: the SDK's message streams, and raw requests beside them.
+
+    Args:
+        params: How to start the server.
+        errlog: Where its stderr goes.
+    """
+
+    def __init__(self, params: StdioServerParameters, errlog: TextIO) -> None:
+        self.params = params
+        self.errlog = errlog
+        self._waiting: dict[str, _Waiter] = {}
+        self._writing = anyio.Lock()
+        self._stdin: Any = None
+        self._closed = False
+        self.delivered = 0
+        """Lines handed to the SDK's dispatcher so far (notifications among them are handled in tasks)."""
+
+    @asynccontextmanager
+    async def open(
+        self,
+    ) -> AsyncIterator[
+        tuple[MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage]]
+    ]:
+        """Start the server; yield the SDK dispatcher's streams; stop the server (as the SDK's client does).
+
+        Raises:
+            OSError: The server could not be started.
+        """
+        params = self.params
+        command = await _get_executable_command(params.command)
+        process = await _create_platform_compatible_process(
+            command=command,
+            args=params.args,
+            env=get_default_environment() | (params.env or {}),
+            errlog=self.errlog,
+            cwd=params.cwd,
+        )
+        self._stdin = process.stdin
+        read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+        write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
+        writer_done = anyio.Event()
+
+        async def reader() -> None:
+            assert process.stdout is not None
+            buffer = b""
+            try:
+                async with read_writer:
+                    try:
+                        while True:
+                            lines = (buffer + await process.stdout.receive(_CHUNK)).split(b"\n")
+                            buffer = lines.pop()
+                            for line in lines:
+                                if self._waiting and self._answered(line):
+                                    continue
+                                self.delivered += 1
+                                await read_writer.send(_parse(line))
+                    finally:
+                        self._close()
+                        await _drain_stdout(process)
+            except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, ConnectionError):
+                pass  # the server or our shutdown ended its output: the session sees the stream close
+
+        async def writer() -> None:
+            try:
+                async with write_reader:
+                    async for message in write_reader:
+                        data = message.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
+                        await self._write(data.encode(params.encoding, params.encoding_error_handler))
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+                await read_writer.aclose()  # the session sees the connection end, not a hung request
+            finally:
+                writer_done.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reader)
+            tg.start_soon(writer)
+            try:
+                yield read_stream, write_stream
+            finally:
+                with anyio.CancelScope(shield=True):
+                    read_stream.close()
+                    write_stream.close()
+                    with anyio.move_on_after(_FLUSH_TIMEOUT):
+                        await writer_done.wait()
+                    await _stop_server_process(process)
+                    for stream in (read_stream, write_stream, read_writer, write_reader):
+                        await stream.aclose()
+                    self._close()
+                tg.cancel_scope.cancel()
+
+    async def request(self, request_id: str, line: bytes) -> dict[str, Any]:
+        """Write one request line and return the server's answer to it, parsed (``result`` or ``error``).
+
+        Cancelled while waiting, the server is sent a courtesy ``notifications/cancelled``.
+
+        Raises:
+            MCPError: ``CONNECTION_CLOSED`` when the server's output ended first.
+        """
+        if self._closed:
+            raise MCPError(code=types.CONNECTION_CLOSED, message="Connection closed")
+        waiter = self._waiting[request_id] = _Waiter()
+        written = False
+        try:
+            await self._write(line + b"\n")
+            written = True
+            await waiter.done.wait()
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            raise MCPError(code=types.CONNECTION_CLOSED, message="Connection closed") from None
+        except anyio.get_cancelled_exc_class():
+            if written and not self._closed:
+                cancel = {"requestId": request_id, "reason": "caller cancelled"}
+                notice = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": cancel}
+                with anyio.move_on_after(_CANCEL_TIMEOUT, shield=True), suppress(Exception):
+                    await self._write(pydantic_core.to_json(notice) + b"\n")
+            raise
+        finally:
+            self._waiting.pop(request_id, None)
+        if waiter.answer is None:
+            raise MCPError(code=types.CONNECTION_CLOSED, message="Connection closed")
+        return waiter.answer
+
+    async def _write(self, data: bytes) -> None:
+        """Write ``data`` whole, after what was written before (lines never interleave)."""
+        stream = getattr(self._stdin, "_stream", None)  # anyio's asyncio stream: write() buffers, in order
+        if stream is None:
+            async with self._writing:
+                await self._stdin.send(data)
+            return
+        if stream.is_closing():
+            raise anyio.BrokenResourceError
+        stream.write(data)
+        if stream.transport.get_write_buffer_size() > _HIGH_WATER:
+            await stream.drain()  # a server not reading its input: wait for it rather than buffer on
+
+    def _answered(self, line: bytes) -> bool:
+        """Hand a line that answers a raw request to its waiter; False for every other line."""
+        try:
+            message = pydantic_core.from_json(line)
+        except ValueError:
+            return False
+        if not isinstance(message, dict) or "method" in message:
+            return False
+        id_ = message.get("id")
+        waiter = self._waiting.get(id_) if isinstance(id_, str) else None
+        if waiter is None:
+            return False
+        waiter.answer = message
+        waiter.done.set()
+        return True
+
+    def _close(self) -> None:
+        """The server's output ended: no raw request will be answered."""
+        self._closed = True
+        for waiter in self._waiting.values():
+            waiter.done.set()
+
+
+def _parse(line: bytes) -> SessionMessage | Exception:
+    """A line for the SDK's dispatcher, as its stdio client parses it."""
+    try:
+        return SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
+    except ValueError as exc:
+        return exc
