@@ -3,7 +3,7 @@
 The SDK's stdio client hands every line the server writes to its dispatcher as a validated
 message, and writes every request from a model, a task hop each way. The recorder forwards its
 client's calls as they are, so :class:`ChildStdio` also lets it write a request line itself
-(:meth:`ChildStdio.request`) and takes the answer to it off the server's output as parsed JSON,
+(:meth:`ChildStdio.call`) and takes the answer to it off the server's output as parsed JSON,
 before any model is built. Every other line — notifications, the server's own requests, answers
 to the SDK's requests — reaches the SDK's dispatcher as its stdio client would deliver it, and the
 server process is started and stopped by the SDK's own helpers (its own process group, stdin
@@ -12,7 +12,7 @@ closed first, then the group terminated).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager, suppress
 from typing import Any, TextIO
 
@@ -141,6 +141,27 @@ class ChildStdio:
                     self._close()
                 tg.cancel_scope.cancel()
 
+    async def call(self, request_id: str, method: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
+        """Send one request raw (as the SDK's dispatcher would write it) and return its result as sent.
+
+        Raises:
+            MCPError: The server's JSON-RPC error; ``CONNECTION_CLOSED`` when its output ended first.
+        """
+        answer = await self.request(request_id, _request_line(request_id, method, params))
+        error = answer.get("error")
+        if isinstance(error, dict):
+            raise MCPError(
+                code=error.get("code", types.INTERNAL_ERROR),
+                message=str(error.get("message", "")),
+                data=error.get("data"),
+            )
+        result = answer.get("result")
+        if not isinstance(result, dict):
+            raise MCPError(
+                code=types.INTERNAL_ERROR, message=f"the server answered {method} without a result"
+            )
+        return result
+
     async def request(self, request_id: str, line: bytes) -> dict[str, Any]:
         """Write one request line and return the server's answer to it, parsed (``result`` or ``error``).
 
@@ -206,6 +227,22 @@ class ChildStdio:
         self._closed = True
         for waiter in self._waiting.values():
             waiter.done.set()
+
+
+def _request_line(request_id: str, method: str, params: Mapping[str, Any] | None) -> bytes:
+    """A request as the SDK's dispatcher writes it (``params`` left out when empty, as an empty ``_meta``)."""
+    out = dict(params or {})
+    if not out.get("_meta", True):
+        del out["_meta"]
+    parts = [
+        b'{"jsonrpc":"2.0","id":',
+        pydantic_core.to_json(request_id),
+        b',"method":',
+        pydantic_core.to_json(method),
+    ]
+    if out:
+        parts += [b',"params":', pydantic_core.to_json(out)]
+    return b"".join([*parts, b"}"])
 
 
 def _parse(line: bytes) -> SessionMessage | Exception:

@@ -32,7 +32,6 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 import mcp_types as types
-import pydantic_core
 from mcp.client.session import ClientRequestContext, ClientSession
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
@@ -287,21 +286,7 @@ class Upstream:
             if request_id is not None:
                 opts["request_id"] = request_id
             return await self._dispatcher.send_raw_request(method, params, opts)  # type: ignore[arg-type]
-        answer = await self._child.request(request_id, _request_line(request_id, method, params))
-        error = answer.get("error")
-        if isinstance(error, dict):
-            raise MCPError(
-                code=error.get("code", types.INTERNAL_ERROR),
-                message=str(error.get("message", "")),
-                data=error.get("data"),
-            )
-        result = answer.get("result")
-        if not isinstance(result, dict):
-            raise MCPError(
-                code=types.INTERNAL_ERROR,
-                message=f"upstream {self.spec.describe()} answered {method} without a result object",
-            )
-        return result
+        return await self._child.call(request_id, method, params)
 
     async def exchange(self, method: str, params: Mapping[str, Any], *, request_id: str) -> Exchange:
         """Send one request (see :meth:`request`); its result or error as recorded, and its latency.
@@ -382,22 +367,6 @@ class Upstream:
         elif self.spec.url is None:
             message += " (it wrote nothing to stderr)"
         return UpstreamError(message)
-
-
-def _request_line(request_id: str, method: str, params: Mapping[str, Any] | None) -> bytes:
-    """A request as the SDK's dispatcher writes it (``params`` left out when empty, as an empty ``_meta``)."""
-    out = dict(params or {})
-    if not out.get("_meta", True):
-        del out["_meta"]
-    parts = [
-        b'{"jsonrpc":"2.0","id":',
-        pydantic_core.to_json(request_id),
-        b',"method":',
-        pydantic_core.to_json(method),
-    ]
-    if out:
-        parts += [b',"params":', pydantic_core.to_json(out)]
-    return b"".join([*parts, b"}"])
 
 
 def _describe_exception(exc: BaseException) -> str:

@@ -44,10 +44,8 @@ from replay_sim.replay.responses import prefers_json
 from replay_sim.replay.surface import Surface
 from replay_sim.stdio_transport import Opening
 
-__all__ = ["SESSION_KEY", "FastPath", "StdioFastPath"]
+__all__ = ["FastPath", "StdioFastPath"]
 
-SESSION_KEY = "replay_sim.session"
-"""The ASGI scope key under which the router passes on a handshake-era request's session (its transport)."""
 
 _RESERVED = "io.modelcontextprotocol/"
 _KEYS = frozenset({"jsonrpc", "id", "method", "params"})

@@ -12,7 +12,6 @@ are rendered in :mod:`~replay_sim.replay.provenance`.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Hashable, Sequence
@@ -30,9 +29,10 @@ from replay_sim.canonical import call_identity, call_key
 from replay_sim.errors import ConfigError, EpisodeError, ReplaySimError
 from replay_sim.protocol import MATCH_META_KEY, declared
 from replay_sim.redaction import RULES_META_KEY, Redactor
+from replay_sim.replay.connections import connection_key, stdio_client
 from replay_sim.replay.conversation import Rounds, questions, reenact, suited
 from replay_sim.replay.episodes import Episode, Episodes
-from replay_sim.replay.fastpath import SESSION_KEY, StdioFastPath
+from replay_sim.replay.fastpath import StdioFastPath
 from replay_sim.replay.faults import FaultKind, Faults, Latency
 from replay_sim.replay.histories import Histories, needs_history, one_client
 from replay_sim.replay.histories import scope as history_scope
@@ -53,15 +53,6 @@ from replay_sim.store import Store
 from replay_sim.store.misses import MissLog
 
 __all__ = ["Answer", "Replay"]
-
-# The one client of a stdio server (either era): the SDK path and the fast path key its history alike.
-_STDIO_CLIENT: contextvars.ContextVar[Hashable | None] = contextvars.ContextVar(
-    "replay_sim_stdio", default=None
-)
-
-
-class _StdioClient:
-    """The one client of a stdio server (weakly referable)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,9 +210,7 @@ class Replay:
             await self.enter(stack)
             self.resolver.warm(wait=False)  # in the background: exact hits are answered at once
             stack.enter_context(one_client())  # before the stream's tasks start: they inherit it
-            client = _StdioClient()
-            token = _STDIO_CLIENT.set(client)
-            stack.callback(_STDIO_CLIENT.reset, token)
+            client = stack.enter_context(stdio_client())
             fast = StdioFastPath(self.prepared, name, server, client)
             read_stream, write_stream = await stack.enter_async_context(native_stdio(shortcut=fast))
             await server.run(read_stream, write_stream, server.create_initialization_options())
@@ -235,14 +224,7 @@ class Replay:
         transport (which the router passes on), the one client of a stdio server by itself.
         """
         found = history_scope(ctx)
-        if found is None or isinstance(found, str):
-            return found
-        request = ctx.request
-        session = getattr(request, "scope", {}).get(SESSION_KEY) if request is not None else None
-        if session is not None:
-            return session  # type: ignore[no-any-return]
-        client = _STDIO_CLIENT.get()
-        return found if client is None else client
+        return found if found is None or isinstance(found, str) else connection_key(ctx, found)
 
     async def answer(self, server: str, method: str, ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
         """Answer one replayed request of an MCP client (the handlers' common body).

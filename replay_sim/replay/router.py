@@ -11,7 +11,7 @@ An MCP request may name its episode in the URL, the ``X-Replay-Episode`` header 
 id or two different ids get ``400`` and a new episode past the cap gets ``503``, each with a
 JSON-RPC error, before the MCP SDK sees the request. The episode URL's id travels on to the
 handlers in the ASGI scope (:data:`~replay_sim.replay.histories.URL_EPISODE`), and so does a
-handshake-era request's session (:data:`~replay_sim.replay.fastpath.SESSION_KEY`).
+handshake-era request's session (:data:`~replay_sim.replay.connections.SESSION_KEY`).
 
 A replayed call the fast path can answer from prepared bytes never reaches the SDK
 (:mod:`~replay_sim.replay.fastpath`); every other handshake-era POST gets the SDK's answer as one
@@ -37,8 +37,9 @@ from replay_sim.errors import EpisodeError
 from replay_sim.listener import HostCheck, HostGuard
 from replay_sim.protocol import EPISODE_HEADER, EPISODE_META_KEY, EPISODES_PATH, agreed_episode
 from replay_sim.replay.admission import Admission, BodyTimeout, Limits
+from replay_sim.replay.connections import SESSION_KEY
 from replay_sim.replay.episodes import Episodes
-from replay_sim.replay.fastpath import SESSION_KEY, FastPath
+from replay_sim.replay.fastpath import FastPath
 from replay_sim.replay.faults import Hangup
 from replay_sim.replay.histories import URL_EPISODE
 from replay_sim.replay.responses import JsonUnlessStreamed, prefers_json
