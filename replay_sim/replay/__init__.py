@@ -6,7 +6,8 @@
   :mod:`~replay_sim.replay.wire` — the recorded JSON on the wire;
   :mod:`~replay_sim.replay.conversation` — notifications and questions re-enacted;
   :mod:`~replay_sim.replay.histories` — episode histories;
-  :mod:`~replay_sim.replay.provenance` — replies and their ``_meta`` provenance.
+  :mod:`~replay_sim.replay.provenance` — replies and their ``_meta`` provenance;
+  :mod:`~replay_sim.replay.keeper` — the misses a replay keeps (admin API, miss log).
 - Miss policies: :mod:`~replay_sim.replay.miss` (protocol, ``error``, ``nearest``),
   :mod:`~replay_sim.replay.live`, :mod:`~replay_sim.replay.synthesize`, by name in
   :mod:`~replay_sim.replay.policies`.

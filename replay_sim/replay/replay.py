@@ -6,7 +6,8 @@ falls back to the miss policy, re-enacts what the real server sent during the re
 (notifications, questions to the client), advances the episode's history and counts the answer;
 and it injects the latency and faults asked for (:mod:`~replay_sim.replay.faults`).
 The servers themselves are built in :mod:`~replay_sim.replay.server`; replies and their provenance
-are rendered in :mod:`~replay_sim.replay.provenance`.
+are rendered in :mod:`~replay_sim.replay.provenance`; refusals come from the recorded
+:mod:`~replay_sim.replay.surface`, and misses are kept by :mod:`~replay_sim.replay.keeper`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from replay_sim.canonical import call_identity, call_key
+from replay_sim.canonical import call_identity
 from replay_sim.errors import ConfigError, EpisodeError, ReplaySimError
 from replay_sim.protocol import MATCH_META_KEY, declared
 from replay_sim.redaction import RULES_META_KEY, Redactor
@@ -37,16 +38,17 @@ from replay_sim.replay.faults import FaultKind, Faults, Latency
 from replay_sim.replay.histories import Histories, needs_history, one_client
 from replay_sim.replay.histories import scope as history_scope
 from replay_sim.replay.injection import Injector
-from replay_sim.replay.metrics import Metrics, MissRecord
+from replay_sim.replay.keeper import MissKeeper
+from replay_sim.replay.metrics import Metrics
 from replay_sim.replay.miss import Miss, MissPolicy, MissPolicyName, MissSettings
 from replay_sim.replay.policies import make_policy
 from replay_sim.replay.prepared import Prepared
-from replay_sim.replay.provenance import FAULT_STATUS, Reply, candidate_json, provenance, render, status_of
+from replay_sim.replay.provenance import FAULT_STATUS, Reply, provenance, render, status_of
 from replay_sim.replay.responses import stream_now
 from replay_sim.replay.server import build_server
 from replay_sim.replay.surface import Surface
 from replay_sim.resolve.lineage import DIVERGED, Trail
-from replay_sim.resolve.resolution import Candidate, Problem, Resolution, Tier
+from replay_sim.resolve.resolution import Candidate, Resolution, Tier
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.stdio_transport import native_stdio
 from replay_sim.store import Store
@@ -124,8 +126,7 @@ class Replay:
         self.histories = histories or Histories()
         self.rounds = Rounds()  # 2026-era clients answer recorded questions one round at a time
         self.metrics = metrics or Metrics()
-        self.miss_log: MissLog | None = MissLog(store)
-        """Where misses persist for ``replay-sim backfill`` (None: nowhere)."""
+        self.misses = MissKeeper(store, self.resolver, self.metrics)
         self.surfaces = {record.name: Surface(store, record) for record in store.servers()}
         self.injector = Injector(
             Latency.parse(latency) if isinstance(latency, str) else latency or Latency(),
@@ -144,6 +145,15 @@ class Replay:
     def episodes(self) -> Episodes:
         """The live named episodes (``/api/episodes``)."""
         return self.histories.episodes
+
+    @property
+    def miss_log(self) -> MissLog | None:
+        """Where misses persist for ``replay-sim backfill`` (None: nowhere)."""
+        return self.misses.log
+
+    @miss_log.setter
+    def miss_log(self, log: MissLog | None) -> None:
+        self.misses.log = log
 
     def close(self) -> None:
         """Close the store (idempotent); the replay answers nothing after."""
@@ -300,14 +310,16 @@ class Replay:
             resolution = await anyio.to_thread.run_sync(resolve, server, method, redacted, steps)
         if not resolution.hit and method == "tools/call":
             # Checked only when nothing answers: a recorded answer is the real server's own verdict.
-            refusal = self._refusal(surface, method, name, arguments)
-            if refusal is not None:
-                return refusal
+            refused = surface.refusal(method, name, arguments, self.snapshot)
+            if refused is not None:
+                answer = Answer(name, *refused, refused=True)
+                self.misses.keep(server, method, name, arguments, answer.status, answer.resolution)
+                return answer
         if history is None:  # answered from the initial state: a guess when the state matters
             sessionless = needs_history(self.resolver, server, method, name, arguments, resolution)
             if sessionless is not None:
                 answer = Answer(name, sessionless, self._reply(server, method, name, sessionless))
-                self._record_miss(server, method, name, arguments, answer, sessionless, kept=None)
+                self.misses.keep(server, method, name, arguments, answer.status, sessionless, kept=None)
                 return answer
         miss = resolution
         if not resolution.hit:
@@ -319,26 +331,7 @@ class Replay:
                 resolution = dataclasses.replace(miss, reason=failed)
         answer = Answer(name, resolution, self._reply(server, method, name, resolution))
         if not miss.hit:
-            self._record_miss(server, method, name, arguments, answer, miss, kept=history)
-        return answer
-
-    def _refusal(self, surface: Surface, method: str, name: str, arguments: dict[str, Any]) -> Answer | None:
-        """The real server's refusal of an unknown tool or invalid arguments, unless recorded exactly."""
-        problem = surface.problem(name, arguments)
-        if problem is None:
-            return None
-        key = call_key(surface.record.name, method, name, arguments)
-        if self.store.recordings(key=key, limit=1):
-            return None  # the real server's own answer to this very call was recorded
-        kind = Problem.UNKNOWN_TOOL if name not in surface.tools else Problem.INVALID_ARGUMENTS
-        resolution = Resolution(Tier.MISS, 0.0, reason=problem, key=key, problem=kind)
-        reply = surface.refuse_tool_call(
-            name, arguments, {MATCH_META_KEY: provenance(resolution, self.snapshot)}
-        )
-        if reply is None:
-            return None
-        answer = Answer(name, resolution, reply, refused=True)
-        self._record_miss(surface.record.name, method, name, arguments, answer, resolution)
+            self.misses.keep(server, method, name, arguments, answer.status, miss, kept=history)
         return answer
 
     async def _converse(
@@ -397,50 +390,8 @@ class Replay:
             reason=f"recording {hit.recording.id} answers this call, but {why}",
         )  # fmt: skip
         missed = Answer(answer.name, miss, self._reply(server, method, answer.name, miss))
-        self._record_miss(server, method, answer.name, arguments, missed, miss)
+        self.misses.keep(server, method, answer.name, arguments, missed.status, miss)
         return missed
-
-    def _record_miss(
-        self,
-        server: str,
-        method: str,
-        name: str,
-        arguments: dict[str, Any],
-        answer: Answer,
-        miss: Resolution,
-        kept: Sequence[str] | Trail | bool | None = False,
-    ) -> None:
-        """Keep a call that no recording answered with certainty for the admin API.
-
-        With ``kept`` (the call's history; None when it had none) it is also persisted in the miss
-        log for ``replay-sim backfill``; refusals and calls answered otherwise are not.
-        """
-        if kept is not False and self.miss_log is not None:
-            candidates = [candidate_json(c) for c in miss.candidates]
-            prefix = None if kept is None or kept is True else self._state_steps(kept)
-            self.miss_log.add(server, method, name, arguments, prefix=prefix, status=answer.status,
-                              reason=miss.reason, candidates=candidates)  # fmt: skip
-        self.metrics.record_miss(
-            MissRecord(
-                at=time.time(),
-                server=server,
-                method=method,
-                name=name,
-                arguments=arguments,
-                status=answer.status,
-                reason=miss.reason,
-                candidates=[candidate_json(c) for c in miss.candidates],
-            )
-        )
-
-    def _state_steps(self, history: Sequence[str] | Trail) -> list[str]:
-        """The keys of the state-changing calls of a history, in order: recorded, or missed (diverged)."""
-        lookup = self.resolver.lookup
-        trail = lookup.trail(history)
-        if trail.diverged is None:
-            return list(trail.state)
-        steps = trail.steps
-        return [s.removeprefix(DIVERGED) for s in steps if s.startswith(DIVERGED) or lookup.is_mutating(s)]
 
     def _reply(self, server: str, method: str, name: str, resolution: Resolution) -> Reply:
         """The reply for a resolution, citing this replay's snapshot in its provenance."""

@@ -7,6 +7,7 @@ dialect (a missing required argument). A violation the server may coerce or igno
 integer, an extra property, a ``nullable`` property's null) is never refused on the schema's word:
 the call goes on to the resolver. See :mod:`replay_sim.resolve.dialect`.
 
+A call whose own answer was recorded is never refused: the recording is the real server's verdict.
 A refusal reuses the recorded refusal of the same kind of violation, reworded for the new value;
 for a certain refusal nothing recorded says the words of, the form of another recorded refusal of
 the server (a JSON-RPC error with its code, or an ``isError`` result); otherwise the MCP Python
@@ -19,9 +20,12 @@ from typing import Any
 
 from mcp.shared.exceptions import MCPError
 
+from replay_sim.canonical import call_key
 from replay_sim.errors import StoreError
-from replay_sim.replay.provenance import Reply
+from replay_sim.protocol import MATCH_META_KEY
+from replay_sim.replay.provenance import Reply, provenance
 from replay_sim.resolve.dialect import Judgement, SchemaEvidence, adapt_refusal, failure_text
+from replay_sim.resolve.resolution import Problem, Resolution, Tier
 from replay_sim.schema import tool_schemas
 from replay_sim.store import Recording, ServerRecord, Store
 
@@ -132,6 +136,32 @@ class Surface:
                     break
             self._refusals = found
         return self._refusals
+
+    def refusal(
+        self, method: str, name: str, arguments: dict[str, Any], snapshot: str | None
+    ) -> tuple[Resolution, Reply] | None:
+        """The real server's refusal of an unknown tool or invalid arguments, unless recorded exactly.
+
+        Args:
+            method: ``tools/call``.
+            name: Tool name.
+            arguments: Call arguments (redacted, as recorded).
+            snapshot: The snapshot id its provenance cites, if any.
+
+        Returns:
+            The miss (its ``problem`` says which kind) and the reply refusing the call; None when
+            the real server would not certainly refuse it, or its answer to this very call was recorded.
+        """
+        problem = self.problem(name, arguments)
+        if problem is None:
+            return None
+        key = call_key(self.record.name, method, name, arguments)
+        if self.store.recordings(key=key, limit=1):
+            return None  # the real server's own answer to this very call was recorded
+        kind = Problem.UNKNOWN_TOOL if name not in self.tools else Problem.INVALID_ARGUMENTS
+        resolution = Resolution(Tier.MISS, 0.0, reason=problem, key=key, problem=kind)
+        reply = self.refuse_tool_call(name, arguments, {MATCH_META_KEY: provenance(resolution, snapshot)})
+        return None if reply is None else (resolution, reply)
 
     def refuse_tool_call(self, name: str, arguments: dict[str, Any], meta: dict[str, Any]) -> Reply | None:
         """The real server's refusal of an unknown tool or invalid arguments; None when not certain.
