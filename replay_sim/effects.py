@@ -172,6 +172,23 @@ class Verdict:
             "shown": self.shown,
         }
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Verdict:
+        """The verdict :meth:`as_dict` wrote (a store keeps learned verdicts so).
+
+        Raises:
+            KeyError, TypeError, ValueError: ``data`` is not such a form.
+        """
+        contrary = data["contrary"]
+        return cls(
+            Effect(data["effect"]),
+            str(data["source"]),
+            str(data["reason"]),
+            tuple((a, b) for a, b in data["witnesses"]),
+            None if contrary is None else (contrary[0], contrary[1]),
+            int(data["shown"]),
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class _Finding:

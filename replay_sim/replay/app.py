@@ -134,7 +134,7 @@ def _quiet_hangups(record: logging.LogRecord) -> bool:
 
 def _recorded_names(replay: Replay) -> set[tuple[str, str, str]]:
     """Every ``(server, method, name)`` recorded or listed: the names metrics label by themselves."""
-    names = {(row["server"], row["method"], row["name"]) for row in replay.store.stats()}
+    names = replay.store.names()  # the calls' index has them: no row is read (stats() reads them all)
     for server, surface in replay.surfaces.items():
         names |= {(server, "tools/call", tool) for tool in surface.tools}
         names |= {(server, "prompts/get", prompt) for prompt in surface.prompts}

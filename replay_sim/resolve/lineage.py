@@ -21,22 +21,40 @@ trail keeps its derived state up to date as it grows: a call costs the same at s
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
+import hashlib
+import sys
 from collections import OrderedDict, defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 from replay_sim.canonical import answer_text
 from replay_sim.effects import Call, Declaration, Verdict, declare, learn
+from replay_sim.errors import StoreError
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.schemas import RecordedSchemas
 from replay_sim.schema import ToolSchema
 from replay_sim.store import Recording, Store
 
-__all__ = ["DIVERGED", "StateLookup", "Trail", "history_affinity", "recorded_effects", "store_effects"]
+__all__ = [
+    "DIVERGED",
+    "EFFECTS_META_PREFIX",
+    "StateLookup",
+    "Trail",
+    "history_affinity",
+    "recorded_effects",
+    "remembered_effects",
+    "store_effects",
+]
 
 DIVERGED = "!"
 """Prefix of the step of a state-changing call no recording answered."""
+
+EFFECTS_META_PREFIX = "effects:"
+"""Meta key prefix (then the server's name) of the verdicts a store keeps (:func:`remembered_effects`)."""
 
 
 def history_affinity(recording: Recording, history: Sequence[str], prefix: Sequence[str]) -> int:
@@ -100,7 +118,13 @@ def recorded_effects(
     Returns:
         Verdicts by tool name: every listed tool and every tool recorded.
     """
-    config = config or MatchConfig()
+    return _learned(store, server, schema, config or MatchConfig())[0]
+
+
+def _learned(
+    store: Store, server: str, schema: Callable[[str, str], Any], config: MatchConfig
+) -> tuple[dict[str, Verdict], dict[str, Declaration]]:
+    """:func:`recorded_effects`, and the declarations they were learned with."""
     recordings = store.recordings(server)
     succeeded: dict[str, bool] = defaultdict(bool)
     for rec in recordings:
@@ -117,8 +141,17 @@ def recorded_effects(
         [c for _, c in sorted(calls, key=lambda sc: (sc[0], sc[1].id or 0))] for calls in sessions.values()
     ]
     names = {rec.name for rec in recordings if rec.method == "tools/call"}
+    declared = _declarations(server, names, schema, config)
+    return learn(runs, declared), declared
+
+
+def _declarations(
+    server: str, called: Iterable[str], schema: Callable[[str, str], Any], config: MatchConfig
+) -> dict[str, Declaration]:
+    """The declared effect of every tool called or listed (every listed tool gets a verdict)."""
+    names = set(called)
     listed = getattr(schema, "tools", None)
-    if callable(listed):  # every listed tool gets a verdict, called or not
+    if callable(listed):
         names |= set(listed(server) or ())
     declared: dict[str, Declaration] = {}
     for name in names:
@@ -126,7 +159,65 @@ def recorded_effects(
         declared[name] = declare(
             None if tool is None else tool.annotations, config.override(server, name).read_only
         )
-    return learn(runs, declared)
+    return declared
+
+
+@functools.cache
+def _learner() -> str:
+    """A digest of the code that decides a verdict ("" when it cannot be read: nothing is kept).
+
+    Kept verdicts learned by other code are learned again, so a change of what the evidence
+    means never leaves a store answering with verdicts the running code would not reach.
+    """
+    digest = hashlib.sha256()
+    try:
+        for code in (learn, answer_text, ToolSchema, _learned):  # their modules' source
+            digest.update(Path(str(sys.modules[code.__module__].__file__)).read_bytes())
+    except (OSError, KeyError):
+        return ""
+    return digest.hexdigest()[:16]
+
+
+def _declared_json(declared: dict[str, Declaration]) -> dict[str, list[Any]]:
+    return {t: [str(d.effect), d.fixed, d.source, d.reason] for t, d in sorted(declared.items())}
+
+
+def remembered_effects(
+    store: Store, server: str, schema: Callable[[str, str], Any], config: MatchConfig | None = None
+) -> dict[str, Verdict]:
+    """:func:`recorded_effects`, kept in the store's meta: learned once per state of the store.
+
+    The verdicts kept under :data:`EFFECTS_META_PREFIX` + ``server`` are used when nothing they
+    were learned from moved: the calls (append-only: the store's fingerprint), every tool's
+    declaration (listings and the matching config) and the code that learns them. Otherwise they
+    are learned again, and kept when the store is writable and no other process is writing it
+    (a server never waits to keep them).
+
+    Args and returns: as :func:`recorded_effects`.
+    """
+    config = config or MatchConfig()
+    learner = _learner()
+    basis = store.fingerprint()  # read before the calls: calls added meanwhile leave what is kept stale
+    key = EFFECTS_META_PREFIX + server
+    kept: Any = store.meta(key) if learner else None
+    try:
+        if kept["calls"] == basis and kept["learner"] == learner:
+            declared = _declared_json(_declarations(server, kept["declared"], schema, config))
+            if declared == kept["declared"]:
+                return {t: Verdict.from_dict(v) for t, v in kept["verdicts"].items()}
+    except (KeyError, TypeError, ValueError):
+        pass  # nothing kept, or not in this form: learned again
+    verdicts, declarations = _learned(store, server, schema, config)
+    if learner and not store.readonly:
+        entry = {
+            "calls": basis,
+            "learner": learner,
+            "declared": _declared_json(declarations),
+            "verdicts": {t: v.as_dict() for t, v in verdicts.items()},
+        }
+        with contextlib.suppress(StoreError):  # another process is writing: learned again next time
+            store.set_meta(key, entry, wait=False)
+    return verdicts
 
 
 def store_effects(store: Store, config: MatchConfig | None = None) -> dict[str, dict[str, Verdict]]:
@@ -178,7 +269,7 @@ class StateLookup:
         """Every tool's effect on ``server``, declared or learned from its recordings (cached)."""
         found = self._effects.get(server)
         if found is None:
-            found = self._effects[server] = recorded_effects(self.store, server, self.schema, self.config)
+            found = self._effects[server] = remembered_effects(self.store, server, self.schema, self.config)
         return found
 
     def effect(self, server: str, tool: str) -> Verdict:

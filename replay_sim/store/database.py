@@ -69,7 +69,7 @@ class Database:
     Raises:
         StoreError: The file is missing (and may not be created), unreadable, of another schema
             version, not a replay-sim store (a SQLite file with other tables: nothing is added to
-            it), or damaged (``PRAGMA integrity_check`` fails).
+            it), or damaged (``PRAGMA quick_check`` fails).
     """
 
     def __init__(
@@ -77,6 +77,7 @@ class Database:
     ) -> None:
         self.path = Path(path)
         self.readonly = readonly
+        self.timeout = timeout
         self._lock = threading.RLock()
         self._depth = 0  # transaction nesting of the thread holding the lock
         self.generation = 0
@@ -145,8 +146,13 @@ class Database:
 
         Both are checked before anything is written, so neither file is changed. A damaged store
         would otherwise be served with whatever parts still read (an index build that cannot read
-        every call leaves semantic matching off); the check reads the whole file once, about a
-        second per few hundred MB.
+        every call leaves semantic matching off). ``PRAGMA quick_check`` reads every page once and
+        checks the structure of every table and index (pages, cells, records, free list, overflow
+        chains): what a bad disk or a stray write breaks. It leaves out what makes
+        ``integrity_check`` six times slower (0.05 s vs 0.3 s at 100,000 recordings, on every
+        start): looking every row up in every index. So a file whose pages are well formed but
+        whose indexes disagree with its rows (an indexed value overwritten in place) opens; the
+        refusal's advice runs the full check.
         """
         try:
             tables = sorted(r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'"))
@@ -161,7 +167,7 @@ class Database:
                     f"{', '.join(tables[:8])}{', …' if len(tables) > 8 else ''}); "
                     "give a replay-sim store or a new path with --db"
                 )
-            problem = conn.execute("PRAGMA integrity_check(1)").fetchone()[0]
+            problem = conn.execute("PRAGMA quick_check(1)").fetchone()[0]
         except sqlite3.DatabaseError as exc:
             if "not a database" in str(exc):
                 conn.close()
@@ -192,7 +198,9 @@ class Database:
             )
 
     @contextmanager
-    def transaction(self, action: str = "write", *, content: bool = True) -> Iterator[sqlite3.Connection]:
+    def transaction(
+        self, action: str = "write", *, content: bool = True, wait: bool = True
+    ) -> Iterator[sqlite3.Connection]:
         """Run a block as one immediate transaction: all of it is committed or none of it.
 
         Nested calls join the outer transaction (an import commits once, atomically).
@@ -201,6 +209,9 @@ class Database:
             action: What is being written, for error messages.
             content: Whether the block changes recorded content (bumps :attr:`generation`); the
                 embedding cache does not.
+            wait: Wait up to :attr:`timeout` for another writer's lock; when False, a store
+                another process is writing is a :class:`StoreError` at once (for caches a server
+                writes in passing, which must not stall it).
         """
         with self._lock, self._translate(action):
             if self._depth:
@@ -212,7 +223,7 @@ class Database:
                 return
             self._depth = 1
             try:
-                self.conn.execute("BEGIN IMMEDIATE")
+                self._begin(wait)
                 try:
                     yield self.conn
                     self.conn.execute("COMMIT")
@@ -224,6 +235,16 @@ class Database:
                     raise
             finally:
                 self._depth = 0
+
+    def _begin(self, wait: bool) -> None:
+        if wait:
+            self.conn.execute("BEGIN IMMEDIATE")
+            return
+        self.conn.execute("PRAGMA busy_timeout = 0")
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+        finally:
+            self.conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
 
     def copy_to(self, path: str | Path) -> None:
         """Write a compact, self-contained copy of the store (``VACUUM INTO``) to a new file."""

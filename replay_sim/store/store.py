@@ -72,9 +72,16 @@ class Store(Database):
         rows = self._query("SELECT value FROM meta WHERE key=?", (key,))
         return json.loads(rows[0][0]) if rows else None
 
-    def set_meta(self, key: str, value: Any) -> None:
-        """Store a JSON value with the recordings (replacing an older one)."""
-        with self.transaction(f"record {key}", content=False) as conn:
+    def set_meta(self, key: str, value: Any, *, wait: bool = True) -> None:
+        """Store a JSON value with the recordings (replacing an older one).
+
+        Args:
+            key: Its name.
+            value: Any JSON value.
+            wait: Wait for another writer's lock (else a :class:`StoreError` at once; see
+                :meth:`~replay_sim.store.database.Database.transaction`).
+        """
+        with self.transaction(f"record {key}", content=False, wait=wait) as conn:
             conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, _dumps(value)))
 
     # -- servers and listings -----------------------------------------------------------------
@@ -293,6 +300,11 @@ class Store(Database):
             if row["mean_latency_ms"] is not None:
                 row["mean_latency_ms"] = round(row["mean_latency_ms"], 3)
         return rows
+
+    def names(self) -> set[tuple[str, str, str]]:
+        """Every recorded ``(server, method, name)``: :meth:`stats`' keys, without reading the rows."""
+        rows = self._query("SELECT DISTINCT server, method, name FROM calls")
+        return {(server, method, name) for server, method, name in rows}
 
     def fingerprint(self) -> str:
         """A cheap token that changes whenever calls are added (ties an index to this store)."""

@@ -231,3 +231,44 @@ def test_serving_a_damaged_store_or_a_foreign_sqlite_file_is_a_one_line_error(tm
         )
         assert run.returncode == 1 and run.stderr.count("\n") == 1, run.stderr
         assert str(db) in run.stderr and said in run.stderr
+
+
+def test_a_write_that_must_not_wait_fails_at_once_while_another_process_writes(tmp_path: Path) -> None:
+    store = Store(tmp_path / "r.db")
+    other = sqlite3.connect(tmp_path / "r.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(StoreError, match=r"r\.db: cannot record note: database is locked"):
+            store.set_meta("note", 1, wait=False)
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert store.conn.execute("PRAGMA busy_timeout").fetchone() == (30000,)  # waits again for others
+    store.set_meta("note", 2, wait=False)
+    assert store.meta("note") == 2
+
+
+def test_the_recorded_names_are_the_keys_of_the_stats(tmp_path: Path) -> None:
+    store = Store(tmp_path / "r.db")
+    assert store.names() == set()
+    store.record_call("a", "tools/call", {"name": "echo", "arguments": {}})
+    store.record_call("a", "tools/call", {"name": "echo", "arguments": {"x": 1}}, origin="backfill")
+    store.record_call("b", "resources/read", {"uri": "file:///x"})
+    assert store.names() == {(r["server"], r["method"], r["name"]) for r in store.stats()}
+    assert store.names() == {("a", "tools/call", "echo"), ("b", "resources/read", "file:///x")}
+
+
+def test_a_damaged_page_of_any_index_of_the_calls_is_refused(tmp_path: Path) -> None:
+    db = tmp_path / "r.db"
+    _corrupt(db)
+    conn = sqlite3.connect(db)
+    roots = dict(conn.execute("SELECT name, rootpage FROM sqlite_master WHERE tbl_name='calls'").fetchall())
+    conn.close()
+    data = db.read_bytes()
+    for name in ("calls", "calls_key", "calls_tool", "calls_session"):
+        broken = bytearray(data)
+        page = (roots[name] - 1) * 4096
+        broken[page : page + 12] = b"\xa5" * 12  # its page header
+        (tmp_path / f"{name}.db").write_bytes(bytes(broken))
+        with pytest.raises(StoreError, match=r"fails its integrity check|not a SQLite file"):
+            Store(tmp_path / f"{name}.db", create=False)

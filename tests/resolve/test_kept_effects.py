@@ -1,0 +1,170 @@
+"""Learned tool effects kept in the store: read back while nothing they were learned from moved."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from resolver_helpers import text
+
+from replay_sim.effects import Effect, Verdict
+from replay_sim.resolve import lineage
+from replay_sim.resolve.calibration import MatchConfig, ToolOverride
+from replay_sim.resolve.lineage import EFFECTS_META_PREFIX, recorded_effects, remembered_effects
+from replay_sim.resolve.resolution import Tier
+from replay_sim.resolve.resolver import Resolver
+from replay_sim.resolve.schemas import RecordedSchemas
+from replay_sim.store import Store
+
+RO = {"readOnlyHint": True}
+KEY = EFFECTS_META_PREFIX + "srv"
+
+
+def _tool(name: str, annotations: dict[str, Any] | None = None) -> dict[str, Any]:
+    tool: dict[str, Any] = {"name": name, "inputSchema": {"type": "object", "properties": {"x": {}}}}
+    if annotations is not None:
+        tool["annotations"] = annotations
+    return tool
+
+
+def _record(store: Store, session: str, name: str, x: Any, answer: str) -> int:
+    store.start_session("srv", session)
+    return store.record_call(
+        "srv", "tools/call", {"name": name, "arguments": {"x": x}}, result=text(answer), session=session
+    )
+
+
+def _store(path: Path) -> Store:
+    """``get`` (read-only) seen unchanged around ``put`` once, ``tally`` numbering its calls."""
+    store = Store(path)
+    store.put_listing("srv", "tools/list", {"tools": [_tool("get", RO), _tool("put"), _tool("tally", RO)]})
+    _record(store, "s1", "get", "k", "unset")
+    _record(store, "s1", "put", "k", "ok")
+    _record(store, "s1", "get", "k", "unset")
+    for n, x in enumerate(["a", "b", "a"], 1):
+        _record(store, "s2", "tally", x, f"#{n} {x}")
+    return store
+
+
+def _learned_only_by(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Count the servers whose effects are learned from the recordings (not read back)."""
+    learned: list[str] = []
+    real = lineage._learned
+
+    def counting(store: Store, server: str, *args: Any) -> Any:
+        learned.append(server)
+        return real(store, server, *args)
+
+    monkeypatch.setattr(lineage, "_learned", counting)
+    return learned
+
+
+def _effects(store: Store, config: MatchConfig | None = None) -> dict[str, Verdict]:
+    return remembered_effects(store, "srv", RecordedSchemas(store, config), config)
+
+
+def test_effects_learned_once_are_read_back_from_the_store_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    learned = _learned_only_by(monkeypatch)
+    first = _effects(_store(tmp_path / "r.db"))
+    assert first == recorded_effects(
+        Store(tmp_path / "r.db"), "srv", RecordedSchemas(Store(tmp_path / "r.db"))
+    )
+    assert first["tally"].effect is Effect.CHANGES and first["tally"].contrary is not None
+    assert first["put"].effect is Effect.NONE and first["put"].witnesses
+    learned.clear()
+    again = Store(tmp_path / "r.db")  # another process, later
+    assert _effects(again) == first and learned == []
+    assert Resolver(again, index_dir=None, semantic=False).lookup.effects("srv") == first
+    assert learned == []
+
+
+def test_kept_effects_are_learned_again_once_calls_are_recorded(tmp_path: Path) -> None:
+    store = _store(tmp_path / "r.db")
+    assert _effects(store)["put"].effect is Effect.NONE
+    recorder = Store(tmp_path / "r.db")  # another connection adds what shows ``put`` changes state
+    _record(recorder, "s3", "get", "k", "unset")
+    _record(recorder, "s3", "put", "k", "ok")
+    _record(recorder, "s3", "get", "k", "set")
+    assert _effects(store)["put"].effect is Effect.CHANGES
+    assert Store(tmp_path / "r.db").meta(KEY)["verdicts"]["put"]["effect"] == "changes"
+    # A server already running notices it on its next call, as before.
+    resolver = Resolver(Store(tmp_path / "r.db"), index_dir=None, semantic=False)
+    assert resolver.lookup.effect("srv", "put").effect is Effect.CHANGES
+
+
+def test_kept_effects_follow_a_new_listing_and_the_matching_config(tmp_path: Path) -> None:
+    store = _store(tmp_path / "r.db")
+    assert _effects(store)["put"].effect is Effect.NONE
+    config = MatchConfig(tools={"srv/put": ToolOverride(read_only=False)})
+    assert (_effects(store, config)["put"].effect, _effects(store, config)["put"].source) == (
+        Effect.CHANGES,
+        "config",
+    )
+    assert _effects(store)["put"].effect is Effect.NONE
+    store.put_listing(
+        "srv", "tools/list", {"tools": [_tool("get", RO), _tool("put", {"readOnlyHint": False})]}
+    )
+    assert _effects(store)["put"].source == "annotation"
+    store.put_listing("srv", "tools/list", {"tools": [_tool("get", RO), _tool("put"), _tool("new")]})
+    found = _effects(store)
+    assert found["put"].effect is Effect.NONE and found["new"].effect is Effect.UNKNOWN
+
+
+def test_kept_effects_learned_by_other_code_or_unreadable_are_learned_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = _store(tmp_path / "r.db")
+    first = _effects(store)
+    learned = _learned_only_by(monkeypatch)
+    kept = store.meta(KEY)
+    store.set_meta(KEY, {**kept, "learner": "older code"})
+    assert _effects(store) == first and learned == ["srv"]
+    assert store.meta(KEY)["learner"] == kept["learner"]
+    for broken in (
+        {"calls": kept["calls"]},
+        [1, 2],
+        "x",
+        {**kept, "verdicts": {"put": {**kept["verdicts"]["put"], "effect": "maybe"}}},
+    ):
+        store.set_meta(KEY, broken)
+        assert _effects(store) == first
+    assert learned == ["srv"] * 5
+
+
+def test_a_read_only_store_learns_effects_without_keeping_them(tmp_path: Path) -> None:
+    _store(tmp_path / "r.db").close()
+    snapshot = Store(tmp_path / "r.db", readonly=True)
+    assert _effects(snapshot)["tally"].effect is Effect.CHANGES
+    assert snapshot.meta(KEY) is None
+
+
+def test_effects_are_not_kept_while_another_process_writes_the_store(tmp_path: Path) -> None:
+    store = _store(tmp_path / "r.db")
+    other = sqlite3.connect(tmp_path / "r.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # holds the write lock
+    try:
+        assert _effects(store)["tally"].effect is Effect.CHANGES  # learned, never waiting for the lock
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert store.meta(KEY) is None
+    assert _effects(store)["tally"].effect is Effect.CHANGES
+    assert store.meta(KEY) is not None
+
+
+def test_an_exact_hit_is_answered_alike_with_kept_and_learned_effects(tmp_path: Path) -> None:
+    store = _store(tmp_path / "r.db")
+    answers = []
+    for _ in range(2):  # learned (and kept), then read back by a new resolver
+        resolver = Resolver(Store(tmp_path / "r.db"), index_dir=None, semantic=False)
+        trail = resolver.lookup.trail([])
+        found = [resolver.resolve("srv", "tools/call", {"name": "tally", "arguments": {"x": "a"}}, trail)]
+        resolver.advance(trail, found[0])
+        found.append(resolver.resolve("srv", "tools/call", {"name": "tally", "arguments": {"x": "a"}}, trail))
+        answers.append([(f.tier, f.recording.id if f.recording else None) for f in found])
+    assert store.meta(KEY) is not None
+    assert answers[0] == answers[1] and answers[0][0][0] is Tier.EXACT
