@@ -1,4 +1,5 @@
-"""Coverage commands: ``explore`` (learn what read-only tools ignore, after the fact) and ``backfill``
+"""Coverage commands: ``explore`` (learn what read-only tools ignore and, on a sandbox, which tools
+change state, after the fact) and ``backfill
 (ask the real servers the calls a replay missed, from the state it missed them in).
 
 Both ask the real servers of a recorder config and record the answers into the store. What they
@@ -20,9 +21,11 @@ from replay_sim.effects import Effect
 from replay_sim.record.backfill import backfill
 from replay_sim.record.config import load_config
 from replay_sim.record.revisit import explore_store
+from replay_sim.record.sandbox import Verdicts, probe_effects
 from replay_sim.resolve.calibration import MatchConfig
-from replay_sim.resolve.lineage import DIVERGED, store_effects
+from replay_sim.resolve.lineage import DIVERGED, recorded_effects, store_effects
 from replay_sim.resolve.resolver import Resolver
+from replay_sim.resolve.schemas import RecordedSchemas
 from replay_sim.store import Store
 from replay_sim.store.misses import MissEntry, read_misses, side_file
 from replay_sim.store.snapshot import STORE_FILE
@@ -45,6 +48,12 @@ def _read_only(store: Store, match_config: MatchConfig | None) -> Callable[[str,
         return verdict is not None and verdict.effect is Effect.NONE
 
     return read_only
+
+
+def _verdicts(store: Store, match_config: MatchConfig | None) -> Verdicts:
+    """A server's tool effects from the store as it stands (worked out again on each call)."""
+    schemas = RecordedSchemas(store, match_config)
+    return lambda server: recorded_effects(store, server, schemas, match_config)
 
 
 def _bar(desc: str, unit: str) -> tuple[tqdm, Callable[[int, int], None]]:  # type: ignore[type-arg]
@@ -83,10 +92,29 @@ def explore_command(
     For stores recorded without `record --explore` or imported from JSONL: each recorded
     successful read-only call made at the initial state of its session is asked again in a fresh
     session (after the server's reset command, if it has one) and, if answered as recorded, its
-    still-undecided variants are asked and recorded (origin explore).
+    still-undecided variants are asked and recorded (origin explore). First, on servers the config
+    declares `sandbox = true`, each tool of unknown effect is called before a few other recorded
+    calls, each in a fresh session, to learn whether it changes what they answer.
     """
     config = load_config(config_file)
     with Store(db, create=False) as store:
+        if any(spec.sandbox for spec in config.servers.values()):
+            learned = anyio.run(
+                lambda: probe_effects(
+                    store,
+                    config,
+                    _verdicts(store, match_config),
+                    servers=list(servers) or None,
+                    max_calls=max_calls,
+                )
+            )
+            for line in learned.lines():
+                click.echo(line)
+            if max_calls is not None:
+                max_calls -= learned.asked
+                if max_calls <= 0:
+                    click.echo("no variants asked: --max-calls spent on the effect probes")
+                    return
         read_only = _read_only(store, match_config)
         bar, progress = _bar("exploring", "call")
         with bar:

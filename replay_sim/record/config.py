@@ -16,6 +16,7 @@ Example (``server/record.example.toml`` is the annotated version)::
     env = { GIT_TOKEN = "${GIT_TOKEN}" }
     explore = true         # learn which argument differences its read-only tools ignore
     reset = "git checkout -- . && git clean -fdq"   # back to the state its recordings start from
+    sandbox = true         # its state can be thrown away: `replay-sim explore` may repeat any call
 
     [servers.remote]
     url = "http://127.0.0.1:9000/mcp"
@@ -47,7 +48,8 @@ __all__ = ["DEFAULT_TIMEOUT", "RecorderConfig", "UpstreamSpec", "load_config", "
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _SERVER_KEYS = {
-    "command", "args", "env", "cwd", "url", "headers", "timeout", "startup_timeout", "explore", "reset"
+    "command", "args", "env", "cwd", "url", "headers", "timeout", "startup_timeout", "explore", "reset",
+    "sandbox",
 }  # fmt: skip
 _REDACTION_KEYS = {"keys", "patterns", "replacement"}
 DEFAULT_TIMEOUT = 60.0
@@ -77,6 +79,11 @@ class UpstreamSpec:
         reset: A shell command that puts the server's state back to the one its recordings start
             from (restores a data folder, a database, a repository), run before each session
             ``replay-sim backfill`` and ``replay-sim explore`` open; in the ``cwd`` when given.
+        sandbox: The server's state can be thrown away: ``replay-sim explore`` may repeat any
+            recorded call, each time in a fresh session from the initial state, to learn which
+            tools change state (:mod:`replay_sim.record.sandbox`). A fresh session is a fresh
+            process for a command; a state that outlives it (files, a database) needs ``reset``,
+            and a ``url`` upstream always does.
     """
 
     command: str | None = None
@@ -89,10 +96,15 @@ class UpstreamSpec:
     startup_timeout: float = 30.0
     explore: bool = False
     reset: str | None = None
+    sandbox: bool = False
 
     def __post_init__(self) -> None:
         if (self.command is None) == (self.url is None):
             raise ValueError("an upstream needs exactly one of command or url")
+        if self.sandbox and self.url is not None and self.reset is None:
+            raise ValueError(
+                "a url upstream is a sandbox only with a reset command (its state outlives a session)"
+            )
 
     def describe(self) -> str:
         """The command line or URL, for messages."""
@@ -202,9 +214,10 @@ def _server(name: str, entry: Any, where: str) -> UpstreamSpec:
         raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)}; allowed: {sorted(_SERVER_KEYS)}")
     if ("command" in entry) == ("url" in entry):
         raise ConfigError(f"{where}: needs exactly one of 'command' (stdio) or 'url' (streamable HTTP)")
-    explore = entry.get("explore", False)
-    if not isinstance(explore, bool):
-        raise ConfigError(f"{where}: 'explore' must be true or false")
+    explore, sandbox = entry.get("explore", False), entry.get("sandbox", False)
+    for key, value in (("explore", explore), ("sandbox", sandbox)):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: {key!r} must be true or false")
     reset = _string(entry, "reset", where) if "reset" in entry else None
     if "url" in entry:
         url = _string(entry, "url", where)
@@ -213,6 +226,10 @@ def _server(name: str, entry: Any, where: str) -> UpstreamSpec:
         for key in ("args", "env", "cwd"):
             if key in entry:
                 raise ConfigError(f"{where}: {key!r} applies to a command, not a url")
+        if sandbox and reset is None:
+            raise ConfigError(
+                f"{where}: 'sandbox' needs a 'reset' command for a url upstream: its state outlives a session"
+            )
         return UpstreamSpec(
             url=url,
             headers=_strings(entry, "headers", where),
@@ -220,6 +237,7 @@ def _server(name: str, entry: Any, where: str) -> UpstreamSpec:
             startup_timeout=_seconds(entry, "startup_timeout", where) or 30.0,
             explore=explore,
             reset=reset,
+            sandbox=sandbox,
         )
     args = entry.get("args", [])
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
@@ -236,6 +254,7 @@ def _server(name: str, entry: Any, where: str) -> UpstreamSpec:
         startup_timeout=_seconds(entry, "startup_timeout", where) or 30.0,
         explore=explore,
         reset=reset,
+        sandbox=sandbox,
     )
 
 

@@ -64,6 +64,11 @@ def test_the_shipped_example_config_parses() -> None:
         ("[servers.a]\nurl = 'http://h/mcp'\nargs = []", r"\[servers\.a\]: 'args' applies to a command"),
         ("[servers.a]\ncommand = 'x'\ntimeout = -1", r"\[servers\.a\]: 'timeout' must be a positive number"),
         ("[servers.a]\ncommand = 'x'\nexplore = 'yes'", r"\[servers\.a\]: 'explore' must be true or false"),
+        ("[servers.a]\ncommand = 'x'\nsandbox = 1", r"\[servers\.a\]: 'sandbox' must be true or false"),
+        (
+            "[servers.a]\nurl = 'http://h/mcp'\nsandbox = true",
+            r"\[servers\.a\]: 'sandbox' needs a 'reset' command",
+        ),
         (
             "[servers.a]\ncommand = 'x'\nenv = { K = '${RS_NOT_SET_ANYWHERE}' }",
             r"env\.K: environment variable",

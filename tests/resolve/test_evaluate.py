@@ -164,7 +164,8 @@ PROBES2 = PROBES.parent / "probes2"
     ("recordings", "config", "ours", "exact"),
     [
         ("recordings.jsonl", None, (118, 0, 77, 133), (182, 39, 61, 46)),
-        ("recordings-explore.jsonl", None, (113, 0, 84, 131), (176, 45, 61, 46)),
+        # Explored, the sandboxes' effect probes included: above the exact cache, with no wrong hit.
+        ("recordings-explore.jsonl", None, (201, 0, 80, 47), (181, 45, 57, 45)),
         ("recordings.jsonl", "pure.toml", (176, 0, 77, 75), (182, 39, 61, 46)),
     ],
 )

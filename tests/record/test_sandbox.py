@@ -1,0 +1,169 @@
+"""Effect probes on a sandboxed server (``replay-sim explore`` with ``sandbox = true``), on real servers."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from recording_helpers import PYTHON, REPLAY_SIM, ROOT, proxy_stdio, run_script, stdio
+
+from replay_sim.canonical import answer_text
+from replay_sim.effects import Effect
+from replay_sim.record.config import RecorderConfig, UpstreamSpec
+from replay_sim.record.sandbox import OBSERVERS, probe_effects
+from replay_sim.resolve.lineage import recorded_effects
+from replay_sim.resolve.resolution import Tier
+from replay_sim.resolve.resolver import Resolver
+from replay_sim.resolve.schemas import RecordedSchemas
+from replay_sim.store import Origin, Store
+
+COUNTER = [PYTHON, ROOT / "fixtures" / "counter_server.py"]
+
+
+def _tool(name: str, **arguments: Any) -> tuple[str, dict[str, Any]]:
+    return "tools/call", {"name": name, "arguments": arguments}
+
+
+def _episode(resolver: Resolver, server: str, *calls: tuple[str, dict[str, Any]]) -> list[tuple[Tier, str]]:
+    """Each call's tier and answer text (canonical; '' for a miss), one episode from the initial state."""
+    trail = resolver.lookup.trail([])
+    out = []
+    for method, params in calls:
+        found = resolver.resolve(server, method, params, trail)
+        resolver.advance(trail, found)
+        rec = found.recording
+        out.append((found.tier, "" if rec is None else answer_text(rec.result, rec.error)))
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_the_cli_learns_a_pure_tool_and_a_write_on_a_sandbox_and_replay_answers_what_the_server_does(
+    tmp_path: Path,
+) -> None:
+    script = [
+        _tool("get", key="alpha"),
+        _tool("double", x=2),
+        _tool("double", x=5),
+        _tool("put", key="alpha", value="1"),
+        _tool("get", key="alpha"),
+        _tool("double", x=7),
+    ]
+    db = tmp_path / "r.db"
+    await run_script(proxy_stdio(db, "counter", COUNTER), script)  # recorded plainly
+    with Store(db) as store:
+        before = Resolver(store, index_dir=None, semantic=False)
+        assert before.lookup.effect("counter", "double").effect is Effect.UNKNOWN
+        assert _episode(before, "counter", _tool("double", x=5))[0][0] is Tier.MISS
+
+    command = " ".join(json.dumps(str(part)) for part in COUNTER[1:])
+    config = tmp_path / "recorder.toml"
+    config.write_text(
+        f"[servers.counter]\ncommand = {json.dumps(PYTHON)}\nargs = [{command}]\nsandbox = true\n"
+    )
+    done = subprocess.run(
+        [REPLAY_SIM, "explore", "--config", str(config), "--db", str(db)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert "counter/double: none: " in done.stdout
+    assert "counter/put: changes: get before/after differed" in done.stdout
+
+    with Store(db) as store:
+        probes = [r for r in store.recordings() if r.origin == Origin.EXPLORE and r.name in ("double", "put")]
+        assert {r.name for r in probes} == {"double", "put"}
+        resolver = Resolver(store, index_dir=None, semantic=False)
+        assert resolver.lookup.effect("counter", "double").effect is Effect.NONE
+        assert resolver.lookup.effect("counter", "put").effect is Effect.CHANGES
+        # Every answer is the real server's, and none was (a pure call does not change the state).
+        episodes = [
+            [_tool("double", x=5), _tool("get", key="alpha")],  # a miss before: recorded mid-session
+            [_tool("put", key="alpha", value="1"), _tool("get", key="alpha")],
+            [_tool("double", x=7), _tool("put", key="alpha", value="1"), _tool("get", key="alpha")],
+        ]
+        for calls in episodes:
+            truth = [answer_text(a, None) for a in await run_script(stdio(*COUNTER), calls)]
+            replayed = _episode(resolver, "counter", *calls)
+            assert [text for _, text in replayed] == truth
+            assert all(tier is Tier.EXACT for tier, _ in replayed)
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_a_state_in_a_file_is_reset_before_each_probe_and_a_server_not_declared_a_sandbox_is_left_alone(
+    tmp_path: Path,
+) -> None:
+    state, seed = tmp_path / "values.json", tmp_path / "seed.json"
+    seed.write_text(json.dumps({"alpha": "0"}))
+    state.write_bytes(seed.read_bytes())
+    server = [*COUNTER, "--state", state]
+    script = [
+        _tool("get", key="beta"),
+        _tool("put", key="alpha", value="1"),
+        _tool("get", key="alpha"),
+        _tool("double", x=3),
+        _tool("double", x=4),
+    ]
+    db = tmp_path / "r.db"
+    await run_script(proxy_stdio(db, "counter", server), script)
+    # The recording left alpha = 1 in the file: each probe session must start from the seed again.
+    spec = UpstreamSpec(command=PYTHON, args=tuple(map(str, server[1:])), reset=f"cp {seed} {state}")
+    store = Store(db)
+    schemas = RecordedSchemas(store)
+
+    def verdicts(server: str) -> dict[str, Any]:
+        return recorded_effects(store, server, schemas)
+
+    assert {verdicts("counter")[t].effect for t in ("put", "double")} == {Effect.UNKNOWN}
+    untouched = await probe_effects(store, RecorderConfig({"counter": spec}), verdicts)
+    assert (untouched.sessions, untouched.asked) == (0, 0)
+
+    sandbox = dataclasses.replace(spec, sandbox=True)
+    report = await probe_effects(store, RecorderConfig({"counter": sandbox}), verdicts)
+    assert report.problems == [] and report.sessions <= 2 * OBSERVERS * 2
+    effects = verdicts("counter")
+    assert effects["put"].effect is Effect.CHANGES
+    assert effects["double"].effect is Effect.NONE
+    # The observer sharing a word with the write came first: get "alpha" saw it.
+    assert report.effects["counter"]["put"].startswith("changes: get before/after differed")
+    # Every probe session started from the seed: get "alpha" always answered 0 before a put.
+    probed = [r for r in store.recordings() if r.origin == Origin.EXPLORE and r.arguments == {"key": "alpha"}]
+    assert probed and {answer_text(r.result, None) for r in probed if r.seq == 1} <= {
+        answer_text(_text("0"), None)
+    }
+
+    resolver = Resolver(store, index_dir=None, semantic=False)
+    for calls in (
+        [_tool("get", key="alpha")],  # asked from the initial state by the probes
+        [_tool("double", x=4), _tool("put", key="alpha", value="1"), _tool("get", key="alpha")],
+    ):
+        state.write_bytes(seed.read_bytes())
+        truth = [answer_text(a, None) for a in await run_script(stdio(*server), calls)]
+        replayed = _episode(resolver, "counter", *calls)
+        assert [text for _, text in replayed] == truth, replayed
+        assert all(tier is Tier.EXACT for tier, _ in replayed)
+    store.close()
+
+
+def _text(text: str) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": text}], "isError": False}
+
+
+@pytest.mark.anyio
+async def test_a_server_that_does_not_start_is_reported_and_the_store_keeps_what_it_had(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "r.db"
+    await run_script(proxy_stdio(db, "counter", COUNTER), [_tool("double", x=2), _tool("get", key="alpha")])
+    gone = UpstreamSpec(command=str(tmp_path / "no-such-server"), sandbox=True)
+    with Store(db) as store:
+        count = len(store.recordings())
+        schemas = RecordedSchemas(store)
+        report = await probe_effects(
+            store, RecorderConfig({"counter": gone}), lambda s: recorded_effects(store, s, schemas)
+        )
+        assert len(report.problems) == 1 and report.problems[0].startswith("counter: effect probes stopped: ")
+        assert len(store.recordings()) == count
