@@ -125,22 +125,26 @@ def _learned(
     store: Store, server: str, schema: Callable[[str, str], Any], config: MatchConfig
 ) -> tuple[dict[str, Verdict], dict[str, Declaration]]:
     """:func:`recorded_effects`, and the declarations they were learned with."""
-    recordings = store.recordings(server)
+    outcomes = store.outcomes(server)  # not Recordings: a large store's are slow to build
+    # Failed as Recording.failed says: a JSON-RPC error, or an isError result.
+    failed = [
+        error is not None or bool((result or {}).get("isError")) for *_, result, error, _, _ in outcomes
+    ]
     succeeded: dict[str, bool] = defaultdict(bool)
-    for rec in recordings:
-        succeeded[rec.key] |= not rec.failed
+    for (_, _, _, key, *_), fails in zip(outcomes, failed, strict=True):
+        succeeded[key] |= not fails
     sessions: dict[Any, list[tuple[int, Call]]] = defaultdict(list)
-    for rec in recordings:
-        inert = rec.method != "tools/call" or not succeeded[rec.key] or _dry_run(rec.name, rec.arguments)
-        call = Call(
-            rec.id, rec.method, rec.name, rec.key, answer_text(rec.result, rec.error), rec.failed, inert
-        )
+    for (rid, method, name, key, arguments, result, error, session, seq), fails in zip(
+        outcomes, failed, strict=True
+    ):
+        inert = method != "tools/call" or not succeeded[key] or _dry_run(name, arguments)
+        call = Call(rid, method, name, key, answer_text(result, error), fails, inert)
         # A call recorded outside any session is a session of its own, from the initial state.
-        sessions[rec.session if rec.session is not None else ("", rec.id)].append((rec.seq or 0, call))
+        sessions[session if session is not None else ("", rid)].append((seq or 0, call))
     runs = [
         [c for _, c in sorted(calls, key=lambda sc: (sc[0], sc[1].id or 0))] for calls in sessions.values()
     ]
-    names = {rec.name for rec in recordings if rec.method == "tools/call"}
+    names = {name for _, method, name, *_ in outcomes if method == "tools/call"}
     declared = _declarations(server, names, schema, config)
     return learn(runs, declared), declared
 

@@ -301,6 +301,21 @@ class Store(Database):
                 row["mean_latency_ms"] = round(row["mean_latency_ms"], 3)
         return rows
 
+    def outcomes(self, server: str) -> list[tuple[Any, ...]]:
+        """What judging tool effects reads of each call of ``server``, in recorded (id) order.
+
+        Returns:
+            ``(id, method, name, key, arguments, result, error, session, seq)`` per call: the
+            columns of its :class:`Recording` (arguments, result and error parsed), without the
+            rest (a third of the time of :meth:`recordings` on a large store).
+        """
+        rows = self._query(
+            "SELECT id, method, name, key, arguments, result, error, session, seq FROM calls "
+            "WHERE server=? ORDER BY id",
+            (server,),
+        )
+        return [(i, m, n, k, json.loads(a), _loads(r), _loads(e), s, q) for i, m, n, k, a, r, e, s, q in rows]
+
     def names(self) -> set[tuple[str, str, str]]:
         """Every recorded ``(server, method, name)``: :meth:`stats`' keys, without reading the rows."""
         rows = self._query("SELECT DISTINCT server, method, name FROM calls")

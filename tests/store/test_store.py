@@ -272,3 +272,19 @@ def test_a_damaged_page_of_any_index_of_the_calls_is_refused(tmp_path: Path) -> 
         (tmp_path / f"{name}.db").write_bytes(bytes(broken))
         with pytest.raises(StoreError, match=r"fails its integrity check|not a SQLite file"):
             Store(tmp_path / f"{name}.db", create=False)
+
+
+def test_a_servers_outcomes_are_the_columns_of_its_recordings(tmp_path: Path) -> None:
+    store = Store(tmp_path / "r.db")
+    session = store.start_session("a")
+    store.record_call(
+        "a", "tools/call", {"name": "e", "arguments": {"é": [1, 2.5]}}, result={"x": 1}, session=session
+    )
+    store.record_call("a", "tools/call", {"name": "e", "arguments": {}}, error={"code": -1, "message": "no"})
+    store.record_call("a", "resources/read", {"uri": "file:///x"}, result={"contents": []}, session=session)
+    store.record_call("b", "tools/call", {"name": "e", "arguments": {}}, result={"isError": True})
+    for server in ("a", "b", "c"):
+        assert store.outcomes(server) == [
+            (r.id, r.method, r.name, r.key, r.arguments, r.result, r.error, r.session, r.seq)
+            for r in store.recordings(server)
+        ]
