@@ -9,6 +9,9 @@ Three paths to ``fixtures/echo_server.py`` over stdio, from the same SDK client,
 
 Reports the medians over N calls (after a warm-up), the milliseconds added to ``direct`` and the
 recorder's CPU time per call. Target: at most 0.3 ms added per call.
+
+With ``REPLAY_SIM_BENCH_BEFORE=DIR`` (a checkout of another version, e.g. a ``git worktree`` of
+the previous commit) a fourth path, ``before``, runs that checkout's recorder in the same rounds.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import statistics
 import sys
 import tempfile
 import time
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
@@ -78,32 +82,44 @@ async def measure(calls: int = CALLS) -> dict[str, float]:
                 args=["record", "--db", db, "--name", "echo", "--", *echo],
             ),
         }
+        dbs = {"recorded": db}
+        before = os.environ.get("REPLAY_SIM_BENCH_BEFORE")
+        if before:  # `python -m replay_sim` in that checkout imports its own package
+            dbs["before"] = str(Path(tmp) / "before.db")
+            targets["before"] = StdioServerParameters(
+                command=sys.executable,
+                args=["-m", "replay_sim", "record", "--db", dbs["before"], "--name", "echo", "--", *echo],
+                cwd=before,
+            )
         times: dict[str, list[float]] = {kind: [] for kind in targets}
-        async with (
-            Client(targets["direct"], mode="legacy", cache=None) as direct,
-            Client(targets["relay"], mode="legacy", cache=None) as relay,
-            Client(targets["recorded"], mode="legacy", cache=None) as recorded,
-        ):
-            clients = {"direct": direct, "relay": relay, "recorded": recorded}
-            cpu = 0.0
+        async with AsyncExitStack() as stack:
+            clients = {
+                kind: await stack.enter_async_context(Client(target, mode="legacy", cache=None))
+                for kind, target in targets.items()
+            }
+            cpu = {kind: 0.0 for kind in dbs}
             for i in range(WARMUP + calls):
                 if i == WARMUP:
-                    cpu = _cpu_seconds(db)
+                    cpu = {kind: _cpu_seconds(path) for kind, path in dbs.items()}
                 for kind, client in clients.items():
                     elapsed = await _timed_call(client, i)
                     if i >= WARMUP:
                         times[kind].append(elapsed)
-            cpu = _cpu_seconds(db) - cpu
+            cpu = {kind: _cpu_seconds(path) - cpu[kind] for kind, path in dbs.items()}
     medians = {kind: statistics.median(values) for kind, values in times.items()}
-    return {
+    figures = {
         "direct_ms": medians["direct"],
         "relay_ms": medians["relay"],
         "recorded_ms": medians["recorded"],
         "relay_added_ms": medians["relay"] - medians["direct"],
         "added_ms": medians["recorded"] - medians["direct"],
         "ratio": medians["recorded"] / medians["direct"],
-        "recorder_cpu_ms": cpu * 1000 / calls,
+        "recorder_cpu_ms": cpu["recorded"] * 1000 / calls,
     }
+    if "before" in medians:
+        figures["before_added_ms"] = medians["before"] - medians["direct"]
+        figures["before_cpu_ms"] = cpu["before"] * 1000 / calls
+    return figures
 
 
 def main() -> dict[str, float]:
@@ -116,6 +132,11 @@ def main() -> dict[str, float]:
         f"a bare Python line relay adds {figures['relay_added_ms']:.3f} ms; recorder CPU "
         f"{figures['recorder_cpu_ms']:.3f} ms per call"
     )
+    if "before_added_ms" in figures:
+        print(
+            "   the recorder in REPLAY_SIM_BENCH_BEFORE, same rounds: added "
+            f"{figures['before_added_ms']:.3f} ms, CPU {figures['before_cpu_ms']:.3f} ms per call"
+        )
     return figures
 
 

@@ -14,9 +14,10 @@ never held whole — and answered with ``-32600`` naming the cap; the next line 
 bounding what one line can make the process hold to a few hundred MB while it is parsed.
 
 A :class:`Shortcut` may answer request lines itself before they are parsed into messages (the
-replay's fast path, the recorder's pass-through) — at once, or later from a task of its own; it
-sees every message the server writes, and its answers and the server's are written whole, one at
-a time. :class:`Opening` tells a shortcut what the connection's first requests settled (its era,
+replay's fast path, the recorder's pass-through) — at once, later from a task of the transport's,
+or later by itself through the transport's :class:`Writer`; it sees every message the server
+writes, and its answers and the server's are written whole, one at a time, in the order they were
+handed over. :class:`Opening` tells a shortcut what the connection's first requests settled (its era,
 and a handshake's version once the server answered ``initialize``): until then the server must see
 every request.
 """
@@ -27,10 +28,10 @@ import json
 import os
 import re
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import anyio
 import anyio.abc
@@ -47,6 +48,7 @@ __all__ = [
     "Opening",
     "Shortcut",
     "TooLong",
+    "Writer",
     "native_stdio",
 ]
 
@@ -62,10 +64,11 @@ _LEADING_ID = re.compile(rb'^\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\
 class Shortcut(Protocol):
     """Answers some request lines before the server reads them."""
 
-    def answer(self, line: bytes) -> bytes | Awaitable[bytes] | None:
+    def answer(self, line: bytes) -> bytes | Awaitable[bytes] | Literal[True] | None:
         """The response line (no newline) to a request line, or what produces it; None: the server reads it.
 
-        An awaitable is run in a task of the transport's and its line written when it is done.
+        An awaitable is run in a task of the transport's and its line written when it is done;
+        True: the shortcut took the line and writes its answer itself (:meth:`Writer.send`).
         """
         ...
 
@@ -73,9 +76,75 @@ class Shortcut(Protocol):
         """See a message the server writes (before it is written)."""
         ...
 
-    def opened(self, write: Callable[[bytes], Awaitable[bool]]) -> None:
+    def opened(self, write: Writer) -> None:
         """Called once serving starts with the transport's writer (whole lines, in turn with the server's)."""
         ...
+
+
+class Writer:
+    """This process's stdout: whole lines written in the order handed over, at once when the pipe takes them.
+
+    :meth:`send` never waits: what the pipe does not take at once is kept, in order, and written
+    by a task as the client reads; awaiting the writer (``await writer(data)``) also waits until
+    the line is written, so a writer that keeps writing is held back by a client not reading.
+
+    Args:
+        fd: The (non-blocking) file descriptor written.
+        spawn: Starts the task that writes what the pipe did not take at once.
+    """
+
+    def __init__(self, fd: int, spawn: Callable[[Callable[[], Coroutine[Any, Any, None]]], None]) -> None:
+        self.fd = fd
+        self.gone = False
+        """The client closed its end: nothing more is written."""
+        self._spawn = spawn
+        self._pending = bytearray()
+        self._flushed: anyio.Event | None = None  # set when what was pending is written
+
+    def send(self, data: bytes) -> bool:
+        """Write ``data`` after everything handed over before, without waiting; False: the client is gone."""
+        if self.gone:
+            return False
+        if not self._pending:
+            try:
+                written = os.write(self.fd, data)
+            except BlockingIOError:
+                written = 0
+            except (BrokenPipeError, ConnectionResetError):
+                self.gone = True
+                return False
+            if written == len(data):
+                return True
+            data = data[written:]
+            self._flushed = anyio.Event()
+            self._spawn(self._flush)
+        self._pending += data
+        return True
+
+    async def __call__(self, data: bytes) -> bool:
+        """Write all of ``data`` (after everything handed over before); False when the client is gone."""
+        if not self.send(data):
+            return False
+        if self._flushed is not None:
+            await self._flushed.wait()
+        return not self.gone
+
+    async def _flush(self) -> None:
+        """Write what the pipe did not take at once, as the client reads."""
+        try:
+            while self._pending:
+                await anyio.wait_writable(self.fd)
+                try:
+                    del self._pending[: os.write(self.fd, self._pending)]
+                except BlockingIOError:
+                    continue
+                except (BrokenPipeError, ConnectionResetError):
+                    self.gone = True
+                    self._pending.clear()
+        finally:
+            flushed, self._flushed = self._flushed, None
+            if flushed is not None:
+                flushed.set()
 
 
 class Opening:
@@ -249,28 +318,18 @@ async def native_stdio(
     write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
     answers = write_stream.clone()  # the reader's own answers to lines that are not messages
     limit = max_line or _max_line()
-    writing = anyio.Lock()
+    spawned: list[
+        Callable[[], Coroutine[Any, Any, None]]
+    ] = []  # the writer's flushes asked before serving starts
+    task_group: anyio.abc.TaskGroup | None = None
 
-    async def write(data: bytes) -> bool:
-        """Write all of ``data`` (after any write under way); False when the client is gone."""
-        if not writing.locked():  # nobody is mid-write: try at once, without a trip through the loop
-            try:
-                data = data[os.write(wire_out, data) :]
-            except BlockingIOError:
-                pass
-            except (BrokenPipeError, ConnectionResetError):
-                return False
-            if not data:
-                return True
-        async with writing:
-            while data:
-                try:
-                    data = data[os.write(wire_out, data) :]
-                except BlockingIOError:
-                    await anyio.wait_writable(wire_out)
-                except (BrokenPipeError, ConnectionResetError):
-                    return False
-        return True
+    def spawn(fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        if task_group is None:
+            spawned.append(fn)
+        else:
+            task_group.start_soon(fn)
+
+    write = Writer(wire_out, spawn)
 
     async def later(answer: Awaitable[bytes]) -> None:
         await write(await answer + b"\n")
@@ -293,6 +352,8 @@ async def native_stdio(
                         answered = shortcut.answer(line)
                         if isinstance(answered, bytes):
                             await write(answered + b"\n")
+                            continue
+                        if answered is True:
                             continue
                         if answered is not None:
                             tg.start_soon(later, answered)
@@ -320,6 +381,9 @@ async def native_stdio(
         shortcut.opened(write)
     try:
         async with anyio.create_task_group() as tg:
+            task_group = tg
+            for fn in spawned:
+                tg.start_soon(fn)
             tg.start_soon(reader, tg)
             tg.start_soon(writer)
             try:

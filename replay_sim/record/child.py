@@ -4,7 +4,9 @@ The SDK's stdio client hands every line the server writes to its dispatcher as a
 message, and writes every request from a model, a task hop each way. The recorder forwards its
 client's calls as they are, so :class:`ChildStdio` also lets it write a request line itself
 (:meth:`ChildStdio.call`) and takes the answer to it off the server's output as parsed JSON,
-before any model is built. Every other line — notifications, the server's own requests, answers
+before any model is built — or, for a request written with :meth:`ChildStdio.send`, hands the
+answer to a callback as the line is read, with no task woken at all. Every other line —
+notifications, the server's own requests, answers
 to the SDK's requests — reaches the SDK's dispatcher as its stdio client would deliver it, and the
 server process is started and stopped by the SDK's own helpers (its own process group, stdin
 closed first, then the group terminated).
@@ -12,7 +14,7 @@ closed first, then the group terminated).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager, suppress
 from typing import Any, TextIO
 
@@ -32,7 +34,7 @@ from mcp.client.stdio import (
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
-__all__ = ["ChildStdio"]
+__all__ = ["Answered", "ChildStdio", "outcome", "request_line"]
 
 _CHUNK = 1 << 16
 _FLUSH_TIMEOUT = 2.0  # seconds the SDK's messages already accepted may take to reach the server at close
@@ -40,14 +42,27 @@ _CANCEL_TIMEOUT = 1.0  # seconds a courtesy cancel may take to write
 _HIGH_WATER = 1 << 16  # bytes buffered for the server's input before a writer waits
 
 
+Answered = Callable[[dict[str, Any] | None], None]
+"""Takes the answer to a request written by :meth:`ChildStdio.send` (None: the output ended first)."""
+
+
 class _Waiter:
     """One raw request's answer, once the server wrote it (or the connection closed)."""
 
-    __slots__ = ("answer", "done")
+    __slots__ = ("answer", "answered", "done")
 
-    def __init__(self) -> None:
-        self.done = anyio.Event()
+    def __init__(self, answered: Answered | None = None) -> None:
+        self.answered = answered
+        self.done = anyio.Event() if answered is None else None
         self.answer: dict[str, Any] | None = None
+
+    def settle(self, answer: dict[str, Any] | None) -> None:
+        if self.answered is not None:
+            self.answered(answer)
+            return
+        assert self.done is not None
+        self.answer = answer
+        self.done.set()
 
 
 class ChildStdio:
@@ -67,6 +82,8 @@ class ChildStdio:
         self._closed = False
         self.delivered = 0
         """Lines handed to the SDK's dispatcher so far (notifications among them are handled in tasks)."""
+        self.on_read: Callable[[], None] | None = None
+        """Called once the answers in a read of the server's output have been handed over (to batch them)."""
 
     @asynccontextmanager
     async def open(
@@ -102,11 +119,15 @@ class ChildStdio:
                         while True:
                             lines = (buffer + await process.stdout.receive(_CHUNK)).split(b"\n")
                             buffer = lines.pop()
+                            answered = False
                             for line in lines:
                                 if self._waiting and self._answered(line):
+                                    answered = True
                                     continue
                                 self.delivered += 1
                                 await read_writer.send(_parse(line))
+                            if answered and self.on_read is not None:
+                                self.on_read()
                     finally:
                         self._close()
                         await _drain_stdout(process)
@@ -147,20 +168,7 @@ class ChildStdio:
         Raises:
             MCPError: The server's JSON-RPC error; ``CONNECTION_CLOSED`` when its output ended first.
         """
-        answer = await self.request(request_id, _request_line(request_id, method, params))
-        error = answer.get("error")
-        if isinstance(error, dict):
-            raise MCPError(
-                code=error.get("code", types.INTERNAL_ERROR),
-                message=str(error.get("message", "")),
-                data=error.get("data"),
-            )
-        result = answer.get("result")
-        if not isinstance(result, dict):
-            raise MCPError(
-                code=types.INTERNAL_ERROR, message=f"the server answered {method} without a result"
-            )
-        return result
+        return outcome(method, await self.request(request_id, request_line(request_id, method, params)))
 
     async def request(self, request_id: str, line: bytes) -> dict[str, Any]:
         """Write one request line and return the server's answer to it, parsed (``result`` or ``error``).
@@ -173,6 +181,7 @@ class ChildStdio:
         if self._closed:
             raise MCPError(code=types.CONNECTION_CLOSED, message="Connection closed")
         waiter = self._waiting[request_id] = _Waiter()
+        assert waiter.done is not None
         written = False
         try:
             await self._write(line + b"\n")
@@ -192,6 +201,35 @@ class ChildStdio:
         if waiter.answer is None:
             raise MCPError(code=types.CONNECTION_CLOSED, message="Connection closed")
         return waiter.answer
+
+    def send(self, request_id: str, line: bytes, answered: Answered) -> bool:
+        """Write one request line now, without waiting; ``answered`` gets the server's answer to it.
+
+        ``answered`` is called as the answer's line is read (or with None when the server's output
+        ends first). False, and nothing written: the line cannot go out at once (the server is
+        not reading its input, or the connection is not asyncio's), so :meth:`request` should.
+        """
+        stream = getattr(self._stdin, "_stream", None)
+        if (
+            self._closed
+            or stream is None
+            or stream.is_closing()
+            or stream.transport.get_write_buffer_size() > _HIGH_WATER
+        ):
+            return False
+        self._waiting[request_id] = _Waiter(answered)
+        stream.write(line + b"\n")
+        return True
+
+    def forget(self, request_id: str) -> None:
+        """Stop waiting for the answer to a request written by :meth:`send`; the server is told."""
+        if self._waiting.pop(request_id, None) is None or self._closed:
+            return
+        stream = getattr(self._stdin, "_stream", None)
+        if stream is not None and not stream.is_closing():
+            cancel = {"requestId": request_id, "reason": "caller cancelled"}
+            notice = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": cancel}
+            stream.write(pydantic_core.to_json(notice) + b"\n")
 
     async def _write(self, data: bytes) -> None:
         """Write ``data`` whole, after what was written before (lines never interleave)."""
@@ -215,21 +253,42 @@ class ChildStdio:
         if not isinstance(message, dict) or "method" in message:
             return False
         id_ = message.get("id")
-        waiter = self._waiting.get(id_) if isinstance(id_, str) else None
+        waiter = self._waiting.pop(id_, None) if isinstance(id_, str) else None
         if waiter is None:
             return False
-        waiter.answer = message
-        waiter.done.set()
+        waiter.settle(message)
         return True
 
     def _close(self) -> None:
         """The server's output ended: no raw request will be answered."""
+        if self._closed:
+            return
         self._closed = True
-        for waiter in self._waiting.values():
-            waiter.done.set()
+        waiting, self._waiting = self._waiting, {}
+        for waiter in waiting.values():
+            waiter.settle(None)
 
 
-def _request_line(request_id: str, method: str, params: Mapping[str, Any] | None) -> bytes:
+def outcome(method: str, answer: dict[str, Any]) -> dict[str, Any]:
+    """The result of an answer to ``method`` as its server sent it.
+
+    Raises:
+        MCPError: The server's JSON-RPC error, or an answer without a result.
+    """
+    error = answer.get("error")
+    if isinstance(error, dict):
+        raise MCPError(
+            code=error.get("code", types.INTERNAL_ERROR),
+            message=str(error.get("message", "")),
+            data=error.get("data"),
+        )
+    result = answer.get("result")
+    if not isinstance(result, dict):
+        raise MCPError(code=types.INTERNAL_ERROR, message=f"the server answered {method} without a result")
+    return result
+
+
+def request_line(request_id: str, method: str, params: Mapping[str, Any] | None) -> bytes:
     """A request as the SDK's dispatcher writes it (``params`` left out when empty, as an empty ``_meta``)."""
     out = dict(params or {})
     if not out.get("_meta", True):

@@ -2,15 +2,16 @@
 
 Every client call is committed to the store before its client gets the answer (a killed recorder
 loses no acknowledged call). :class:`GroupCommit` keeps that promise at less cost when several
-sessions record at once: the first call to arrive commits, and while other calls are still in
+calls are answered at once: the first call to arrive commits, and while other calls are still in
 flight it lets the calls answered in the same instant join it, so they share one transaction (one
 WAL commit) — each caller still returns only once its own row is committed. A call recorded alone
-is committed at once, with no wait.
+is committed at once, with no wait. Calls answered in one read of a stdio server's output are
+committed together by :meth:`GroupCommit.commit`, with any call waiting to join a transaction.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -25,11 +26,11 @@ __all__ = ["GroupCommit"]
 class _Entry:
     __slots__ = ("call", "done", "error", "id")
 
-    def __init__(self, call: dict[str, Any]) -> None:
+    def __init__(self, call: Mapping[str, Any], done: anyio.Event | None = None) -> None:
         self.call = call
-        self.done = anyio.Event()
+        self.done = done  # a caller waiting for the commit
         self.id = 0
-        self.error: Exception | None = None
+        self.error: StoreError | None = None
 
 
 class GroupCommit:
@@ -48,15 +49,16 @@ class GroupCommit:
         self._queue: list[_Entry] = []
         self._leading = False
 
-    async def record(self, call: dict[str, Any]) -> int:
+    async def record(self, call: Mapping[str, Any]) -> int:
         """Commit one call (keyword arguments of :meth:`Store.record_call`); its id, once committed.
 
         Raises:
             StoreError: The call could not be committed.
         """
-        entry = _Entry(call)
+        entry = _Entry(call, anyio.Event())
         self._queue.append(entry)
         if self._leading:
+            assert entry.done is not None
             await entry.done.wait()
         else:
             self._leading = True
@@ -66,10 +68,21 @@ class GroupCommit:
             finally:  # even when cancelled: the calls that joined are waiting for it
                 batch, self._queue = self._queue, []
                 self._leading = False
-                self._commit(batch)
+                if batch:  # none when commit() took them
+                    self._commit(batch)
         if entry.error is not None:
             raise entry.error
         return entry.id
+
+    def commit(self, calls: Sequence[Mapping[str, Any]]) -> list[int | StoreError]:
+        """Commit calls now, in one transaction with any call waiting to join one; each one's id or error.
+
+        A call that cannot be committed is its error here; the others are committed without it.
+        """
+        entries = [_Entry(call) for call in calls]
+        batch, self._queue = [*self._queue, *entries], []
+        self._commit(batch)
+        return [entry.error or entry.id for entry in entries]
 
     def _commit(self, batch: list[_Entry]) -> None:
         """Commit a batch in one transaction; if that fails, each call alone (a bad row sinks no other)."""
@@ -87,4 +100,5 @@ class GroupCommit:
             for entry, id_ in zip(batch, ids, strict=True):
                 entry.id = id_
         for entry in batch:
-            entry.done.set()
+            if entry.done is not None:
+                entry.done.set()

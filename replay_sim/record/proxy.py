@@ -33,7 +33,7 @@ from replay_sim.redaction import Redactor
 from replay_sim.schema import tool_schemas
 from replay_sim.store import ServerRecord, Store
 
-__all__ = ["Connect", "ServerProxy"]
+__all__ = ["Connect", "ServerProxy", "unrecorded"]
 
 T = TypeVar("T")
 
@@ -156,10 +156,7 @@ class ServerProxy:
         try:
             return fn()
         except StoreError as exc:
-            raise MCPError(
-                code=types.INTERNAL_ERROR,
-                message=f"replay-sim could not record {what}, so it is not answered: {exc}",
-            ) from exc
+            raise unrecorded(what, exc) from exc
 
     async def record(self, what: str, **call: Any) -> int:
         """Commit one call (:meth:`Store.record_call`'s arguments) and return its id, as :meth:`write`.
@@ -173,10 +170,7 @@ class ServerProxy:
         try:
             return await self.commits.record(call)
         except StoreError as exc:
-            raise MCPError(
-                code=types.INTERNAL_ERROR,
-                message=f"replay-sim could not record {what}, so it is not answered: {exc}",
-            ) from exc
+            raise unrecorded(what, exc) from exc
 
     def spawn(self, fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> None:
         """Run ``fn(*args)`` in the background, in the recorder's task group (it must not raise)."""
@@ -268,3 +262,10 @@ class ServerProxy:
     async def _end_session(self, session: Session) -> None:
         self.sessions.discard(session)
         await session.close()
+
+
+def unrecorded(what: str, exc: StoreError) -> MCPError:
+    """The error a client gets instead of an answer that could not be recorded."""
+    return MCPError(
+        code=types.INTERNAL_ERROR, message=f"replay-sim could not record {what}, so it is not answered: {exc}"
+    )

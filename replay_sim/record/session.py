@@ -42,8 +42,9 @@ from replay_sim.record.upstream import Upstream
 from replay_sim.redaction import Redactor
 from replay_sim.schema import tool_schemas
 from replay_sim.store import Origin, Store
+from replay_sim.store.store import PreparedCall
 
-__all__ = ["Session", "SessionHost"]
+__all__ = ["Session", "SessionHost", "recorded_what", "split_params", "upstream_params"]
 
 T = TypeVar("T")
 
@@ -103,14 +104,7 @@ class Session:
     async def forward(self, ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
         """Send one downstream request upstream, record it, and return the result to hand back."""
         method = ctx.method
-        params = {k: v for k, v in (ctx.params or {}).items() if k != "_meta"}
-        meta = dict((ctx.params or {}).get("_meta") or {})
-        # Rebuild _meta: the 2026 envelope and our episode key are not the upstream's business.
-        meta = {
-            k: v
-            for k, v in meta.items()
-            if not k.startswith(_RESERVED_META_PREFIX) and k not in (EPISODE_META_KEY, "progressToken")
-        }
+        params, meta = split_params(ctx.params)
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and method in CALL_METHODS:
             outcome = await self._modern_call(ctx, method, params, meta)
             if isinstance(outcome, dict):
@@ -231,13 +225,11 @@ class Session:
     ) -> Call:
         """Send one request upstream and wait for its answer (and the notifications before it)."""
         request_id = self.upstream.next_request_id()
-        if method in CALL_METHODS:
-            meta = {**meta, "progressToken": request_id}  # always ask, so the recording holds the progress
         call = Call(ctx, round=round_)
         self.inflight[request_id] = call
         try:
             answer = await self.upstream.exchange(
-                method, {**params, "_meta": meta} if meta else params, request_id=request_id
+                method, upstream_params(method, params, meta, request_id), request_id=request_id
             )
         finally:
             del self.inflight[request_id]
@@ -246,19 +238,34 @@ class Session:
 
     async def _record(self, method: str, params: dict[str, Any], call: Call, origin: Origin) -> None:
         """Commit one answered call (redacted) to this session."""
+        await self.proxy.record(recorded_what(method, params), **self.row(method, params, call, origin))
+
+    def prepare(self, method: str, params: dict[str, Any]) -> PreparedCall:
+        """The request columns of a client's call (redacted), computed before its answer is in."""
+        return self.proxy.store.prepare_call(self.proxy.name, method, self.proxy.redactor.redact(params))
+
+    def row(
+        self,
+        method: str,
+        params: dict[str, Any],
+        call: Call,
+        origin: Origin,
+        prepared: PreparedCall | None = None,
+    ) -> dict[str, Any]:
+        """An answered call as it is committed (redacted): :meth:`Store.record_call`'s arguments."""
         redact = self.proxy.redactor.redact
-        await self.proxy.record(
-            f"{method} {params.get('name') or params.get('uri') or ''}".strip(),
-            server=self.proxy.name,
-            method=method,
-            params=redact(params),
-            result=redact(call.result),
-            error=redact(call.error),
-            session=self.store_session,
-            latency_ms=round(call.latency_ms, 3),
-            origin=origin,
-            notifications=redact(call.notifications),
-        )
+        return {
+            "server": self.proxy.name,
+            "method": method,
+            "params": params if prepared is not None else redact(params),  # prepared: the caller redacted
+            "result": redact(call.result),
+            "error": redact(call.error),
+            "session": self.store_session,
+            "latency_ms": round(call.latency_ms, 3),
+            "origin": origin,
+            "notifications": redact(call.notifications),
+            "prepared": prepared,
+        }
 
     async def _explore(self, params: dict[str, Any], result: dict[str, Any]) -> None:
         """Ask the variants of a successful read-only call the explorer still wants answered.
@@ -382,3 +389,33 @@ class Session:
 
 def _without(mapping: Mapping[str, Any], key: str) -> dict[str, Any]:
     return {k: v for k, v in mapping.items() if k != key}
+
+
+def split_params(raw: Mapping[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A client request's params without ``_meta``, and the ``_meta`` its upstream is sent.
+
+    The 2026 envelope, our episode key and the client's progress token are not the upstream's
+    business (the recorder asks for progress with a token of its own).
+    """
+    raw = raw or {}
+    params = {k: v for k, v in raw.items() if k != "_meta"}
+    meta = raw.get("_meta") or {}
+    return params, {
+        k: v
+        for k, v in meta.items()
+        if not k.startswith(_RESERVED_META_PREFIX) and k not in (EPISODE_META_KEY, "progressToken")
+    }
+
+
+def upstream_params(
+    method: str, params: dict[str, Any], meta: dict[str, Any], request_id: str
+) -> dict[str, Any]:
+    """A request's params as the upstream is sent them (``request_id`` as the progress token of a call)."""
+    if method in CALL_METHODS:
+        meta = {**meta, "progressToken": request_id}  # always ask, so the recording holds the progress
+    return {**params, "_meta": meta} if meta else params
+
+
+def recorded_what(method: str, params: dict[str, Any]) -> str:
+    """What a call is, for an error saying it could not be recorded."""
+    return f"{method} {params.get('name') or params.get('uri') or ''}".strip()

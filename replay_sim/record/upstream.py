@@ -109,7 +109,8 @@ class Upstream:
         self._done = anyio.Event()
         self._broken = False
         self._next_id = 0
-        self._deadlines: dict[str, anyio.CancelScope] = {}  # by request id: progress extends them
+        self.deadlines: dict[str, Any] = {}
+        """Requests' deadlines by request id (anything with a ``deadline``): progress about one extends it."""
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -216,6 +217,11 @@ class Upstream:
         """Whether the connection is still usable."""
         return not (self._done.is_set() or self._broken) and self._dispatcher is not None
 
+    @property
+    def child(self) -> ChildStdio | None:
+        """A stdio server's process and lines, for requests written raw; None for a URL."""
+        return self._child
+
     # -- traffic ----------------------------------------------------------------------------
 
     def next_request_id(self) -> str:
@@ -253,28 +259,36 @@ class Upstream:
             # Cancelling the request sends the server a courtesy notifications/cancelled.
             with anyio.CancelScope(deadline=anyio.current_time() + timeout) as scope:
                 if request_id is not None:
-                    self._deadlines[request_id] = scope
+                    self.deadlines[request_id] = scope
                 try:
                     return await self._send(method, params, request_id)
                 finally:
-                    self._deadlines.pop(request_id or "", None)
-            raise UpstreamTimeout(
-                code=types.REQUEST_TIMEOUT,
-                message=(
-                    f"upstream {self.spec.describe()} did not answer {method} within {timeout:g}s "
-                    "(nor report progress on it); the call was not recorded. Give it longer with "
-                    "`replay-sim record --timeout SECONDS`, or `timeout = SECONDS` for this server in "
-                    "the recorder config (0: no limit)"
-                ),
-            )
+                    self.deadlines.pop(request_id or "", None)
+            raise self.timed_out(method)
         except MCPError as exc:
             if exc.error.code != types.CONNECTION_CLOSED:
                 raise
-            self._broken = True
-            detail = f"upstream {self.spec.describe()} closed the connection during {method}"
-            if tail := self.stderr_tail():
-                detail += f"; its stderr ends: {' | '.join(tail.splitlines())}"
-            raise MCPError(code=types.CONNECTION_CLOSED, message=detail) from exc
+            raise self.closed(method) from exc
+
+    def timed_out(self, method: str) -> UpstreamTimeout:
+        """The error of a ``method`` request left unanswered for the spec's timeout."""
+        return UpstreamTimeout(
+            code=types.REQUEST_TIMEOUT,
+            message=(
+                f"upstream {self.spec.describe()} did not answer {method} within {self.spec.timeout:g}s "
+                "(nor report progress on it); the call was not recorded. Give it longer with "
+                "`replay-sim record --timeout SECONDS`, or `timeout = SECONDS` for this server in "
+                "the recorder config (0: no limit)"
+            ),
+        )
+
+    def closed(self, method: str) -> MCPError:
+        """The error of a ``method`` request whose connection closed first (naming the server's stderr)."""
+        self._broken = True
+        detail = f"upstream {self.spec.describe()} closed the connection during {method}"
+        if tail := self.stderr_tail():
+            detail += f"; its stderr ends: {' | '.join(tail.splitlines())}"
+        return MCPError(code=types.CONNECTION_CLOSED, message=detail)
 
     async def _send(
         self, method: str, params: Mapping[str, Any] | None, request_id: str | None
@@ -316,7 +330,7 @@ class Upstream:
             return  # transport faults surface as failed requests
         wire = message.model_dump(by_alias=True, mode="json", exclude_none=True)
         if wire.get("method") == "notifications/progress":
-            scope = self._deadlines.get(str((wire.get("params") or {}).get("progressToken")))
+            scope = self.deadlines.get(str((wire.get("params") or {}).get("progressToken")))
             if scope is not None and self.spec.timeout is not None:  # still working on it
                 scope.deadline = anyio.current_time() + self.spec.timeout
         if self.on_notification is None:

@@ -8,9 +8,12 @@ never block writers (WAL). The file itself — tables, transactions, translating
 
 from __future__ import annotations
 
+import hashlib
 import json
+import sqlite3
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +23,7 @@ from replay_sim.protocol import LISTING_METHODS
 from replay_sim.store.database import Database
 from replay_sim.store.records import Origin, Recording, ServerRecord, utc_now
 
-__all__ = ["DEFAULT_DB", "Store"]
+__all__ = ["DEFAULT_DB", "PreparedCall", "Store"]
 
 DEFAULT_DB = Path("cache/replay.db")
 
@@ -38,6 +41,18 @@ _CALL_COLUMNS = (
     "id, server, method, name, arguments, params, key, result, error, session, seq, "
     "latency_ms, recorded_at, origin, notifications"
 )
+_INSERT_CALL = f"INSERT INTO calls ({_CALL_COLUMNS}) VALUES (NULL{', ?' * 14})"
+_NEXT_SEQ = "SELECT COALESCE(MAX(seq), 0) + 1 FROM calls WHERE session=?"
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedCall:
+    """A call's request columns, computed before its answer arrives (:meth:`Store.prepare_call`)."""
+
+    name: str
+    arguments: str
+    params: str
+    key: str
 
 
 class Store(Database):
@@ -143,8 +158,21 @@ class Store(Database):
         Returns:
             Their recording ids, in order, once all of them are durable (or none is recorded).
         """
-        with self.transaction(f"record {len(calls)} calls"):
-            return [self.record_call(**call) for call in calls]
+        with self.transaction(f"record {len(calls)} calls") as conn:
+            return [self._insert(conn, **call) for call in calls]
+
+    def prepare_call(self, server: str, method: str, params: dict[str, Any]) -> PreparedCall:
+        """The request columns of a call (its name, arguments, params and key), for :meth:`record_call`.
+
+        A recorder computes them while the server works on the call, not after it answers.
+        """
+        params = {k: v for k, v in params.items() if k != "_meta"}
+        name, arguments = call_identity(method, params)
+        canonical = canonical_json(arguments)
+        # call_key's payload, canonical_json([server, method, name, arguments]), with the
+        # arguments' canonical text made once: a list's items are serialised one by one.
+        payload = f"[{canonical_json(server)},{canonical_json(method)},{canonical_json(name)},{canonical}]"
+        return PreparedCall(name, canonical, _dumps(params), hashlib.sha256(payload.encode()).hexdigest())
 
     def record_call(
         self,
@@ -160,6 +188,7 @@ class Store(Database):
         recorded_at: str | None = None,
         origin: str = Origin.LIVE,
         notifications: list[dict[str, Any]] | None = None,
+        prepared: PreparedCall | None = None,
     ) -> int:
         """Commit one call and its answer; returns the new recording id once it is durable.
 
@@ -175,38 +204,73 @@ class Store(Database):
             recorded_at: ISO-8601 timestamp; now when None.
             origin: An :class:`Origin` value.
             notifications: Progress/logging notifications received during the call, in order.
+            prepared: :meth:`prepare_call`'s columns of ``server``, ``method`` and ``params``
+                (computed here when None).
 
         Returns:
             The recording id.
         """
-        params = {k: v for k, v in params.items() if k != "_meta"}
-        name, arguments = call_identity(method, params)
-        key = call_key(server, method, name, arguments)
-        with self.transaction(f"record {method} {name!r} of {server!r}") as conn:
-            if session is not None and seq is None:
-                (seq,) = conn.execute(
-                    "SELECT COALESCE(MAX(seq), 0) + 1 FROM calls WHERE session=?", (session,)
-                ).fetchone()
-            cursor = conn.execute(
-                f"INSERT INTO calls ({_CALL_COLUMNS}) VALUES (NULL{', ?' * 14})",
-                (
-                    server,
-                    method,
-                    name,
-                    canonical_json(arguments),
-                    _dumps(params),
-                    key,
-                    None if result is None else _dumps(result),
-                    None if error is None else _dumps(error),
-                    session,
-                    seq,
-                    latency_ms,
-                    recorded_at or utc_now(),
-                    str(origin),
-                    _dumps(notifications) if notifications else None,
-                ),
+        if prepared is None:
+            prepared = self.prepare_call(server, method, params)
+        with self.transaction(f"record {method} {prepared.name!r} of {server!r}") as conn:
+            return self._insert(
+                conn,
+                server,
+                method,
+                params,
+                result=result,
+                error=error,
+                session=session,
+                seq=seq,
+                latency_ms=latency_ms,
+                recorded_at=recorded_at,
+                origin=origin,
+                notifications=notifications,
+                prepared=prepared,
             )
-            return int(cursor.lastrowid or 0)
+
+    def _insert(
+        self,
+        conn: sqlite3.Connection,
+        server: str,
+        method: str,
+        params: dict[str, Any],
+        *,
+        result: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+        session: str | None = None,
+        seq: int | None = None,
+        latency_ms: float | None = None,
+        recorded_at: str | None = None,
+        origin: str = Origin.LIVE,
+        notifications: list[dict[str, Any]] | None = None,
+        prepared: PreparedCall | None = None,
+    ) -> int:
+        """Insert one call (:meth:`record_call`'s arguments) in the transaction under way."""
+        if prepared is None:
+            prepared = self.prepare_call(server, method, params)
+        if session is not None and seq is None:
+            (seq,) = conn.execute(_NEXT_SEQ, (session,)).fetchone()
+        cursor = conn.execute(
+            _INSERT_CALL,
+            (
+                server,
+                method,
+                prepared.name,
+                prepared.arguments,
+                prepared.params,
+                prepared.key,
+                None if result is None else _dumps(result),
+                None if error is None else _dumps(error),
+                session,
+                seq,
+                latency_ms,
+                recorded_at or utc_now(),
+                str(origin),
+                _dumps(notifications) if notifications else None,
+            ),
+        )
+        return int(cursor.lastrowid or 0)
 
     def contains(
         self,

@@ -290,11 +290,16 @@ import sys
 from replay_sim.cli import main
 from replay_sim.record import passthrough
 relayed = []
-relay = passthrough.PassThrough._relay
-def counted(self, session, request):
-    relayed.append(request["method"])
-    return relay(self, session, request)
-passthrough.PassThrough._relay = counted
+answer = passthrough.PassThrough.answer
+def counted(self, line):
+    answered = answer(self, line)
+    if answered is True:  # written to the stdio server at once, answered as its output is read
+        relayed.append(line)
+    elif answered is not None:  # through the session's forwarding: not expected of a stdio server
+        answered.close()
+        raise AssertionError(line)
+    return answered
+passthrough.PassThrough.answer = counted
 if sys.argv[1] == "sdk":
     passthrough.PassThrough.answer = lambda self, line: None
 sys.argv = ["replay-sim", "record", "--db", sys.argv[2], "--name", "echo", "--", sys.executable, sys.argv[3]]
@@ -432,3 +437,42 @@ async def test_a_call_that_cannot_be_recorded_fails_alone_in_its_group(tmp_path:
                 tg.start_soon(record, i)
         assert isinstance(outcomes[1], StoreError)
         assert {r.arguments["text"] for r in store.recordings("echo")} == {"call 0", "call 2"}
+
+
+@pytest.mark.parametrize(
+    ("method", "params"),
+    [
+        ("tools/call", {"name": "echo", "arguments": {"text": "héllo \u2028 ✓", "n": 1.0, "b": [2.5, None]}}),
+        ("tools/call", {"name": "Cafe\u0301", "arguments": {"z": 1, "a": {"y": True, "x": "e\u0301"}}}),
+        ("tools/call", {"name": "echo", "_meta": {"k": 1}}),
+        ("resources/read", {"uri": "file:///a b"}),
+        ("prompts/get", {"name": "paint", "arguments": {"colour": "blue"}}),
+        (
+            "completion/complete",
+            {"ref": {"type": "ref/prompt", "name": "p"}, "argument": {"name": "c", "value": "b"}},
+        ),
+    ],
+)
+def test_a_call_prepared_before_its_answer_has_the_columns_record_call_computes(
+    tmp_path: Path, method: str, params: dict[str, object]
+) -> None:
+    from replay_sim.canonical import call_identity, call_key, canonical_json
+
+    with Store(tmp_path / "prepared.db") as store:
+        prepared = store.prepare_call("échos", method, params)
+        name, arguments = call_identity(method, params)
+        assert (prepared.name, prepared.arguments, prepared.key) == (
+            name,
+            canonical_json(arguments),
+            call_key("échos", method, name, arguments),
+        )
+        first = store.record_call("échos", method, params, result={"content": []}, prepared=prepared)
+        second = store.record_call("échos", method, params, result={"content": []})
+        one, other = store.recording(first), store.recording(second)
+        assert one is not None and other is not None
+        assert (one.name, one.arguments, one.params, one.key) == (
+            other.name,
+            other.arguments,
+            other.params,
+            other.key,
+        )
