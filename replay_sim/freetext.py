@@ -17,11 +17,16 @@ Two signals tell code from prose, and either one suffices to compare exactly:
 
 Both heuristics err towards "code": a wrong "code" verdict costs a miss, a wrong "prose" verdict can
 serve an answer the real server would not have given.
+
+A difference a tool is shown to ignore in code applies outside its quoted literals only
+(:func:`outside_literals`): SQL ignores the case of ``SELECT`` and of a table's name, not of
+``'Widget'``.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["is_code_like", "is_free_text", "looks_like_code"]
@@ -121,6 +126,27 @@ def looks_like_code(text: str) -> bool:
     visible = [c for c in text if not c.isspace()]
     letters = sum(c.isalpha() for c in visible)
     return bool(visible) and letters < 0.6 * len(visible)  # mostly digits and symbols
+
+
+_LITERAL = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|`[^`]*`")
+"""A quoted literal: single, double or back quotes, with backslash escapes (SQL's ``''`` is two)."""
+
+
+def outside_literals(text: str, change: Callable[[str], str]) -> str:
+    """``text`` with ``change`` applied to all of it, or, for code (:func:`looks_like_code`), to
+    what lies between its quoted literals, which are kept as they are.
+
+    A query language ignores the letter case of its keywords and names but not of its string
+    literals (``WHERE name = 'Widget'``), so a difference learned from one query's answers
+    generalises to another only outside them.
+    """
+    if not looks_like_code(text):
+        return change(text)
+    parts, end = [], 0
+    for literal in _LITERAL.finditer(text):
+        parts += [change(text[end : literal.start()]), literal.group()]
+        end = literal.end()
+    return "".join([*parts, change(text[end:])])
 
 
 def _tokens(name: str) -> list[str]:

@@ -29,6 +29,7 @@ from jsonschema.exceptions import SchemaError
 from referencing.exceptions import Unresolvable
 
 from replay_sim.canonical import canonical_json, normalize
+from replay_sim.freetext import outside_literals
 
 __all__ = ["MIN_EVIDENCE", "Family", "Transform"]
 
@@ -46,7 +47,8 @@ class Transform(StrEnum):
     SPACE = "space"
     """Surrounding whitespace of a string (``" chess "`` vs ``"chess"``)."""
     CASE = "case"
-    """Letter case of a string (``"Chess"`` vs ``"chess"``)."""
+    """Letter case of a string (``"Chess"`` vs ``"chess"``); in code, outside its quoted literals
+    (``select * from t where name = 'Widget'`` vs ``SELECT * FROM T WHERE NAME = 'Widget'``)."""
     PATH_SEP = "path-sep"
     """Repeated separators in a path (``a//b`` vs ``a/b``)."""
     PATH_DOT = "path-dot"
@@ -155,13 +157,15 @@ def _pad(value: Any) -> Any | None:
 
 
 def _fold(value: Any) -> Any:
-    return value.casefold() if isinstance(value, str) else value
+    return outside_literals(value, str.casefold) if isinstance(value, str) else value
 
 
 def _recase(value: Any) -> Any | None:
-    if not _words(value) or value.upper() == value.lower():
-        return None  # nothing with a case
-    return value.upper() if value != value.upper() else value.lower()
+    if not _words(value):
+        return None
+    upper = outside_literals(value, str.upper)
+    varied = upper if upper != value else outside_literals(value, str.lower)
+    return None if varied == value else varied  # None: nothing with a case (outside literals)
 
 
 def _sort(value: Any) -> Any:

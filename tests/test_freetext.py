@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from replay_sim.freetext import is_code_like, is_free_text, looks_like_code
+from replay_sim.freetext import is_code_like, is_free_text, looks_like_code, outside_literals
+from replay_sim.variants import Transform
 
 STRING = {"type": "string"}
 
@@ -104,3 +105,35 @@ def test_code_shaped_text_is_recognised(text: str) -> None:
 )
 def test_prose_is_not_code(text: str) -> None:
     assert not looks_like_code(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "folded", "varied"),
+    [
+        # SQL ignores the case of keywords and names, never of a string literal: a case difference
+        # learned from other queries must not make 'widget' the same as 'Widget'.
+        (
+            "SELECT * FROM products WHERE name = 'Widget'",
+            "select * from products where name = 'Widget'",
+            "SELECT * FROM PRODUCTS WHERE NAME = 'Widget'",
+        ),
+        ("SELECT \"Name\" FROM t WHERE a = 'It\\'s'", "select \"Name\" from t where a = 'It\\'s'", None),
+        ("name LIKE 'g%' AND x = `Col`", "name like 'g%' and x = `Col`", "NAME LIKE 'g%' AND X = `Col`"),
+        ("Chess", "chess", "CHESS"),  # prose: all of it
+        ("It's a dog's life", "it's a dog's life", "IT'S A DOG'S LIFE"),
+        ("WHERE A = 'x'", "where a = 'x'", "where a = 'x'"),  # all capitals outside: lower-cased
+    ],
+)
+def test_a_case_difference_in_code_leaves_its_quoted_literals_alone(
+    text: str, folded: str, varied: str | None
+) -> None:
+    assert Transform.CASE.apply(text) == folded
+    if varied is not None:
+        assert Transform.CASE.vary(text) == varied
+        assert Transform.CASE.apply(varied) == folded  # the variant is the same text, for the resolver
+    assert Transform.CASE.apply("SELECT * FROM products WHERE name = 'widget'") != folded
+
+
+def test_outside_literals_changes_everything_in_prose_and_nothing_inside_quotes_in_code() -> None:
+    assert outside_literals("say 'Hello' twice", str.upper) == "SAY 'HELLO' TWICE"
+    assert outside_literals("SELECT 'Hello' FROM t", str.lower) == "select 'Hello' from t"

@@ -165,7 +165,7 @@ PROBES2 = PROBES.parent / "probes2"
     [
         ("recordings.jsonl", None, (118, 0, 77, 133), (182, 39, 61, 46)),
         # Explored, the sandboxes' effect probes included: above the exact cache, with no wrong hit.
-        ("recordings-explore.jsonl", None, (201, 0, 80, 47), (181, 45, 57, 45)),
+        ("recordings-explore.jsonl", None, (202, 0, 81, 45), (181, 45, 58, 44)),
         ("recordings.jsonl", "pure.toml", (176, 0, 77, 75), (182, 39, 61, 46)),
     ],
 )
