@@ -11,8 +11,9 @@ session ``replay-sim explore`` opens starts from the initial state (a fresh conn
 process for a command — after the server's ``reset`` command, when it has one). There repeating any
 call is harmless, so for each tool ``T`` of unknown effect with successful recorded calls, up to
 :data:`OBSERVERS` *observers* — other recorded successful calls and resource reads, those sharing
-words with ``T``'s calls first (the likeliest to see its effect), then resource reads, then the
-latest — are each asked in two fresh sessions:
+the most words with ``T``'s calls first (the likeliest to see its effect); among equals reads before
+calls of tools known to change state, resource reads first, the latest first — are each asked in
+two fresh sessions:
 
 - the observer alone, unless the store already holds its answer from the initial state;
 - up to :data:`OWN_CALLS` different recorded calls of ``T``, then the observer.
@@ -169,7 +170,7 @@ async def _probe_server(prober: _Prober, verdicts: Verdicts) -> None:
     probed: list[str] = []
     for tool in unknown:
         own = [r for r in distinct if r.method == "tools/call" and r.name == tool][:OWN_CALLS]
-        observers = _observers(distinct, tool, own)
+        observers = _observers(distinct, tool, own, effects)
         if not observers:
             report.skipped["no other recorded call to observe with"] += 1
             continue
@@ -216,16 +217,22 @@ def _initial_keys(store: Store, server: str, effects: Mapping[str, Verdict]) -> 
     return found
 
 
-def _observers(distinct: list[Recording], tool: str, own: list[Recording]) -> list[Recording]:
-    """The observers of ``tool``: sharing words with its calls first, then resource reads, then the latest."""
+def _observers(
+    distinct: list[Recording], tool: str, own: list[Recording], effects: Mapping[str, Verdict]
+) -> list[Recording]:
+    """The observers of ``tool``: those sharing the most words with its calls first; among equals,
+    reads before calls of tools known to change state (whose answers are mostly acknowledgements),
+    resource reads first, the latest first."""
     mine = {w for rec in own for w in _words(rec.arguments)}
     ranked = []
     for position, rec in enumerate(distinct):
         if rec.method == "tools/call" and rec.name == tool:
             continue
-        words = set(_words(rec.arguments if rec.method == "tools/call" else rec.name))
-        ranked.append((-len(mine & words), rec.method != "resources/read", -position, rec))
-    ranked.sort(key=lambda r: r[:3])
+        resource = rec.method == "resources/read"
+        words = set(_words(rec.name if resource else rec.arguments))
+        writes = not resource and _effect(effects, rec.name) is Effect.CHANGES
+        ranked.append((-len(mine & words), writes, not resource, -position, rec))
+    ranked.sort(key=lambda r: r[:4])
     return [rec for *_, rec in ranked]
 
 
