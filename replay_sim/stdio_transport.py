@@ -24,10 +24,12 @@ every request.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
 import sys
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -36,6 +38,7 @@ from typing import Any, Literal, Protocol
 import anyio
 import anyio.abc
 import mcp_types as types
+import sniffio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
@@ -121,12 +124,21 @@ class Writer:
         self._pending += data
         return True
 
+    @property
+    def pending(self) -> int:
+        """Bytes handed over and not yet written."""
+        return len(self._pending)
+
+    async def drained(self) -> None:
+        """Wait until everything handed over so far is written (or the client is gone)."""
+        if self._flushed is not None:
+            await self._flushed.wait()
+
     async def __call__(self, data: bytes) -> bool:
         """Write all of ``data`` (after everything handed over before); False when the client is gone."""
         if not self.send(data):
             return False
-        if self._flushed is not None:
-            await self._flushed.wait()
+        await self.drained()
         return not self.gone
 
     async def _flush(self) -> None:
@@ -214,6 +226,8 @@ class LineSplitter:
 
     def feed(self, chunk: bytes) -> list[bytes | TooLong]:
         """The lines (or dropped lines) that ``chunk`` completes, in order."""
+        if not self._buffer and self._dropped is None and chunk[-1:] == b"\n" and len(chunk) <= self.max_line:
+            return list(chunk[:-1].split(b"\n"))  # whole lines only, none too long: the usual read
         done: list[bytes | TooLong] = []
         view = memoryview(chunk)
         start = 0
@@ -239,6 +253,14 @@ class LineSplitter:
                 done.append(bytes(self._buffer))
                 self._buffer.clear()
             start = end + 1
+
+
+def _asyncio_loop() -> asyncio.AbstractEventLoop | None:
+    """The running asyncio event loop, or None under another one."""
+    try:
+        return asyncio.get_running_loop() if sniffio.current_async_library() == "asyncio" else None
+    except (RuntimeError, sniffio.AsyncLibraryNotFoundError):
+        return None
 
 
 def _max_line() -> int:
@@ -318,9 +340,7 @@ async def native_stdio(
     write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
     answers = write_stream.clone()  # the reader's own answers to lines that are not messages
     limit = max_line or _max_line()
-    spawned: list[
-        Callable[[], Coroutine[Any, Any, None]]
-    ] = []  # the writer's flushes asked before serving starts
+    spawned: list[Callable[[], Coroutine[Any, Any, None]]] = []  # flushes asked before serving starts
     task_group: anyio.abc.TaskGroup | None = None
 
     def spawn(fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
@@ -334,39 +354,107 @@ async def native_stdio(
     async def later(answer: Awaitable[bytes]) -> None:
         await write(await answer + b"\n")
 
+    def offer(line: bytes, tg: anyio.abc.TaskGroup) -> bool:
+        """Offer a request line to the shortcut; True when it answers it."""
+        assert shortcut is not None
+        answered = shortcut.answer(line)
+        if answered is None:
+            return False
+        if isinstance(answered, bytes):
+            write.send(answered + b"\n")
+        elif answered is not True:
+            tg.start_soon(later, answered)
+        return True
+
+    async def serve_line(line: bytes | TooLong) -> None:
+        """Hand a line the shortcut did not answer to the server, or answer that it is no message."""
+        if isinstance(line, bytes):
+            try:
+                message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+            except ValidationError:
+                pass
+            else:
+                await read_writer.send(SessionMessage(message))
+                return
+        await answers.send(_refusal(line, limit))
+
     async def reader(tg: anyio.abc.TaskGroup) -> None:
-        splitter = LineSplitter(limit)
         async with read_writer, answers:
-            while True:
-                await anyio.wait_readable(wire_in)
+            loop = _asyncio_loop()
+            if loop is not None:
                 try:
-                    chunk = os.read(wire_in, _CHUNK)
-                except BlockingIOError:
-                    continue
-                if not chunk:
+                    loop.add_reader(wire_in, lambda: None)
+                except (OSError, ValueError):
+                    pass  # not pollable by asyncio's selector: read in turns below
+                else:
+                    loop.remove_reader(wire_in)
+                    await read_in_callbacks(tg, loop)
                     return
-                for line in splitter.feed(chunk):
-                    if isinstance(line, bytes) and not line.strip():
+            await read_in_turns(tg)
+
+    async def read_in_turns(tg: anyio.abc.TaskGroup) -> None:
+        """Wait for input, read it, handle its lines; again (any event loop)."""
+        splitter = LineSplitter(limit)
+        while True:
+            await anyio.wait_readable(wire_in)
+            try:
+                chunk = os.read(wire_in, _CHUNK)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                return
+            for line in splitter.feed(chunk):
+                if isinstance(line, bytes) and not line.strip():
+                    continue
+                if isinstance(line, bytes) and shortcut is not None and offer(line, tg):
+                    await write.drained()
+                    continue
+                await serve_line(line)
+
+    async def read_in_callbacks(tg: anyio.abc.TaskGroup, loop: asyncio.AbstractEventLoop) -> None:
+        """Read input in the event loop's callback: lines the shortcut answers cost no task switch.
+
+        A line for the server (and every line after it, in order) waits in a backlog for this
+        task, and so does reading, as it does while the client is not reading its answers.
+        """
+        splitter = LineSplitter(limit)
+        backlog: deque[tuple[bytes | TooLong | None, bool]] = deque()  # (line, still to offer); None: EOF
+        wake = anyio.Event()
+
+        def readable() -> None:
+            try:
+                chunk = os.read(wire_in, _CHUNK)
+            except BlockingIOError:
+                return
+            if not chunk:
+                backlog.append((None, False))
+            for line in splitter.feed(chunk):
+                if isinstance(line, bytes) and not line.strip():
+                    continue
+                if backlog or not isinstance(line, bytes) or shortcut is None:
+                    backlog.append((line, isinstance(line, bytes) and shortcut is not None))
+                elif not offer(line, tg):
+                    backlog.append((line, False))
+            if backlog or write.pending:
+                loop.remove_reader(wire_in)
+                wake.set()
+
+        loop.add_reader(wire_in, readable)
+        try:
+            while True:
+                await wake.wait()
+                wake = anyio.Event()
+                while backlog:
+                    line, still = backlog.popleft()
+                    if line is None:
+                        return
+                    if still and isinstance(line, bytes) and offer(line, tg):
                         continue
-                    if isinstance(line, bytes) and shortcut is not None:
-                        answered = shortcut.answer(line)
-                        if isinstance(answered, bytes):
-                            await write(answered + b"\n")
-                            continue
-                        if answered is True:
-                            continue
-                        if answered is not None:
-                            tg.start_soon(later, answered)
-                            continue
-                    if isinstance(line, bytes):
-                        try:
-                            message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
-                        except ValidationError:
-                            pass
-                        else:
-                            await read_writer.send(SessionMessage(message))
-                            continue
-                    await answers.send(_refusal(line, limit))
+                    await serve_line(line)
+                await write.drained()
+                loop.add_reader(wire_in, readable)
+        finally:
+            loop.remove_reader(wire_in)
 
     async def writer() -> None:
         async with write_reader:

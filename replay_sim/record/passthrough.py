@@ -102,6 +102,7 @@ class PassThrough:
         self.opening = Opening()
         self.write: Writer | None = None
         """The stdio transport's writer: answers go out in turn with the server's lines."""
+        self._client: _Session | None = None  # what a call's session uses of the client's
         self._sent: dict[str, _Sent] = {}  # calls written to a stdio server, with a deadline
         self._answered: list[_Sent] = []  # answers of the read under way, committed together
         self._watching = False
@@ -134,6 +135,7 @@ class PassThrough:
     def opened(self, write: Writer) -> None:
         """Keep the transport's writer, for answers and the notifications relayed to the client."""
         self.write = write
+        self._client = _Session(write)
 
     def _session(self) -> Session | None:
         """The one client session, when its calls may pass through."""
@@ -150,13 +152,14 @@ class PassThrough:
 
     def _send(self, session: Session, child: ChildStdio, request: dict[str, Any]) -> bool:
         """Write a plain call to the session's stdio server; False when it cannot be written at once."""
-        assert self.opening.version is not None and self.write is not None
+        assert self.opening.version is not None and self._client is not None
         method = request["method"]
         params, meta = split_params(request.get("params"))
         upstream = session.upstream
         request_id = upstream.next_request_id()
         line = request_line(request_id, method, upstream_params(method, params, meta, request_id))
-        sent = _Sent(session, request, Call(_context(request, self.opening.version, self.write)), request_id)
+        call = Call(_context(request, self.opening.version, self._client))
+        sent = _Sent(session, request, call, request_id)
         sent.delivered = child.delivered
         if not child.send(request_id, line, partial(self._take, sent)):
             return False
@@ -173,7 +176,7 @@ class PassThrough:
         # While the server works on it: the row's request half.
         try:
             sent.params = self.proxy.redactor.redact(params)
-            sent.prepared = session.prepare(method, params)
+            sent.prepared = session.prepare(method, sent.params)
         except Exception:  # left to the commit, which fails this call alone as the SDK path does
             sent.params, sent.prepared = params, None
         return True
@@ -272,8 +275,8 @@ class PassThrough:
 
     async def _relay(self, session: Session, request: dict[str, Any]) -> bytes:
         """Forward and record one call (as :meth:`Session.forward` does), and its response line."""
-        assert self.opening.version is not None and self.write is not None
-        ctx = _context(request, self.opening.version, self.write)
+        assert self.opening.version is not None and self._client is not None
+        ctx = _context(request, self.opening.version, self._client)
         try:
             result = await session.forward(ctx)
         except Exception as exc:  # as the SDK's dispatcher answers a handler's failure
@@ -315,8 +318,8 @@ def _error_line(id_: int | str, exc: Exception) -> bytes:
     return response.model_dump_json(by_alias=True, exclude_unset=True).encode()
 
 
-def _context(request: dict[str, Any], version: str, write: Writer) -> ServerRequestContext[Any, Any]:
-    return cast(ServerRequestContext[Any, Any], _Call(request, version, write))
+def _context(request: dict[str, Any], version: str, client: _Session) -> ServerRequestContext[Any, Any]:
+    return cast(ServerRequestContext[Any, Any], _Call(request, version, client))
 
 
 class _Session:
@@ -349,10 +352,12 @@ class _Session:
 class _Call:
     """What a :class:`Session` uses of a client's request context, for a passed-through call."""
 
-    def __init__(self, request: dict[str, Any], version: str, write: Writer) -> None:
+    __slots__ = ("method", "params", "protocol_version", "request", "request_id", "session")
+
+    def __init__(self, request: dict[str, Any], version: str, client: _Session) -> None:
         self.method: str = request["method"]
         self.params: dict[str, Any] = request.get("params") or {}
         self.request_id = request["id"]
         self.protocol_version = version
         self.request = None
-        self.session = _Session(write)
+        self.session = client

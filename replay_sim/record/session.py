@@ -240,9 +240,9 @@ class Session:
         """Commit one answered call (redacted) to this session."""
         await self.proxy.record(recorded_what(method, params), **self.row(method, params, call, origin))
 
-    def prepare(self, method: str, params: dict[str, Any]) -> PreparedCall:
-        """The request columns of a client's call (redacted), computed before its answer is in."""
-        return self.proxy.store.prepare_call(self.proxy.name, method, self.proxy.redactor.redact(params))
+    def prepare(self, method: str, redacted: dict[str, Any]) -> PreparedCall:
+        """The request columns of a client's call from its redacted params, before its answer is in."""
+        return self.proxy.store.prepare_call(self.proxy.name, method, redacted)
 
     def row(
         self,

@@ -8,12 +8,15 @@ never block writers (WAL). The file itself — tables, transactions, translating
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import sqlite3
+import unicodedata
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +31,18 @@ __all__ = ["DEFAULT_DB", "PreparedCall", "Store"]
 DEFAULT_DB = Path("cache/replay.db")
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
 def _dumps(value: Any) -> str:
     """JSON text as received: key order kept, compact, non-ASCII kept."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return _ENCODER.encode(value)
+
+
+@functools.lru_cache(maxsize=64)
+def _key_head(server: str, method: str) -> str:
+    """The start of a call key's payload (see :meth:`Store.prepare_call`)."""
+    return f"[{canonical_json(server)},{canonical_json(method)},"
 
 
 def _loads(text: str | None) -> Any:
@@ -170,8 +182,10 @@ class Store(Database):
         name, arguments = call_identity(method, params)
         canonical = canonical_json(arguments)
         # call_key's payload, canonical_json([server, method, name, arguments]), with the
-        # arguments' canonical text made once: a list's items are serialised one by one.
-        payload = f"[{canonical_json(server)},{canonical_json(method)},{canonical_json(name)},{canonical}]"
+        # arguments' canonical text made once: a list's items are serialised one by one (and a
+        # string's canonical text is its NFC form's JSON string).
+        name_json = encode_basestring(unicodedata.normalize("NFC", name))
+        payload = f"{_key_head(server, method)}{name_json},{canonical}]"
         return PreparedCall(name, canonical, _dumps(params), hashlib.sha256(payload.encode()).hexdigest())
 
     def record_call(

@@ -346,6 +346,7 @@ def test_plain_calls_pass_through_stdio_with_the_sdk_paths_bytes_and_rows(tmp_pa
         ("tools/call", {"name": "add", "arguments": {"a": 1.5, "b": 2}}),  # structuredContent
         ("tools/call", {"name": "progress", "arguments": {"steps": 2}}),  # log notifications relayed
         ("tools/call", {"name": "nope", "arguments": {}}),  # the server's error
+        ("tools/call", {"name": "echo", "arguments": {"text": "long ✓ " * 60_000}}),  # > a pipe's buffer
         ("resources/read", {"uri": "echo://greeting"}),
         ("prompts/get", {"name": "paint", "arguments": {"colour": "blue"}}),
         (
