@@ -22,7 +22,9 @@ Both are recorded (origin ``explore``) and judged like any recorded session: the
 answers differ only by ``T``'s calls, so the same answer is a witness that ``T`` changes nothing it
 sees, and a different one shows that ``T`` changes state. Every observer is asked unless one shows
 a change — a tool is learned effect-free only when none of them saw anything change — and the
-calls of ``T`` asked from the initial state are themselves answers a replay can give.
+calls of ``T`` asked from the initial state are themselves answers a replay can give. What was
+asked belongs to the store: a later run probes only tools still of unknown effect, and never asks
+a session the store already holds.
 """
 
 from __future__ import annotations
@@ -151,12 +153,18 @@ class _Prober:
 
 
 async def _probe_server(prober: _Prober, verdicts: Verdicts) -> None:
-    name, store, report = prober.name, prober.store, prober.report
+    name, report = prober.name, prober.report
     effects = verdicts(name)
+    recordings = prober.store.recordings(name)
+    sessions = _sessions(recordings)
+    initial = _initial_keys(sessions, effects)
+    asked = {
+        tuple(r.key for r in calls) for calls in sessions if {r.origin for r in calls} == {Origin.EXPLORE}
+    }
     marker = prober.redactor.replacement
     originals = [
         rec
-        for rec in store.recordings(name)
+        for rec in recordings
         if rec.origin not in _NOT_ORIGINALS
         and not rec.failed
         and rec.method in ("tools/call", "resources/read")
@@ -166,7 +174,6 @@ async def _probe_server(prober: _Prober, verdicts: Verdicts) -> None:
     unknown = sorted(
         {r.name for r in distinct if r.method == "tools/call" and _effect(effects, r.name) is Effect.UNKNOWN}
     )
-    initial = _initial_keys(store, name, effects)
     probed: list[str] = []
     for tool in unknown:
         own = [r for r in distinct if r.method == "tools/call" and r.name == tool][:OWN_CALLS]
@@ -175,6 +182,9 @@ async def _probe_server(prober: _Prober, verdicts: Verdicts) -> None:
             report.skipped["no other recorded call to observe with"] += 1
             continue
         for observer in observers[:OBSERVERS]:
+            if (*[r.key for r in own], observer.key) in asked:
+                report.skipped["asked by an earlier run"] += 1
+                continue
             if observer.key not in initial:
                 if not prober.affords(1 + len(own) + 1):
                     report.skipped["over --max-calls"] += 1
@@ -202,14 +212,19 @@ def _effect(effects: Mapping[str, Verdict], tool: str) -> Effect:
     return Effect.UNKNOWN if verdict is None else verdict.effect
 
 
-def _initial_keys(store: Store, server: str, effects: Mapping[str, Verdict]) -> set[str]:
+def _sessions(recordings: list[Recording]) -> list[list[Recording]]:
+    """The recordings by session, each in recorded order (a call with no session is one of its own)."""
+    by_session: dict[Any, list[Recording]] = defaultdict(list)
+    for rec in recordings:
+        by_session[rec.session if rec.session is not None else ("", rec.id)].append(rec)
+    return [sorted(calls, key=lambda r: (r.seq or 0, r.id)) for calls in by_session.values()]
+
+
+def _initial_keys(sessions: list[list[Recording]], effects: Mapping[str, Verdict]) -> set[str]:
     """Keys the store holds a successful answer of from the initial state (nothing changed before)."""
-    sessions: dict[Any, list[Recording]] = defaultdict(list)
-    for rec in store.recordings(server):
-        sessions[rec.session if rec.session is not None else ("", rec.id)].append(rec)
     found: set[str] = set()
-    for calls in sessions.values():
-        for rec in sorted(calls, key=lambda r: (r.seq or 0, r.id)):
+    for calls in sessions:
+        for rec in calls:
             if not rec.failed:
                 found.add(rec.key)
                 if rec.method == "tools/call" and _effect(effects, rec.name) is not Effect.NONE:

@@ -12,7 +12,7 @@ import pytest
 from recording_helpers import PYTHON, REPLAY_SIM, ROOT, proxy_stdio, run_script, stdio
 
 from replay_sim.canonical import answer_text
-from replay_sim.effects import Effect
+from replay_sim.effects import Effect, Verdict
 from replay_sim.record.config import RecorderConfig, UpstreamSpec
 from replay_sim.record.sandbox import OBSERVERS, probe_effects
 from replay_sim.resolve.lineage import recorded_effects
@@ -127,6 +127,9 @@ async def test_a_state_in_a_file_is_reset_before_each_probe_and_a_server_not_dec
     effects = verdicts("counter")
     assert effects["put"].effect is Effect.CHANGES
     assert effects["double"].effect is Effect.NONE
+    # What was asked belongs to the store: a second run has nothing left to ask.
+    again = await probe_effects(store, RecorderConfig({"counter": sandbox}), verdicts)
+    assert (again.sessions, again.asked) == (0, 0)
     # The observer sharing a word with the write came first: get "alpha" saw it.
     assert report.effects["counter"]["put"].startswith("changes: get before/after differed")
     # Every probe session started from the seed: get "alpha" always answered 0 before a put.
@@ -167,3 +170,20 @@ async def test_a_server_that_does_not_start_is_reported_and_the_store_keeps_what
         )
         assert len(report.problems) == 1 and report.problems[0].startswith("counter: effect probes stopped: ")
         assert len(store.recordings()) == count
+
+
+@pytest.mark.anyio
+async def test_a_tool_left_unknown_is_not_asked_the_same_sessions_again(tmp_path: Path) -> None:
+    db = tmp_path / "r.db"
+    await run_script(proxy_stdio(db, "counter", COUNTER), [_tool("double", x=2), _tool("get", key="alpha")])
+    config = RecorderConfig({"counter": UpstreamSpec(command=PYTHON, args=(str(COUNTER[1]),), sandbox=True)})
+
+    def undecided(server: str) -> dict[str, Verdict]:  # whatever the answers say: still unknown
+        return {"double": Verdict(Effect.UNKNOWN, "default", "no evidence")}
+
+    with Store(db) as store:
+        first = await probe_effects(store, config, undecided)
+        assert first.asked > 0 and first.effects["counter"]["double"].startswith("unknown")
+        again = await probe_effects(store, config, undecided)
+        assert (again.sessions, again.asked) == (0, 0)
+        assert again.skipped["asked by an earlier run"] == first.sessions - 1  # the observer alone: kept
