@@ -288,3 +288,28 @@ def test_a_servers_outcomes_are_the_columns_of_its_recordings(tmp_path: Path) ->
             (r.id, r.method, r.name, r.key, r.arguments, r.result, r.error, r.session, r.seq)
             for r in store.recordings(server)
         ]
+
+
+def test_a_store_whose_key_index_points_at_another_calls_row_is_refused(tmp_path: Path) -> None:
+    db = tmp_path / "r.db"
+    with Store(db) as store:
+        for n in range(3):
+            store.record_call("echo", "tools/call", {"name": "echo", "arguments": {"n": n}}, result={"n": n})
+    conn = sqlite3.connect(db)
+    first, second = (key for (key,) in conn.execute("SELECT key FROM calls ORDER BY key LIMIT 2"))
+    (root,) = conn.execute("SELECT rootpage FROM sqlite_master WHERE name='calls_key'").fetchone()
+    conn.close()
+    data = bytearray(db.read_bytes())
+    page = (root - 1) * 4096
+    at = page + data[page : page + 4096].index(first.encode())
+    data[at : at + len(first)] = second.encode()  # its pages stay well formed, in order
+    db.write_bytes(bytes(data))
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA quick_check").fetchone() == ("ok",)  # the structure is sound
+    assert len(conn.execute("SELECT id FROM calls WHERE key=?", (second,)).fetchall()) == 2  # a wrong answer
+    conn.close()
+    for opening in (lambda: Store(db, create=False), lambda: Store(db, readonly=True)):
+        with pytest.raises(
+            StoreError, match=r"fails its integrity check \(row \d+ missing from index calls_key\)"
+        ):
+            opening()
