@@ -14,6 +14,7 @@ from replay_sim.resolve.embedding import CachedEmbedder, default_embedder
 from replay_sim.resolve.evaluate import compare, load_probes, render
 from replay_sim.resolve.evaluate import explain as explain_report
 from replay_sim.resolve.index import DEFAULT_INDEX_DIR
+from replay_sim.resolve.lineage import keep_effects
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.resolve.schemas import RecordedSchemas
 from replay_sim.store import Store
@@ -37,7 +38,7 @@ def index_group() -> None:
 @index_dir_option
 @match_config_option
 def build_command(db: Path, index_dir: Path, match_config: MatchConfig | None) -> None:
-    """Embed new recordings and bring the index up to date (incremental)."""
+    """Embed new recordings and bring the index up to date (incremental); keep the tools' learned effects."""
     with Store(db, create=False) as store:
         schemas = RecordedSchemas(store, match_config)
         embedder = CachedEmbedder(default_embedder(), store)
@@ -48,6 +49,7 @@ def build_command(db: Path, index_dir: Path, match_config: MatchConfig | None) -
                 bar.update(done - bar.n)
 
             index = build_index(store, schemas, embedder, index_dir, progress=progress)
+        keep_effects(store, match_config)  # the next replay reads them instead of learning them
     parts = len(index.partitions)
     vectors = sum(len(p) for p in index.partitions.values())
     click.echo(

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -10,13 +13,15 @@ import pytest
 from resolver_helpers import text
 
 from replay_sim.effects import Effect, Verdict
+from replay_sim.replay.factory import open_replay
 from replay_sim.resolve import lineage
 from replay_sim.resolve.calibration import MatchConfig, ToolOverride
-from replay_sim.resolve.lineage import EFFECTS_META_PREFIX, recorded_effects, remembered_effects
+from replay_sim.resolve.lineage import EFFECTS_META_PREFIX, keep_effects, recorded_effects, remembered_effects
 from replay_sim.resolve.resolution import Tier
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.resolve.schemas import RecordedSchemas
-from replay_sim.store import Store
+from replay_sim.resolve.snapshot import build_snapshot_index, freeze
+from replay_sim.store import Store, snapshot
 
 RO = {"readOnlyHint": True}
 KEY = EFFECTS_META_PREFIX + "srv"
@@ -168,3 +173,63 @@ def test_an_exact_hit_is_answered_alike_with_kept_and_learned_effects(tmp_path: 
         answers.append([(f.tier, f.recording.id if f.recording else None) for f in found])
     assert store.meta(KEY) is not None
     assert answers[0] == answers[1] and answers[0][0][0] is Tier.EXACT
+
+
+def test_an_index_build_keeps_the_effects_so_the_next_replay_learns_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _store(tmp_path / "r.db").close()
+    build = ["index", "build", "--db", str(tmp_path / "r.db"), "--index-dir", str(tmp_path / "index")]
+    built = subprocess.run(
+        [sys.executable, "-m", "replay_sim", *build],
+        capture_output=True,
+        text=True,
+    )
+    assert built.returncode == 0, built.stderr
+    learned = _learned_only_by(monkeypatch)
+    store = Store(tmp_path / "r.db")
+    effects = Resolver(store, index_dir=None, semantic=False).lookup.effects("srv")
+    assert learned == []
+    assert effects == recorded_effects(store, "srv", RecordedSchemas(store))
+    assert effects["tally"].effect is Effect.CHANGES and effects["put"].effect is Effect.NONE
+
+
+def test_kept_effects_are_kept_for_every_server_and_left_alone_while_current(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = _store(tmp_path / "r.db")
+    store.record_call("other", "tools/call", {"name": "ping", "arguments": {}}, result=text("pong"))
+    learned = _learned_only_by(monkeypatch)
+    keep_effects(store)
+    assert learned == ["other", "srv"]
+    assert store.meta(EFFECTS_META_PREFIX + "other")["verdicts"].keys() == {"ping"}
+    keep_effects(store)
+    assert learned == ["other", "srv"]
+    readonly = Store(tmp_path / "r.db", readonly=True)
+    keep_effects(readonly)  # nothing to keep them in: not even learned
+    assert learned == ["other", "srv"]
+
+
+def test_a_frozen_snapshot_carries_the_kept_effects_its_replays_read_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _store(tmp_path / "r.db").close()
+    config = MatchConfig(tools={"srv/put": ToolOverride(read_only=False)})
+    frozen = freeze(tmp_path / "r.db", tmp_path / "snap", config=config)
+    assert snapshot.verify(frozen.path).id == frozen.id  # kept before the bundle's files were hashed
+    learned = _learned_only_by(monkeypatch)
+    replay = open_replay(snapshot=frozen.path)
+    effects = replay.resolver.lookup.effects("srv")
+    assert learned == []
+    assert effects["put"].source == "config" and effects["tally"].effect is Effect.CHANGES
+    with Store(frozen.store_path, readonly=True) as bundled:
+        assert effects == recorded_effects(bundled, "srv", RecordedSchemas(bundled, config), config)
+    # Kept effects are meta, outside the content the id hashes: a store without them, the same id.
+    with Store(tmp_path / "r.db") as source:
+        source.conn.execute("DELETE FROM meta WHERE key LIKE 'effects:%'")
+    again = snapshot.freeze(
+        tmp_path / "r.db", tmp_path / "unkept", partial(build_snapshot_index, config=config)
+    )
+    with Store(again.store_path, readonly=True) as unkept:
+        assert unkept.meta(KEY) is None
+    assert again.id == frozen.id
