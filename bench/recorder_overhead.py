@@ -82,13 +82,13 @@ async def measure(calls: int = CALLS) -> dict[str, float]:
                 args=["record", "--db", db, "--name", "echo", "--", *echo],
             ),
         }
-        dbs = {"recorded": db}
+        markers = {"recorded": db, "relay": "bench.recorder_overhead\0relay"}  # /proc cmdlines
         before = os.environ.get("REPLAY_SIM_BENCH_BEFORE")
         if before:  # `python -m replay_sim` in that checkout imports its own package
-            dbs["before"] = str(Path(tmp) / "before.db")
+            markers["before"] = str(Path(tmp) / "before.db")
             targets["before"] = StdioServerParameters(
                 command=sys.executable,
-                args=["-m", "replay_sim", "record", "--db", dbs["before"], "--name", "echo", "--", *echo],
+                args=["-m", "replay_sim", "record", "--db", markers["before"], "--name", "echo", "--", *echo],
                 cwd=before,
             )
         times: dict[str, list[float]] = {kind: [] for kind in targets}
@@ -97,15 +97,15 @@ async def measure(calls: int = CALLS) -> dict[str, float]:
                 kind: await stack.enter_async_context(Client(target, mode="legacy", cache=None))
                 for kind, target in targets.items()
             }
-            cpu = {kind: 0.0 for kind in dbs}
+            cpu = {kind: 0.0 for kind in markers}
             for i in range(WARMUP + calls):
                 if i == WARMUP:
-                    cpu = {kind: _cpu_seconds(path) for kind, path in dbs.items()}
+                    cpu = {kind: _cpu_seconds(marker) for kind, marker in markers.items()}
                 for kind, client in clients.items():
                     elapsed = await _timed_call(client, i)
                     if i >= WARMUP:
                         times[kind].append(elapsed)
-            cpu = {kind: _cpu_seconds(path) - cpu[kind] for kind, path in dbs.items()}
+            cpu = {kind: _cpu_seconds(marker) - cpu[kind] for kind, marker in markers.items()}
     medians = {kind: statistics.median(values) for kind, values in times.items()}
     figures = {
         "direct_ms": medians["direct"],
@@ -115,6 +115,7 @@ async def measure(calls: int = CALLS) -> dict[str, float]:
         "added_ms": medians["recorded"] - medians["direct"],
         "ratio": medians["recorded"] / medians["direct"],
         "recorder_cpu_ms": cpu["recorded"] * 1000 / calls,
+        "relay_cpu_ms": cpu["relay"] * 1000 / calls,
     }
     if "before" in medians:
         figures["before_added_ms"] = medians["before"] - medians["direct"]
@@ -129,7 +130,8 @@ def main() -> dict[str, float]:
         f"   recorder overhead over {CALLS} echo calls (stdio upstream, median): direct "
         f"{figures['direct_ms']:.3f} ms, recorded {figures['recorded_ms']:.3f} ms, added "
         f"{figures['added_ms']:.3f} ms ({figures['ratio']:.2f}x; target: <= {TARGET_MS} ms added); "
-        f"a bare Python line relay adds {figures['relay_added_ms']:.3f} ms; recorder CPU "
+        f"a bare Python line relay adds {figures['relay_added_ms']:.3f} ms "
+        f"(CPU {figures['relay_cpu_ms']:.3f} ms per call); recorder CPU "
         f"{figures['recorder_cpu_ms']:.3f} ms per call"
     )
     if "before_added_ms" in figures:

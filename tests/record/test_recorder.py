@@ -384,6 +384,51 @@ def test_plain_calls_pass_through_stdio_with_the_sdk_paths_bytes_and_rows(tmp_pa
     assert rows(tmp_path / "fast.db") == rows(tmp_path / "sdk.db")
 
 
+def test_pipelined_calls_are_each_answered_once_and_recorded_in_order(tmp_path: Path) -> None:
+    import json
+    import subprocess
+
+    db = tmp_path / "pipelined.db"
+    process = subprocess.Popen(
+        [REPLAY_SIM, "record", "--db", str(db), "--name", "echo", "--", PYTHON, str(ECHO_SERVER)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        bufsize=0,
+    )
+    assert process.stdin is not None and process.stdout is not None
+    init = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}
+    opening = [
+        {"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": init},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": "list", "method": "tools/list"},
+    ]
+    calls = [
+        {
+            "jsonrpc": "2.0",
+            "id": i,
+            "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"text": f"n{i}"}},
+        }
+        for i in range(40)
+    ]
+    # Everything in one write: the calls reach the recorder while the handshake is still under way.
+    process.stdin.write(b"".join(json.dumps(m).encode() + b"\n" for m in [*opening, *calls]))
+    answers = {}
+    while len(answers) < len(calls) + 2:
+        message = json.loads(process.stdout.readline())
+        assert message["id"] not in answers  # each answered once
+        answers[message["id"]] = message
+    process.stdin.close()
+    assert process.wait(timeout=60) == 0
+    for i in range(40):
+        assert answers[i]["result"]["content"] == [{"type": "text", "text": f"n{i}"}]
+    with Store(db, readonly=True) as store:
+        recorded = store.recordings("echo")
+    assert sorted(r.arguments["text"] for r in recorded) == sorted(f"n{i}" for i in range(40))
+    assert [r.seq for r in recorded] == list(range(1, 41))
+
+
 # -- group commits ----------------------------------------------------------------------------
 
 
