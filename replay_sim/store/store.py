@@ -54,7 +54,11 @@ _CALL_COLUMNS = (
     "latency_ms, recorded_at, origin, notifications"
 )
 _INSERT_CALL = f"INSERT INTO calls ({_CALL_COLUMNS}) VALUES (NULL{', ?' * 14})"
-_NEXT_SEQ = "SELECT COALESCE(MAX(seq), 0) + 1 FROM calls WHERE session=?"
+# The same, seq the next free number of the session, found by the statement itself.
+_APPEND_CALL = (
+    f"INSERT INTO calls ({_CALL_COLUMNS}) VALUES (NULL{', ?' * 9}, "
+    f"(SELECT COALESCE(MAX(seq), 0) + 1 FROM calls WHERE session=?){', ?' * 4})"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,10 +267,8 @@ class Store(Database):
         """Insert one call (:meth:`record_call`'s arguments) in the transaction under way."""
         if prepared is None:
             prepared = self.prepare_call(server, method, params)
-        if session is not None and seq is None:
-            (seq,) = conn.execute(_NEXT_SEQ, (session,)).fetchone()
         cursor = conn.execute(
-            _INSERT_CALL,
+            _APPEND_CALL if session is not None and seq is None else _INSERT_CALL,
             (
                 server,
                 method,
@@ -277,7 +279,7 @@ class Store(Database):
                 None if result is None else _dumps(result),
                 None if error is None else _dumps(error),
                 session,
-                seq,
+                session if seq is None and session is not None else seq,
                 latency_ms,
                 recorded_at or utc_now(),
                 str(origin),

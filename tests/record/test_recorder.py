@@ -272,6 +272,18 @@ async def test_an_upstream_call_reporting_progress_outlives_the_timeout(tmp_path
     assert result.content[0].text == "done after 15 steps"
 
 
+async def test_a_stdio_clients_call_reporting_progress_outlives_the_timeout_too(tmp_path: Path) -> None:
+    db = tmp_path / "slow.db"
+    with anyio.fail_after(60):
+        async with raw_client(proxy_stdio(db, "hang", [PYTHON, HANG_SERVER], "--timeout", "1.5")) as client:
+            # A plain call, passed through: 8 progress notifications 0.3 s apart, 2.4 s in all.
+            result = await client.call_tool("slow", {"steps": 8, "interval": 0.3})
+            assert result.content[0].text == "done after 8 steps"
+    with Store(db, readonly=True) as store:
+        (recorded,) = store.recordings("hang")
+    assert [n["method"] for n in recorded.notifications] == ["notifications/progress"] * 8
+
+
 def test_upstream_requests_time_out_after_a_minute_unless_configured(tmp_path: Path) -> None:
     assert UpstreamSpec(command="server").timeout == DEFAULT_TIMEOUT == 60
     config = tmp_path / "record.toml"
