@@ -14,8 +14,6 @@ closed first, then the group terminated).
 
 from __future__ import annotations
 
-import sys
-from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager, suppress
 from typing import Any, TextIO
@@ -36,7 +34,7 @@ from mcp.client.stdio import (
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
-from replay_sim.stdio_transport import LineSplitter
+from replay_sim.record.child_output import ChildOutput, output_pipe, parse
 
 __all__ = ["Answered", "ChildStdio", "outcome", "request_line"]
 
@@ -129,7 +127,7 @@ class ChildStdio:
                                     answered = True
                                     continue
                                 self.delivered += 1
-                                await read_writer.send(_parse(line))
+                                await read_writer.send(parse(line))
                             if answered and self.on_read is not None:
                                 self.on_read()
                     finally:
@@ -150,11 +148,11 @@ class ChildStdio:
                 writer_done.set()
 
         async with anyio.create_task_group() as tg:
-            pipe = _output_pipe(process)
+            pipe = output_pipe(process)
             if pipe is None:
                 tg.start_soon(reader)
             else:  # asyncio: the output is read by a protocol of ours, answers handed over at once
-                tg.start_soon(_Output(self, pipe).deliver, read_writer)
+                tg.start_soon(ChildOutput(self, pipe).deliver, read_writer)
             tg.start_soon(writer)
             try:
                 yield read_stream, write_stream
@@ -252,6 +250,14 @@ class ChildStdio:
         if stream.transport.get_write_buffer_size() > _HIGH_WATER:
             await stream.drain()  # a server not reading its input: wait for it rather than buffer on
 
+    def answers(self, line: bytes) -> bool:
+        """Whether a line of the server's output answers a raw request (then handed to its waiter)."""
+        return bool(self._waiting) and self._answered(line)
+
+    def closed(self) -> None:
+        """The server's output ended: no raw request will be answered (its waiters are told)."""
+        self._close()
+
     def _answered(self, line: bytes) -> bool:
         """Hand a line that answers a raw request to its waiter; False for every other line."""
         try:
@@ -275,98 +281,6 @@ class ChildStdio:
         waiting, self._waiting = self._waiting, {}
         for waiter in waiting.values():
             waiter.settle(None)
-
-
-class _Output:
-    """A stdio server's output as asyncio reads it: answers to raw requests handed over at once.
-
-    Installed as the protocol of the server's stdout pipe, so each read is handled in the event
-    loop's callback, with no task woken (the SDK's stream would take three trips through the loop:
-    the read, the subprocess protocol, the reading task). A line for the SDK's dispatcher is queued
-    for :meth:`deliver`, and so is every line after it, in order, with the pipe paused meanwhile.
-    """
-
-    def __init__(self, child: ChildStdio, pipe: Any) -> None:
-        self.child = child
-        self.pipe = pipe
-        self.sdk = pipe.get_protocol()  # the subprocess transport's: told when the pipe closes
-        self.lines = LineSplitter(sys.maxsize)
-        self.backlog: deque[bytes | None] = deque()  # lines for deliver(); None: the output ended
-        self.wake = anyio.Event()
-        self.ended = False
-        self.discarding = False
-        pipe.set_protocol(self)
-
-    def connection_made(self, transport: Any) -> None:
-        """Not called: the pipe was connected before."""
-
-    def data_received(self, data: bytes) -> None:
-        if self.discarding:
-            return
-        child, answered = self.child, False
-        for line in self.lines.feed(data):
-            assert isinstance(line, bytes)  # no line is too long here
-            if not self.backlog and child._waiting and child._answered(line):
-                answered = True
-            else:
-                self.backlog.append(line)
-        if answered and child.on_read is not None:
-            child.on_read()
-        if self.backlog:
-            self.pipe.pause_reading()  # until deliver() has handed the backlog over
-            self.wake.set()
-
-    def eof_received(self) -> None:
-        self._end()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._end()
-        self.sdk.connection_lost(exc)
-
-    def _end(self) -> None:
-        if not self.ended:
-            self.ended = True
-            self.backlog.append(None)
-            self.wake.set()
-
-    async def deliver(self, read_writer: MemoryObjectSendStream[SessionMessage | Exception]) -> None:
-        """Hand the queued lines to the SDK's dispatcher in order (an answer among them to its waiter)."""
-        child = self.child
-        try:
-            async with read_writer:
-                while True:
-                    await self.wake.wait()
-                    self.wake = anyio.Event()
-                    answered = False
-                    while self.backlog:
-                        line = self.backlog.popleft()
-                        if line is None:
-                            return  # the session sees the stream close
-                        if child._waiting and child._answered(line):
-                            answered = True
-                            continue
-                        child.delivered += 1
-                        await read_writer.send(_parse(line))
-                    if answered and child.on_read is not None:
-                        child.on_read()
-                    self.pipe.resume_reading()
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-            pass  # our shutdown: the session is gone
-        finally:
-            # From now on the output is read and dropped, so the server never blocks on a full pipe.
-            self.discarding = True
-            self.backlog.clear()
-            self.pipe.resume_reading()
-            child._close()
-
-
-def _output_pipe(process: Any) -> Any:
-    """asyncio's transport of the server's stdout pipe, or None (another event loop)."""
-    transport = getattr(getattr(process, "_process", None), "_transport", None)
-    get_pipe = getattr(transport, "get_pipe_transport", None)
-    pipe = get_pipe(1) if callable(get_pipe) else None
-    needed = ("get_protocol", "set_protocol", "pause_reading", "resume_reading")
-    return pipe if pipe is not None and all(hasattr(pipe, name) for name in needed) else None
 
 
 def outcome(method: str, answer: dict[str, Any]) -> dict[str, Any]:
@@ -402,11 +316,3 @@ def request_line(request_id: str, method: str, params: Mapping[str, Any] | None)
     if out:
         parts += [b',"params":', pydantic_core.to_json(out)]
     return b"".join([*parts, b"}"])
-
-
-def _parse(line: bytes) -> SessionMessage | Exception:
-    """A line for the SDK's dispatcher, as its stdio client parses it."""
-    try:
-        return SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
-    except ValueError as exc:
-        return exc

@@ -32,7 +32,6 @@ import sys
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 import anyio
@@ -43,6 +42,9 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from mcp.shared.message import SessionMessage
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import ValidationError
+
+from replay_sim.stdio_transport.lines import LineSplitter, TooLong
+from replay_sim.stdio_transport.writer import Writer
 
 __all__ = [
     "DEFAULT_MAX_LINE",
@@ -59,7 +61,6 @@ _CHUNK = 1 << 16
 DEFAULT_MAX_LINE = 32 << 20
 MAX_LINE_ENV = "REPLAY_SIM_MAX_LINE_BYTES"
 """Environment variable overriding :data:`DEFAULT_MAX_LINE` (bytes) for every stdio face."""
-_HEAD = 256  # bytes of a dropped line kept to find its request id
 # The id of a request line, when it is the first member (or follows "jsonrpc"), as SDKs write it.
 _LEADING_ID = re.compile(rb'^\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")')
 
@@ -82,81 +83,6 @@ class Shortcut(Protocol):
     def opened(self, write: Writer) -> None:
         """Called once serving starts with the transport's writer (whole lines, in turn with the server's)."""
         ...
-
-
-class Writer:
-    """This process's stdout: whole lines written in the order handed over, at once when the pipe takes them.
-
-    :meth:`send` never waits: what the pipe does not take at once is kept, in order, and written
-    by a task as the client reads; awaiting the writer (``await writer(data)``) also waits until
-    the line is written, so a writer that keeps writing is held back by a client not reading.
-
-    Args:
-        fd: The (non-blocking) file descriptor written.
-        spawn: Starts the task that writes what the pipe did not take at once.
-    """
-
-    def __init__(self, fd: int, spawn: Callable[[Callable[[], Coroutine[Any, Any, None]]], None]) -> None:
-        self.fd = fd
-        self.gone = False
-        """The client closed its end: nothing more is written."""
-        self._spawn = spawn
-        self._pending = bytearray()
-        self._flushed: anyio.Event | None = None  # set when what was pending is written
-
-    def send(self, data: bytes) -> bool:
-        """Write ``data`` after everything handed over before, without waiting; False: the client is gone."""
-        if self.gone:
-            return False
-        if not self._pending:
-            try:
-                written = os.write(self.fd, data)
-            except BlockingIOError:
-                written = 0
-            except (BrokenPipeError, ConnectionResetError):
-                self.gone = True
-                return False
-            if written == len(data):
-                return True
-            data = data[written:]
-            self._flushed = anyio.Event()
-            self._spawn(self._flush)
-        self._pending += data
-        return True
-
-    @property
-    def pending(self) -> int:
-        """Bytes handed over and not yet written."""
-        return len(self._pending)
-
-    async def drained(self) -> None:
-        """Wait until everything handed over so far is written (or the client is gone)."""
-        if self._flushed is not None:
-            await self._flushed.wait()
-
-    async def __call__(self, data: bytes) -> bool:
-        """Write all of ``data`` (after everything handed over before); False when the client is gone."""
-        if not self.send(data):
-            return False
-        await self.drained()
-        return not self.gone
-
-    async def _flush(self) -> None:
-        """Write what the pipe did not take at once, as the client reads."""
-        try:
-            while self._pending:
-                await anyio.wait_writable(self.fd)
-                try:
-                    del self._pending[: os.write(self.fd, self._pending)]
-                except BlockingIOError:
-                    continue
-                except (BrokenPipeError, ConnectionResetError):
-                    self.gone = True
-                    self._pending.clear()
-        finally:
-            flushed, self._flushed = self._flushed, None
-            if flushed is not None:
-                flushed.set()
 
 
 class Opening:
@@ -197,62 +123,6 @@ class Opening:
         if isinstance(version, str) and version in HANDSHAKE_PROTOCOL_VERSIONS:
             self.version = version
         self._initialize = None
-
-
-@dataclass(frozen=True, slots=True)
-class TooLong:
-    """A line longer than the cap, dropped: its length and its first bytes."""
-
-    size: int
-    head: bytes
-
-
-class LineSplitter:
-    """Splits a byte stream into lines in linear time; lines over ``max_line`` bytes are dropped.
-
-    Each byte is scanned once (only the new chunk is searched for a newline) and copied at most
-    once, so a long line costs time linear in its length; once a line passes the cap, its bytes
-    are counted and discarded, so it costs no memory either.
-
-    Args:
-        max_line: The longest line kept, in bytes (without its newline).
-    """
-
-    def __init__(self, max_line: int) -> None:
-        self.max_line = max_line
-        self._buffer = bytearray()
-        self._dropped: int | None = None  # bytes of the line being dropped, None when keeping
-        self._head = b""
-
-    def feed(self, chunk: bytes) -> list[bytes | TooLong]:
-        """The lines (or dropped lines) that ``chunk`` completes, in order."""
-        if not self._buffer and self._dropped is None and chunk[-1:] == b"\n" and len(chunk) <= self.max_line:
-            return list(chunk[:-1].split(b"\n"))  # whole lines only, none too long: the usual read
-        done: list[bytes | TooLong] = []
-        view = memoryview(chunk)
-        start = 0
-        while True:
-            end = chunk.find(b"\n", start)
-            piece = view[start:] if end < 0 else view[start:end]
-            if self._dropped is not None:
-                self._dropped += len(piece)
-                if len(self._head) < _HEAD:
-                    self._head += bytes(piece[: _HEAD - len(self._head)])
-            elif len(self._buffer) + len(piece) > self.max_line:
-                self._head = bytes(self._buffer[:_HEAD]) + bytes(piece[: max(0, _HEAD - len(self._buffer))])
-                self._dropped = len(self._buffer) + len(piece)
-                self._buffer = bytearray()
-            else:
-                self._buffer += piece
-            if end < 0:
-                return done
-            if self._dropped is not None:
-                done.append(TooLong(self._dropped, self._head))
-                self._dropped, self._head = None, b""
-            else:
-                done.append(bytes(self._buffer))
-                self._buffer.clear()
-            start = end + 1
 
 
 def _asyncio_loop() -> asyncio.AbstractEventLoop | None:
