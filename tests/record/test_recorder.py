@@ -123,6 +123,24 @@ async def test_an_upstream_crash_mid_call_is_an_error_for_that_client_only(tmp_p
     assert echoes == ["before", "after"]
 
 
+async def test_a_stdio_clients_call_its_server_crashes_on_is_answered_and_recorded_as_that_error(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "crash.db"
+    with anyio.fail_after(90):
+        async with raw_client(proxy_stdio(db, "echo", [PYTHON, ECHO_SERVER])) as client:
+            assert (await client.call_tool("echo", {"text": "before"})).content[0].text == "before"
+            with pytest.raises(MCPError) as caught:  # a plain call, passed through
+                await client.call_tool("crash", {"after_progress": True})
+            assert "closed the connection during tools/call" in caught.value.error.message
+            assert "crashing on request" in caught.value.error.message
+    with Store(db, readonly=True) as store:
+        crash = store.recordings("echo", name="crash")[0]
+    assert crash.result is None and crash.error is not None
+    assert crash.error["code"] == -32000 and "closed the connection" in crash.error["message"]
+    assert [n["params"]["message"] for n in crash.notifications] == ["about to crash"]
+
+
 async def test_an_upstream_that_never_starts_names_the_command_and_its_stderr(tmp_path: Path) -> None:
     missing = UpstreamSpec(command=str(tmp_path / "no-such-server"), args=("--flag",))
     with Store(tmp_path / "s.db") as store:
