@@ -10,7 +10,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from replay_sim.errors import StoreError
 from replay_sim.resolve.build import build_index
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.embedding import CachedEmbedder, default_embedder
@@ -45,8 +44,8 @@ def build_snapshot_index(
 def freeze(db: str | Path, out: str | Path, *, config: MatchConfig | None = None) -> Snapshot:
     """Write a read-only snapshot bundle of a store, with replay-sim's vector index.
 
-    The tools' learned effects are kept in ``db`` first (when it is writable), so the bundle's
-    replays read them instead of learning them on every start.
+    The tools' learned effects are kept in the bundle's store (:func:`keep_effects`), so its
+    replays read them instead of learning them on every start; the id covers them.
 
     Args:
         db: The store to freeze (it must exist).
@@ -61,22 +60,9 @@ def freeze(db: str | Path, out: str | Path, *, config: MatchConfig | None = None
         StoreError: The store is missing or cannot be read.
         VectorIndexError: The index cannot be built.
     """
-    _keep_effects(db, config)
-    return bundle.freeze(db, out, partial(build_snapshot_index, config=config))
-
-
-def _keep_effects(db: str | Path, config: MatchConfig | None) -> None:
-    """Keep the tools' learned effects in the store being frozen, so its copy carries them.
-
-    A served snapshot is read-only and cannot keep them itself: it would learn them on every
-    start. They are meta, outside the content the snapshot id hashes, so the id is the same with
-    or without them; the bundle's file hashes cover them like the rest of ``store.db``.
-    """
-    try:
-        with Store(db, create=False) as store:
-            keep_effects(store, config)
-    except StoreError:
-        pass  # not writable (frozen as it is), or not a store (bundle.freeze says why)
+    return bundle.freeze(
+        db, out, partial(build_snapshot_index, config=config), partial(keep_effects, config=config)
+    )
 
 
 def match_config(snapshot: Snapshot) -> MatchConfig:

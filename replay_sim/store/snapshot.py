@@ -2,8 +2,9 @@
 
 A bundle is a folder holding ``store.db`` (written with ``VACUUM INTO``), the vector index built
 from it (``index/``) and ``manifest.json``. The snapshot id is a hash over the recorded content
-(the store's JSONL export), the embedding model id, the matching config, the redaction rules and
-the index files (the vectors semantic answers are decided by), so one id always gives the same
+(the store's JSONL export), the embedding model id, the matching config, the store's meta values
+(the redaction rules; the tools' learned effects, kept so replays need not learn them) and the index
+files (the vectors semantic answers are decided by), so one id always gives the same
 answers: the same recordings frozen twice get the same id, and any change to them — or a tampered
 file, even with its hash in the manifest rewritten — is detected. The index build is deterministic
 for a given model build; a store frozen with another torch or CPU may get other vectors, and then
@@ -38,11 +39,14 @@ __all__ = ["Snapshot", "SnapshotDiff", "diff", "freeze", "open_snapshot", "verif
 MANIFEST = "manifest.json"
 STORE_FILE = "store.db"
 INDEX_DIR = "index"
-FORMAT = 2  # 2: the id covers the index; the bundle store has no embedding cache
+FORMAT = 3  # 2: the id covers the index; the bundle store has no embedding cache. 3: and its meta
 
 IndexBuilder = Callable[[Store, Path], tuple[str, dict[str, Any]]]
 """Builds the vector index of a (frozen, read-only) store into a folder; returns the embedding model
 id and the matching config, as JSON data, that the snapshot is served with."""
+Keeper = Callable[[Store], None]
+"""Writes what the bundle's store keeps besides its recordings (the tools' learned effects) into the
+copy, before it is hashed: the id covers every meta value."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,12 +103,20 @@ def content_hash(store: Store) -> str:
     return digest.hexdigest()
 
 
-def _snapshot_id(content: str, model: str, config: dict[str, Any], redaction: Any, index: str) -> str:
+def _snapshot_id(content: str, model: str, config: dict[str, Any], meta: str, index: str) -> str:
     material = json.dumps(
-        {"content": content, "model": model, "config": config, "redaction": redaction, "index": index},
-        sort_keys=True,
+        {"content": content, "model": model, "config": config, "meta": meta, "index": index}, sort_keys=True
     )
     return "snap-" + hashlib.sha256(material.encode("utf-8")).hexdigest()[:16]
+
+
+def _meta_hash(store: Store) -> str:
+    """sha256 over every meta value of a store: the redaction rules, the kept tool effects, ….
+
+    What a replay reads besides the recordings, so the id pins it: kept effects rewritten in a
+    bundle (its file hashes fixed) change the id.
+    """
+    return hashlib.sha256(json.dumps(store.metas(), sort_keys=True).encode("utf-8")).hexdigest()
 
 
 def _index_hash(files: dict[str, str]) -> str:
@@ -121,7 +133,9 @@ def _file_hashes(folder: Path) -> dict[str, str]:
     return hashes
 
 
-def freeze(db: str | Path, out: str | Path, build_index: IndexBuilder) -> Snapshot:
+def freeze(
+    db: str | Path, out: str | Path, build_index: IndexBuilder, keep: Keeper | None = None
+) -> Snapshot:
     """Write a read-only snapshot bundle of a store.
 
     Args:
@@ -129,6 +143,7 @@ def freeze(db: str | Path, out: str | Path, build_index: IndexBuilder) -> Snapsh
         out: The bundle folder to create; it must not exist yet.
         build_index: Builds the vector index into the bundle and says which embedding model and
             matching config it used (see :data:`IndexBuilder`).
+        keep: Writes what the bundle's store keeps besides its recordings (see :data:`Keeper`).
 
     Returns:
         The new snapshot.
@@ -144,6 +159,10 @@ def freeze(db: str | Path, out: str | Path, build_index: IndexBuilder) -> Snapsh
         _make_folder(out)
         try:
             source.copy_to(out / STORE_FILE)
+            if keep is not None:
+                with Store(out / STORE_FILE) as copy:
+                    keep(copy)
+                    copy.conn.execute("PRAGMA journal_mode=DELETE")  # read as one file, as copied
             manifest = _finish(Path(db), out, build_index)
         except BaseException:
             shutil.rmtree(out, ignore_errors=True)
@@ -169,14 +188,16 @@ def _finish(db: Path, out: Path, build_index: IndexBuilder) -> dict[str, Any]:
             model, matching = build_index(frozen, out / INDEX_DIR)  # reads the copied embedding cache
             counts = {"calls": len(frozen.recordings()), "servers": len(frozen.servers())}
             redaction = frozen.meta(RULES_META_KEY)
+            meta = _meta_hash(frozen)
         drop_embedding_cache(out / STORE_FILE)  # the id does not cover it: a served query never reads it
         files = _file_hashes(out)
         index = _index_hash(files)
         manifest = {
             "format": FORMAT,
-            "id": _snapshot_id(content, model, matching, redaction, index),
+            "id": _snapshot_id(content, model, matching, meta, index),
             "content_sha256": content,
             "index_sha256": index,
+            "meta_sha256": meta,
             "embedding_model": model,
             "matching_config": matching,
             "redaction": redaction,
@@ -238,7 +259,7 @@ def verify(path: str | Path) -> Snapshot:
     try:
         with Store(path / STORE_FILE, readonly=True) as store:
             content = content_hash(store)
-            redaction = store.meta(RULES_META_KEY)
+            meta = _meta_hash(store)
             cached = store.embedding_cache_size()
     except StoreError as exc:
         raise SnapshotError(f"{path}: store unreadable: {exc}") from exc
@@ -253,10 +274,12 @@ def verify(path: str | Path) -> Snapshot:
             f"{path}: the {INDEX_DIR}/ files do not match the manifest's index hash; "
             "the bundle was tampered with — re-freeze it"
         )
-    expected = _snapshot_id(
-        content, manifest["embedding_model"], manifest["matching_config"], redaction, index
-    )
-    if content != manifest["content_sha256"] or expected != manifest["id"]:
+    expected = _snapshot_id(content, manifest["embedding_model"], manifest["matching_config"], meta, index)
+    if (
+        content != manifest["content_sha256"]
+        or meta != manifest.get("meta_sha256")
+        or expected != manifest["id"]
+    ):
         raise SnapshotError(
             f"{path}: content, index and settings do not hash to manifest id {manifest['id']}; "
             "the bundle was tampered with — re-freeze it"

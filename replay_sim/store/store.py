@@ -103,6 +103,12 @@ class Store(Database):
         rows = self._query("SELECT value FROM meta WHERE key=?", (key,))
         return json.loads(rows[0][0]) if rows else None
 
+    def metas(self) -> dict[str, Any]:
+        """Every JSON value stored with the recordings, by key."""
+        return {
+            key: json.loads(value) for key, value in self._query("SELECT key, value FROM meta ORDER BY key")
+        }
+
     def set_meta(self, key: str, value: Any, *, wait: bool = True) -> None:
         """Store a JSON value with the recordings (replacing an older one).
 

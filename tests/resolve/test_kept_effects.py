@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import sqlite3
 import subprocess
 import sys
@@ -13,6 +15,7 @@ import pytest
 from resolver_helpers import text
 
 from replay_sim.effects import Effect, Verdict
+from replay_sim.errors import SnapshotError
 from replay_sim.replay.factory import open_replay
 from replay_sim.resolve import lineage
 from replay_sim.resolve.calibration import MatchConfig, ToolOverride
@@ -217,6 +220,7 @@ def test_a_frozen_snapshot_carries_the_kept_effects_its_replays_read_back(
     config = MatchConfig(tools={"srv/put": ToolOverride(read_only=False)})
     frozen = freeze(tmp_path / "r.db", tmp_path / "snap", config=config)
     assert snapshot.verify(frozen.path).id == frozen.id  # kept before the bundle's files were hashed
+    assert sorted(p.name for p in frozen.path.iterdir()) == ["index", "manifest.json", "store.db"]
     learned = _learned_only_by(monkeypatch)
     replay = open_replay(snapshot=frozen.path)
     effects = replay.resolver.lookup.effects("srv")
@@ -224,12 +228,23 @@ def test_a_frozen_snapshot_carries_the_kept_effects_its_replays_read_back(
     assert effects["put"].source == "config" and effects["tally"].effect is Effect.CHANGES
     with Store(frozen.store_path, readonly=True) as bundled:
         assert effects == recorded_effects(bundled, "srv", RecordedSchemas(bundled, config), config)
-    # Kept effects are meta, outside the content the id hashes: a store without them, the same id.
-    with Store(tmp_path / "r.db") as source:
-        source.conn.execute("DELETE FROM meta WHERE key LIKE 'effects:%'")
+    # The id covers them: a bundle frozen without them is another snapshot, and kept effects
+    # rewritten in a bundle (its file hash fixed, as an attacker would) are refused.
     again = snapshot.freeze(
         tmp_path / "r.db", tmp_path / "unkept", partial(build_snapshot_index, config=config)
     )
     with Store(again.store_path, readonly=True) as unkept:
         assert unkept.meta(KEY) is None
-    assert again.id == frozen.id
+    assert again.id != frozen.id
+    frozen.store_path.chmod(0o644)
+    with Store(frozen.store_path) as bundled:
+        forged = bundled.meta(KEY)
+        forged["verdicts"]["tally"] = forged["verdicts"]["put"]
+        bundled.set_meta(KEY, forged)
+        bundled.conn.execute("PRAGMA journal_mode=DELETE")  # one file again: only the meta differs
+    manifest = json.loads(frozen.manifest_path.read_text())
+    manifest["files"]["store.db"] = hashlib.sha256(frozen.store_path.read_bytes()).hexdigest()
+    frozen.manifest_path.chmod(0o644)
+    frozen.manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(SnapshotError, match="do not hash to manifest id"):
+        snapshot.verify(frozen.path)
