@@ -50,7 +50,7 @@ from replay_sim.record.proxy import unrecorded
 from replay_sim.record.session import Session, recorded_what, split_params, upstream_params
 from replay_sim.stdio_transport import Opening, Writer
 from replay_sim.store import Origin
-from replay_sim.store.store import PreparedCall
+from replay_sim.store.writer import PreparedCall
 
 __all__ = ["PassThrough"]
 

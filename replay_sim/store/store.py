@@ -3,75 +3,33 @@
 Writers commit each call in its own short transaction, so a killed process loses at most the call
 it was writing, and several recorders (threads or processes) can write to one file at once. Reads
 never block writers (WAL). The file itself — tables, transactions, translating sqlite3 errors to
-:class:`~replay_sim.errors.StoreError` — is :mod:`replay_sim.store.database`.
+:class:`~replay_sim.errors.StoreError` — is :mod:`replay_sim.store.database`; committing calls (the
+recorder's write path, a call's row prepared ahead) is :mod:`replay_sim.store.writer`.
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import json
-import sqlite3
-import unicodedata
 import uuid
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from pathlib import Path
 from typing import Any
 
-from replay_sim.canonical import call_identity, call_key, canonical_json
+from replay_sim.canonical import call_identity, call_key
 from replay_sim.errors import StoreError
 from replay_sim.protocol import LISTING_METHODS
-from replay_sim.store.database import Database
-from replay_sim.store.records import Origin, Recording, ServerRecord, utc_now
+from replay_sim.store.records import Recording, ServerRecord, utc_now
+from replay_sim.store.writer import CALL_COLUMNS, CallWriter, dumps
 
-__all__ = ["DEFAULT_DB", "PreparedCall", "Store"]
+__all__ = ["DEFAULT_DB", "Store"]
 
 DEFAULT_DB = Path("cache/replay.db")
-
-
-_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
-
-
-def _dumps(value: Any) -> str:
-    """JSON text as received: key order kept, compact, non-ASCII kept."""
-    return _ENCODER.encode(value)
-
-
-@functools.lru_cache(maxsize=64)
-def _key_head(server: str, method: str) -> str:
-    """The start of a call key's payload (see :meth:`Store.prepare_call`)."""
-    return f"[{canonical_json(server)},{canonical_json(method)},"
 
 
 def _loads(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
 
-_CALL_COLUMNS = (
-    "id, server, method, name, arguments, params, key, result, error, session, seq, "
-    "latency_ms, recorded_at, origin, notifications"
-)
-_INSERT_CALL = f"INSERT INTO calls ({_CALL_COLUMNS}) VALUES (NULL{', ?' * 14})"
-# The same, seq the next free number of the session, found by the statement itself.
-_APPEND_CALL = (
-    f"INSERT INTO calls ({_CALL_COLUMNS}) VALUES (NULL{', ?' * 9}, "
-    f"(SELECT COALESCE(MAX(seq), 0) + 1 FROM calls WHERE session=?){', ?' * 4})"
-)
-
-
-@dataclass(frozen=True, slots=True)
-class PreparedCall:
-    """A call's request columns, computed before its answer arrives (:meth:`Store.prepare_call`)."""
-
-    name: str
-    arguments: str
-    params: str
-    key: str
-
-
-class Store(Database):
+class Store(CallWriter):
     """A recording store backed by one SQLite file: servers, listings, sessions and calls.
 
     Safe to share between threads and async tasks of one process (writes are serialised by a lock)
@@ -119,7 +77,7 @@ class Store(Database):
                 :meth:`~replay_sim.store.database.Database.transaction`).
         """
         with self.transaction(f"record {key}", content=False, wait=wait) as conn:
-            conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, _dumps(value)))
+            conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, dumps(value)))
 
     # -- servers and listings -----------------------------------------------------------------
 
@@ -130,8 +88,8 @@ class Store(Database):
                 "INSERT OR REPLACE INTO servers VALUES (?, ?, ?, ?, ?)",
                 (
                     server.name,
-                    _dumps(server.info),
-                    _dumps(server.capabilities),
+                    dumps(server.info),
+                    dumps(server.capabilities),
                     server.protocol_version,
                     server.instructions,
                 ),
@@ -155,7 +113,7 @@ class Store(Database):
                 f"{self.path}: {method!r} is not a listing method ({', '.join(LISTING_METHODS)})"
             )
         with self.transaction(f"record {method} of {server!r}") as conn:
-            conn.execute("INSERT OR REPLACE INTO listings VALUES (?, ?, ?)", (server, method, _dumps(result)))
+            conn.execute("INSERT OR REPLACE INTO listings VALUES (?, ?, ?)", (server, method, dumps(result)))
 
     def listings(self, server: str) -> dict[str, dict[str, Any]]:
         """The recorded listings of ``server``, by method."""
@@ -173,126 +131,6 @@ class Store(Database):
                 (session_id, server, started_at or utc_now()),
             )
         return session_id
-
-    def record_calls(self, calls: Sequence[Mapping[str, Any]]) -> list[int]:
-        """Commit several calls (keyword arguments of :meth:`record_call` each) in one transaction.
-
-        Returns:
-            Their recording ids, in order, once all of them are durable (or none is recorded).
-        """
-        with self.transaction(f"record {len(calls)} calls") as conn:
-            return [self._insert(conn, **call) for call in calls]
-
-    def prepare_call(self, server: str, method: str, params: dict[str, Any]) -> PreparedCall:
-        """The request columns of a call (its name, arguments, params and key), for :meth:`record_call`.
-
-        A recorder computes them while the server works on the call, not after it answers.
-        """
-        params = {k: v for k, v in params.items() if k != "_meta"}
-        name, arguments = call_identity(method, params)
-        canonical = canonical_json(arguments)
-        # call_key's payload, canonical_json([server, method, name, arguments]), with the
-        # arguments' canonical text made once: a list's items are serialised one by one (and a
-        # string's canonical text is its NFC form's JSON string).
-        name_json = encode_basestring(unicodedata.normalize("NFC", name))
-        payload = f"{_key_head(server, method)}{name_json},{canonical}]"
-        return PreparedCall(name, canonical, _dumps(params), hashlib.sha256(payload.encode()).hexdigest())
-
-    def record_call(
-        self,
-        server: str,
-        method: str,
-        params: dict[str, Any],
-        *,
-        result: dict[str, Any] | None = None,
-        error: dict[str, Any] | None = None,
-        session: str | None = None,
-        seq: int | None = None,
-        latency_ms: float | None = None,
-        recorded_at: str | None = None,
-        origin: str = Origin.LIVE,
-        notifications: list[dict[str, Any]] | None = None,
-        prepared: PreparedCall | None = None,
-    ) -> int:
-        """Commit one call and its answer; returns the new recording id once it is durable.
-
-        Args:
-            server: Recorded server name.
-            method: MCP method of the request.
-            params: Request params, wire JSON (``_meta`` is dropped).
-            result: The result as received, or None when the server answered with an error.
-            error: The JSON-RPC error object (``code``, ``message``, ``data``), if any.
-            session: Recording session id.
-            seq: Position in the session; the next free number when None.
-            latency_ms: Upstream round-trip time.
-            recorded_at: ISO-8601 timestamp; now when None.
-            origin: An :class:`Origin` value.
-            notifications: Progress/logging notifications received during the call, in order.
-            prepared: :meth:`prepare_call`'s columns of ``server``, ``method`` and ``params``
-                (computed here when None).
-
-        Returns:
-            The recording id.
-        """
-        if prepared is None:
-            prepared = self.prepare_call(server, method, params)
-        with self.transaction(f"record {method} {prepared.name!r} of {server!r}") as conn:
-            return self._insert(
-                conn,
-                server,
-                method,
-                params,
-                result=result,
-                error=error,
-                session=session,
-                seq=seq,
-                latency_ms=latency_ms,
-                recorded_at=recorded_at,
-                origin=origin,
-                notifications=notifications,
-                prepared=prepared,
-            )
-
-    def _insert(
-        self,
-        conn: sqlite3.Connection,
-        server: str,
-        method: str,
-        params: dict[str, Any],
-        *,
-        result: dict[str, Any] | None = None,
-        error: dict[str, Any] | None = None,
-        session: str | None = None,
-        seq: int | None = None,
-        latency_ms: float | None = None,
-        recorded_at: str | None = None,
-        origin: str = Origin.LIVE,
-        notifications: list[dict[str, Any]] | None = None,
-        prepared: PreparedCall | None = None,
-    ) -> int:
-        """Insert one call (:meth:`record_call`'s arguments) in the transaction under way."""
-        if prepared is None:
-            prepared = self.prepare_call(server, method, params)
-        cursor = conn.execute(
-            _APPEND_CALL if session is not None and seq is None else _INSERT_CALL,
-            (
-                server,
-                method,
-                prepared.name,
-                prepared.arguments,
-                prepared.params,
-                prepared.key,
-                None if result is None else _dumps(result),
-                None if error is None else _dumps(error),
-                session,
-                session if seq is None and session is not None else seq,
-                latency_ms,
-                recorded_at or utc_now(),
-                str(origin),
-                _dumps(notifications) if notifications else None,
-            ),
-        )
-        return int(cursor.lastrowid or 0)
 
     def contains(
         self,
@@ -312,7 +150,7 @@ class Store(Database):
         return bool(rows)
 
     def _recordings(self, where: str = "", params: tuple[Any, ...] = ()) -> list[Recording]:
-        rows = self._query(f"SELECT {_CALL_COLUMNS} FROM calls {where}", params)
+        rows = self._query(f"SELECT {CALL_COLUMNS} FROM calls {where}", params)
         return [
             Recording(
                 id=r[0],
