@@ -2,10 +2,10 @@
 
 A :class:`Session` pairs one downstream MCP session (or a 2026-era episode) with its own upstream
 connection and store session. It forwards requests raw and records each answered call with the
-notifications that belong to it; forwards the server's questions to the client (sampling,
-elicitation, roots) and records the exchanges — mid-call for a handshake-era client, through an
-``input_required`` round (:class:`~replay_sim.record.inflight.Round`) for a 2026-era one; and, when
-exploring, asks which tools change state and the variants of a read-only call
+notifications that belong to it (:class:`~replay_sim.record.relay.Relay` routes those, and the
+server's questions to the client, to the call in flight); runs a 2026-era client's call as
+``input_required`` rounds (:class:`~replay_sim.record.inflight.Round`); and, when exploring, asks
+which tools change state and the variants of a read-only call
 (:mod:`replay_sim.record.effect_probes`, :mod:`replay_sim.record.explore`). What it needs
 from the proxy that owns it is a :class:`SessionHost`
 (:class:`~replay_sim.record.proxy.ServerProxy` is one).
@@ -18,31 +18,21 @@ from collections.abc import Callable, Coroutine, Mapping
 from functools import partial
 from typing import Any, Protocol, TypeVar
 
-import mcp_types as types
-from mcp.server.connection import allowed_log_levels
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
-from mcp_types import LOG_LEVEL_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from replay_sim.canonical import answer_text
 from replay_sim.errors import UpstreamError
-from replay_sim.protocol import (
-    CALL_METHODS,
-    EPISODE_META_KEY,
-    INPUT_KEY,
-    LISTING_FIELDS,
-    LISTING_METHODS,
-    ask_client,
-    error_json,
-)
+from replay_sim.protocol import CALL_METHODS, EPISODE_META_KEY, INPUT_KEY, LISTING_FIELDS, LISTING_METHODS
 from replay_sim.record.explore import Explorer
 from replay_sim.record.inflight import Call, Round
+from replay_sim.record.relay import Relay
 from replay_sim.record.upstream import Upstream
 from replay_sim.redaction import Redactor
 from replay_sim.schema import tool_schemas
 from replay_sim.store import Origin, Store
-from replay_sim.store.store import PreparedCall
+from replay_sim.store.writer import PreparedCall
 
 __all__ = ["Session", "SessionHost", "recorded_what", "split_params", "upstream_params"]
 
@@ -90,13 +80,13 @@ class Session:
         self.proxy = proxy
         self.upstream = upstream
         self.store_session = store_session
-        self.outbound = outbound  # the connection's standalone channel, if it has one
         self.inflight: dict[str, Call] = {}
         self.rounds: dict[str, Round] = {}  # requestState -> a 2026-era call waiting for its retry
         self._round_ids = itertools.count(1)
         self.pages: dict[str, dict[str, Any]] = {}
-        upstream.on_notification = self.on_notification
-        upstream.on_request = self.on_request
+        self.relay = Relay(self.inflight, outbound)  # outbound: the connection's standalone channel
+        upstream.on_notification = self.relay.on_notification
+        upstream.on_request = self.relay.on_request
 
     async def close(self) -> None:
         await self.upstream.close()
@@ -321,74 +311,6 @@ class Session:
         redacted = self.proxy.redactor.redact(merged, keys=False)
         store, name = self.proxy.store, self.proxy.name
         await self.proxy.write(partial(store.put_listing, name, method, redacted), method)
-
-    async def on_notification(self, method: str, params: dict[str, Any]) -> None:
-        """Record an upstream notification with its call and forward it downstream."""
-        if method == "notifications/progress":
-            call = self.inflight.get(str(params.get("progressToken")))
-            if call is None:
-                return
-            call.notifications.append({"method": method, "params": _without(params, "progressToken")})
-            if call.ctx is not None and call.reachable:  # a no-op unless the client asked for progress
-                await call.ctx.session.report_progress(
-                    params.get("progress", 0), params.get("total"), params.get("message")
-                )
-            return
-        calls = list(self.inflight.values())
-        if method == "notifications/message":
-            # stdio carries no request id on log messages: they belong to whatever is in flight.
-            for call in calls:
-                call.notifications.append({"method": method, "params": params})
-            if calls:
-                clients = [c.ctx for c in calls if c.ctx is not None and c.reachable]
-                if clients:
-                    await self._log_to(clients[0], params)
-                return
-        if self.outbound is not None:
-            await self.outbound.notify(method, params)
-
-    async def on_request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        """Forward a server→client request to the client whose call is in flight; record the exchange.
-
-        It is recorded among the call's notifications, in order, with the client's ``result`` (or
-        ``error``): replay asks the client again and serves the call only if it answers the same.
-        """
-        calls = [c for c in self.inflight.values() if c.ctx is not None]
-        if len(calls) != 1:
-            which = "no client call is" if not calls else f"{len(calls)} client calls are"
-            raise MCPError(
-                code=types.INVALID_REQUEST,
-                message=f"replay-sim cannot forward {method}: {which} in flight on this session",
-            )
-        call = calls[0]
-        assert call.ctx is not None
-        exchange: dict[str, Any] = {"method": method, "params": params}
-        call.notifications.append(exchange)
-        try:
-            if call.round is not None:
-                exchange["result"] = await call.round.ask(method, params)
-            else:
-                exchange["result"] = await ask_client(call.ctx, method, params)
-        except MCPError as exc:
-            exchange["error"] = error_json(exc)
-            raise
-        return exchange["result"]
-
-    async def _log_to(self, ctx: ServerRequestContext[Any, Any], params: dict[str, Any]) -> None:
-        level = params.get("level")
-        request_meta = (ctx.params or {}).get("_meta") or {}
-        if level not in allowed_log_levels(
-            ctx.protocol_version, {LOG_LEVEL_META_KEY: request_meta.get(LOG_LEVEL_META_KEY)}
-        ):
-            return  # a 2026 client that did not opt in to logs on this request gets none
-        notification = types.LoggingMessageNotification(
-            params=types.LoggingMessageNotificationParams.model_validate(params, by_name=False)
-        )
-        await ctx.session.send_notification(notification, related_request_id=ctx.request_id)
-
-
-def _without(mapping: Mapping[str, Any], key: str) -> dict[str, Any]:
-    return {k: v for k, v in mapping.items() if k != key}
 
 
 def split_params(raw: Mapping[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
