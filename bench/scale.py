@@ -34,9 +34,9 @@ import numpy as np
 from bench import startup
 from replay_sim.resolve.build import build_index
 from replay_sim.resolve.embedding import CachedEmbedder, default_embedder
-from replay_sim.resolve.lineage import keep_effects
 from replay_sim.resolve.resolution import Tier
 from replay_sim.resolve.resolver import Resolver
+from replay_sim.resolve.tooleffects import keep_effects
 from replay_sim.store import ServerRecord, Store
 
 SERVERS = 10

@@ -7,8 +7,8 @@ be an exact hit. The baseline is a bare MCP SDK server (its default streamable H
 a constant, started the same way in the same run. Rounds are interleaved; medians are reported.
 
 The first replay start after new recordings learns the servers' tool effects and keeps them in the
-store (:func:`replay_sim.resolve.lineage.remembered_effects`), unless ``replay-sim index build``
-kept them already (:func:`~replay_sim.resolve.lineage.keep_effects`, as :func:`main` and
+store (:func:`replay_sim.resolve.tooleffects.remembered_effects`), unless ``replay-sim index build``
+kept them already (:func:`~replay_sim.resolve.tooleffects.keep_effects`, as :func:`main` and
 :mod:`bench.scale` do after their builds); later starts read them back. The first round is the
 first start after the build, and is reported on its own too.
 
@@ -161,7 +161,7 @@ def main() -> None:
     """A 1,000-recording generated store (index built first): replay start vs bare SDK start."""
     from bench.scale import generate, recorded_calls
     from replay_sim.resolve.build import build_index
-    from replay_sim.resolve.lineage import keep_effects
+    from replay_sim.resolve.tooleffects import keep_effects
 
     with tempfile.TemporaryDirectory() as tmp:
         db, index_dir = Path(tmp) / "small.db", Path(tmp) / "index"

@@ -23,9 +23,10 @@ from replay_sim.record.config import load_config
 from replay_sim.record.revisit import explore_store
 from replay_sim.record.sandbox import Verdicts, probe_effects
 from replay_sim.resolve.calibration import MatchConfig
-from replay_sim.resolve.lineage import DIVERGED, recorded_effects, store_effects
+from replay_sim.resolve.lineage import DIVERGED
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.resolve.schemas import RecordedSchemas
+from replay_sim.resolve.tooleffects import recorded_effects, store_effects
 from replay_sim.store import Store
 from replay_sim.store.misses import MissEntry, read_misses, side_file
 from replay_sim.store.snapshot import STORE_FILE

@@ -14,9 +14,9 @@ from replay_sim.resolve.embedding import CachedEmbedder, default_embedder
 from replay_sim.resolve.evaluate import compare, load_probes, render
 from replay_sim.resolve.evaluate import explain as explain_report
 from replay_sim.resolve.index import DEFAULT_INDEX_DIR
-from replay_sim.resolve.lineage import keep_effects
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.resolve.schemas import RecordedSchemas
+from replay_sim.resolve.tooleffects import keep_effects
 from replay_sim.store import Store
 
 index_dir_option = click.option(

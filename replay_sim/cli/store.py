@@ -10,7 +10,7 @@ import click
 
 from replay_sim.cli import cli, db_option
 from replay_sim.resolve.calibration import MatchConfig
-from replay_sim.resolve.lineage import store_effects
+from replay_sim.resolve.tooleffects import store_effects
 from replay_sim.store import Store
 from replay_sim.store.interchange import export_jsonl, import_jsonl, merge
 

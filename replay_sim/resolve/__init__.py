@@ -2,7 +2,8 @@
 
 - :mod:`~replay_sim.resolve.resolver` — the tiers (exact → canonical → semantic → miss);
   :mod:`~replay_sim.resolve.resolution` — what it answers (tier, problem, near misses).
-- :mod:`~replay_sim.resolve.lineage` — which recordings were made from an episode's state.
+- :mod:`~replay_sim.resolve.lineage` — which recordings were made from an episode's state;
+  :mod:`~replay_sim.resolve.tooleffects` — which tools change it (learned, kept in the store).
 - :mod:`~replay_sim.resolve.toolstate`, :mod:`~replay_sim.resolve.invariance`,
   :mod:`~replay_sim.resolve.calibration` — per-tool matching: normalisation, learned invariances,
   thresholds and the matching config; :mod:`~replay_sim.resolve.schemas` — recorded tool schemas.

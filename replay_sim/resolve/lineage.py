@@ -5,7 +5,8 @@ this episode's state when the *state-changing* calls before it in its recorded s
 tools not known to be effect-free, that did not fail) are exactly the ones this episode made, in
 order. Which tools are effect-free is declared (the matching config, ``readOnlyHint``) or learned
 from the recordings (:mod:`replay_sim.effects`: a read that gave the same answer before and after
-a tool's calls; a read-only hint is dropped when recordings of one call from one state disagree).
+a tool's calls; a read-only hint is dropped when recordings of one call from one state disagree),
+and the verdicts are kept in the store (:mod:`replay_sim.resolve.tooleffects`).
 Effect-free calls never change state, so they are ignored when comparing; they only break ties
 (the longest common tail of the whole history wins, then the earliest recording).
 
@@ -21,41 +22,21 @@ trail keeps its derived state up to date as it grows: a call costs the same at s
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import functools
-import hashlib
-import sys
-from collections import OrderedDict, defaultdict
-from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from replay_sim.canonical import answer_text
-from replay_sim.effects import Call, Declaration, Verdict, declare, learn
-from replay_sim.errors import StoreError
+from replay_sim.effects import Verdict, declare, learn
 from replay_sim.resolve.calibration import MatchConfig
-from replay_sim.resolve.schemas import RecordedSchemas
+from replay_sim.resolve.tooleffects import dry_run, remembered_effects
 from replay_sim.schema import ToolSchema
 from replay_sim.store import Recording, Store
 
-__all__ = [
-    "DIVERGED",
-    "EFFECTS_META_PREFIX",
-    "StateLookup",
-    "Trail",
-    "history_affinity",
-    "keep_effects",
-    "recorded_effects",
-    "remembered_effects",
-    "store_effects",
-]
+__all__ = ["DIVERGED", "StateLookup", "Trail", "history_affinity"]
 
 DIVERGED = "!"
 """Prefix of the step of a state-changing call no recording answered."""
-
-EFFECTS_META_PREFIX = "effects:"
-"""Meta key prefix (then the server's name) of the verdicts a store keeps (:func:`remembered_effects`)."""
 
 
 def history_affinity(recording: Recording, history: Sequence[str], prefix: Sequence[str]) -> int:
@@ -98,163 +79,6 @@ class Trail:
 
     def __len__(self) -> int:
         return len(self.steps)
-
-
-def _dry_run(tool: str, arguments: Any) -> bool:
-    """Whether a call asks for a dry run (:meth:`~replay_sim.schema.ToolSchema.changes_state`)."""
-    return not ToolSchema(tool, {}).changes_state(arguments)
-
-
-def recorded_effects(
-    store: Store, server: str, schema: Callable[[str, str], Any], config: MatchConfig | None = None
-) -> dict[str, Verdict]:
-    """Every tool's effect on one recorded server, declared or learned (:func:`replay_sim.effects.learn`).
-
-    Args:
-        store: The recording store.
-        server: Recorded server name.
-        schema: ``(server, tool) -> ToolSchema | None`` (annotations).
-        config: The matching config, whose ``read_only`` overrides any annotation or evidence.
-
-    Returns:
-        Verdicts by tool name: every listed tool and every tool recorded.
-    """
-    return _learned(store, server, schema, config or MatchConfig())[0]
-
-
-def _learned(
-    store: Store, server: str, schema: Callable[[str, str], Any], config: MatchConfig
-) -> tuple[dict[str, Verdict], dict[str, Declaration]]:
-    """:func:`recorded_effects`, and the declarations they were learned with."""
-    outcomes = store.outcomes(server)  # not Recordings: a large store's are slow to build
-    # Failed as Recording.failed says: a JSON-RPC error, or an isError result.
-    failed = [
-        error is not None or bool((result or {}).get("isError")) for *_, result, error, _, _ in outcomes
-    ]
-    succeeded: dict[str, bool] = defaultdict(bool)
-    for (_, _, _, key, *_), fails in zip(outcomes, failed, strict=True):
-        succeeded[key] |= not fails
-    sessions: dict[Any, list[tuple[int, Call]]] = defaultdict(list)
-    for (rid, method, name, key, arguments, result, error, session, seq), fails in zip(
-        outcomes, failed, strict=True
-    ):
-        inert = method != "tools/call" or not succeeded[key] or _dry_run(name, arguments)
-        call = Call(rid, method, name, key, answer_text(result, error), fails, inert)
-        # A call recorded outside any session is a session of its own, from the initial state.
-        sessions[session if session is not None else ("", rid)].append((seq or 0, call))
-    runs = [
-        [c for _, c in sorted(calls, key=lambda sc: (sc[0], sc[1].id or 0))] for calls in sessions.values()
-    ]
-    names = {name for _, method, name, *_ in outcomes if method == "tools/call"}
-    declared = _declarations(server, names, schema, config)
-    return learn(runs, declared), declared
-
-
-def _declarations(
-    server: str, called: Iterable[str], schema: Callable[[str, str], Any], config: MatchConfig
-) -> dict[str, Declaration]:
-    """The declared effect of every tool called or listed (every listed tool gets a verdict)."""
-    names = set(called)
-    listed = getattr(schema, "tools", None)
-    if callable(listed):
-        names |= set(listed(server) or ())
-    declared: dict[str, Declaration] = {}
-    for name in names:
-        tool = schema(server, name)
-        declared[name] = declare(
-            None if tool is None else tool.annotations, config.override(server, name).read_only
-        )
-    return declared
-
-
-@functools.cache
-def _learner() -> str:
-    """A digest of the code that decides a verdict ("" when it cannot be read: nothing is kept).
-
-    Kept verdicts learned by other code are learned again, so a change of what the evidence
-    means never leaves a store answering with verdicts the running code would not reach.
-    """
-    digest = hashlib.sha256()
-    try:
-        # The modules' source, named (a function may be wrapped); __name__ is _learned's.
-        for module in (learn.__module__, answer_text.__module__, ToolSchema.__module__, __name__):
-            digest.update(Path(str(sys.modules[module].__file__)).read_bytes())
-    except (OSError, KeyError):
-        return ""
-    return digest.hexdigest()[:16]
-
-
-def _declared_json(declared: dict[str, Declaration]) -> dict[str, list[Any]]:
-    return {t: [str(d.effect), d.fixed, d.source, d.reason] for t, d in sorted(declared.items())}
-
-
-def remembered_effects(
-    store: Store,
-    server: str,
-    schema: Callable[[str, str], Any],
-    config: MatchConfig | None = None,
-    *,
-    wait: bool = False,
-) -> dict[str, Verdict]:
-    """:func:`recorded_effects`, kept in the store's meta: learned once per state of the store.
-
-    The verdicts kept under :data:`EFFECTS_META_PREFIX` + ``server`` are used when nothing they
-    were learned from moved: the calls (append-only: the store's fingerprint), every tool's
-    declaration (listings and the matching config) and the code that learns them. Otherwise they
-    are learned again, and kept when the store is writable and no other process is writing it
-    (a server never waits to keep them; with ``wait``, another writer's lock is waited for).
-
-    Args and returns: as :func:`recorded_effects`.
-    """
-    config = config or MatchConfig()
-    learner = _learner()
-    basis = store.fingerprint()  # read before the calls: calls added meanwhile leave what is kept stale
-    key = EFFECTS_META_PREFIX + server
-    kept: Any = store.meta(key) if learner else None
-    try:
-        if kept["calls"] == basis and kept["learner"] == learner:
-            declared = _declared_json(_declarations(server, kept["declared"], schema, config))
-            if declared == kept["declared"]:
-                return {t: Verdict.from_dict(v) for t, v in kept["verdicts"].items()}
-    except (KeyError, TypeError, ValueError):
-        pass  # nothing kept, or not in this form: learned again
-    verdicts, declarations = _learned(store, server, schema, config)
-    if learner and not store.readonly:
-        entry = {
-            "calls": basis,
-            "learner": learner,
-            "declared": _declared_json(declarations),
-            "verdicts": {t: v.as_dict() for t, v in verdicts.items()},
-        }
-        with contextlib.suppress(StoreError):  # another process is writing: learned again next time
-            store.set_meta(key, entry, wait=wait)
-    return verdicts
-
-
-def keep_effects(store: Store, config: MatchConfig | None = None) -> None:
-    """Learn every recorded server's tool effects and keep them in the store (:func:`remembered_effects`).
-
-    ``replay-sim index build`` and ``snapshot freeze`` call it, so the first replay started after
-    them reads the verdicts back instead of learning them (0.25 s a 10,000-call server). Verdicts
-    kept already and still current are left as they are; another writer's lock is waited for.
-
-    Args:
-        store: The recording store; a read-only one keeps nothing.
-        config: The matching config the replay will be served with (another one learns again).
-    """
-    if store.readonly:
-        return
-    schemas = RecordedSchemas(store, config)
-    servers = {s.name for s in store.servers()} | {server for server, _, _ in store.names()}
-    for server in sorted(servers):
-        remembered_effects(store, server, schemas, config, wait=True)
-
-
-def store_effects(store: Store, config: MatchConfig | None = None) -> dict[str, dict[str, Verdict]]:
-    """Every recorded server's tools and their effects (:func:`recorded_effects`), by server name."""
-    schemas = RecordedSchemas(store, config)
-    servers = sorted({s.name for s in store.servers()} | {row["server"] for row in store.stats()})
-    return {server: recorded_effects(store, server, schemas, config) for server in servers}
 
 
 class StateLookup:
@@ -309,7 +133,7 @@ class StateLookup:
 
     def changes_state(self, server: str, tool: str, arguments: Any) -> bool:
         """Whether a call of ``tool`` with these arguments counts as a state change."""
-        return self.effect(server, tool).changes_state and not _dry_run(tool, arguments)
+        return self.effect(server, tool).changes_state and not dry_run(tool, arguments)
 
     def effective(self, server: str, schema: ToolSchema) -> ToolSchema:
         """``schema`` with ``read_only`` set to what the tool's effect says (learned or declared)."""

@@ -13,8 +13,8 @@ from typing import Any
 from replay_sim.resolve.build import build_index
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.embedding import CachedEmbedder, default_embedder
-from replay_sim.resolve.lineage import keep_effects
 from replay_sim.resolve.schemas import RecordedSchemas
+from replay_sim.resolve.tooleffects import keep_effects
 from replay_sim.store import Store
 from replay_sim.store import snapshot as bundle
 from replay_sim.store.snapshot import Snapshot

@@ -15,10 +15,10 @@ from replay_sim.canonical import answer_text
 from replay_sim.effects import Effect, Verdict
 from replay_sim.record.config import RecorderConfig, UpstreamSpec
 from replay_sim.record.sandbox import OBSERVERS, probe_effects
-from replay_sim.resolve.lineage import recorded_effects
 from replay_sim.resolve.resolution import Tier
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.resolve.schemas import RecordedSchemas
+from replay_sim.resolve.tooleffects import recorded_effects
 from replay_sim.store import Origin, Store
 
 COUNTER = [PYTHON, ROOT / "fixtures" / "counter_server.py"]

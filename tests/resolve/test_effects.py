@@ -10,9 +10,9 @@ from resolver_helpers import text
 
 from replay_sim.effects import Call, Declaration, Effect, declare, learn
 from replay_sim.resolve.calibration import MatchConfig, ToolOverride
-from replay_sim.resolve.lineage import store_effects
 from replay_sim.resolve.resolution import Tier
 from replay_sim.resolve.resolver import Resolver
+from replay_sim.resolve.tooleffects import store_effects
 from replay_sim.store import Store
 
 RO = {"readOnlyHint": True}

@@ -17,13 +17,18 @@ from resolver_helpers import text
 from replay_sim.effects import Effect, Verdict
 from replay_sim.errors import SnapshotError
 from replay_sim.replay.factory import open_replay
-from replay_sim.resolve import lineage
+from replay_sim.resolve import tooleffects
 from replay_sim.resolve.calibration import MatchConfig, ToolOverride
-from replay_sim.resolve.lineage import EFFECTS_META_PREFIX, keep_effects, recorded_effects, remembered_effects
 from replay_sim.resolve.resolution import Tier
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.resolve.schemas import RecordedSchemas
 from replay_sim.resolve.snapshot import build_snapshot_index, freeze
+from replay_sim.resolve.tooleffects import (
+    EFFECTS_META_PREFIX,
+    keep_effects,
+    recorded_effects,
+    remembered_effects,
+)
 from replay_sim.store import Store, snapshot
 
 RO = {"readOnlyHint": True}
@@ -59,13 +64,13 @@ def _store(path: Path) -> Store:
 def _learned_only_by(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Count the servers whose effects are learned from the recordings (not read back)."""
     learned: list[str] = []
-    real = lineage._learned
+    real = tooleffects._learned
 
     def counting(store: Store, server: str, *args: Any) -> Any:
         learned.append(server)
         return real(store, server, *args)
 
-    monkeypatch.setattr(lineage, "_learned", counting)
+    monkeypatch.setattr(tooleffects, "_learned", counting)
     return learned
 
 
