@@ -33,7 +33,7 @@ from replay_sim.canonical import answer_text, call_identity, call_key
 from replay_sim.effects import Call, Declaration, Effect, Verdict, declare, learn, repeatable
 from replay_sim.schema import ToolSchema
 
-__all__ = ["EffectProbes", "Probe"]
+__all__ = ["EffectProbes", "Probe", "leaves"]
 
 _SETTLED_CALLS = 2  # calls of a tool seen to change nothing, after which it is not probed again
 _RELEARN_EVERY = 32  # calls recorded since the last verdicts, after which they are worked out again
@@ -153,7 +153,7 @@ class EffectProbes:
 
     def _earlier_reads(self, calls: list[_Asked], arguments: dict[str, Any], tool: str) -> list[Probe]:
         """The client's earlier successful reads, one per call, related ones first, then the latest."""
-        mine = set(_leaves(arguments))
+        mine = set(leaves(arguments))
         seen: set[str] = set()
         ranked = []
         for position in range(len(calls) - 1, -1, -1):
@@ -166,20 +166,20 @@ class EffectProbes:
                 continue
             if call.method == "tools/call" and (call.name == tool or not self.read_only(call.name)):
                 continue
-            shared = len(mine & set(_leaves(call_identity(call.method, asked.probe.params)[1])))
+            shared = len(mine & set(leaves(call_identity(call.method, asked.probe.params)[1])))
             ranked.append((-shared, -position, asked.probe))
         ranked.sort(key=lambda r: (r[0], r[1]))
         return [probe for _, _, probe in ranked[: self.reads]]
 
 
-def _leaves(value: Any) -> Iterator[str]:
+def leaves(value: Any) -> Iterator[str]:
     """The scalar values inside an argument (strings and numbers)."""
     if isinstance(value, dict):
         for item in value.values():
-            yield from _leaves(item)
+            yield from leaves(item)
     elif isinstance(value, list):
         for item in value:
-            yield from _leaves(item)
+            yield from leaves(item)
     elif isinstance(value, str) and value:
         yield value
     elif isinstance(value, int | float) and not isinstance(value, bool):

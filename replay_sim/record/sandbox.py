@@ -39,6 +39,7 @@ from replay_sim.canonical import canonical_json
 from replay_sim.effects import Effect, Verdict
 from replay_sim.errors import UpstreamError
 from replay_sim.record.config import RecorderConfig, UpstreamSpec
+from replay_sim.record.effect_probes import leaves
 from replay_sim.record.rerun import Rerun, recording_redactor, reset
 from replay_sim.redaction import Redactor
 from replay_sim.store import Origin, Recording, Store
@@ -252,14 +253,6 @@ def _observers(
 
 
 def _words(value: Any) -> Iterator[str]:
-    """The words (3 characters or more, lower case) in an argument's strings and numbers."""
-    if isinstance(value, dict):
-        for item in value.values():
-            yield from _words(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _words(item)
-    elif isinstance(value, str):
-        yield from (w.lower() for w in _WORD.findall(value))
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        yield str(value)
+    """The words (3 characters or more, lower case) of an argument's strings and numbers."""
+    for leaf in leaves(value):
+        yield from (w.lower() for w in _WORD.findall(leaf))
