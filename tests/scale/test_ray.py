@@ -273,13 +273,15 @@ def replica_states() -> dict[str, int]:
 
 async def test_a_killed_replicas_episodes_are_refused_by_name_and_the_rest_go_on(cluster: str) -> None:
     episodes = [f"kill-{i}" for i in range(8)]
-    async with httpx2.AsyncClient(base_url=cluster, timeout=60) as http:
+    # Until Serve's controller sees the replica dead, a call held by it waits (Serve retries it):
+    # seconds here, over a minute on a loaded machine. What is asserted is the answer, not the time.
+    async with httpx2.AsyncClient(base_url=cluster, timeout=240) as http:
 
         async def step(i: int, episode: str) -> httpx2.Response:
             headers = MODERN | modern(STEPS[i]) | {"X-Replay-Episode": episode}
             return await http.post("/mcp/memory", json=body(i, STEPS[i], episode, False), headers=headers)
 
-        with anyio.fail_after(180):
+        with anyio.fail_after(300):
             holders = {e: (await step(1, e)).headers["x-replay-replica"] for e in episodes}
             victim = holders[episodes[0]]
             handle = ray.get_actor(f"SERVE_REPLICA::{APP_NAME}#ReplayReplica#{victim}", namespace="serve")
