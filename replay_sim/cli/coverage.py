@@ -17,9 +17,9 @@ import click
 from tqdm import tqdm
 
 from replay_sim.cli import cli, db_option, match_config_option
-from replay_sim.effects import Effect
+from replay_sim.effects import Effect, Verdict
 from replay_sim.record.backfill import backfill
-from replay_sim.record.config import load_config
+from replay_sim.record.config import RecorderConfig, load_config
 from replay_sim.record.revisit import explore_store
 from replay_sim.record.sandbox import Verdicts, probe_effects
 from replay_sim.resolve.calibration import MatchConfig
@@ -40,9 +40,8 @@ config_option = click.option(
 )
 
 
-def _read_only(store: Store, match_config: MatchConfig | None) -> Callable[[str, str], bool]:
-    """Whether a tool changes nothing, as the resolver sees it (declared or learned effects)."""
-    effects = store_effects(store, match_config)
+def _read_only(effects: dict[str, dict[str, Verdict]]) -> Callable[[str, str], bool]:
+    """Whether a tool changes nothing, as the resolver sees it (declared or learned ``effects``)."""
 
     def read_only(server: str, tool: str) -> bool:
         verdict = effects.get(server, {}).get(tool)
@@ -116,7 +115,8 @@ def explore_command(
                 if max_calls <= 0:
                     click.echo("no variants asked: --max-calls spent on the effect probes")
                     return
-        read_only = _read_only(store, match_config)
+        effects = store_effects(store, match_config)
+        read_only = _read_only(effects)
         bar, progress = _bar("exploring", "call")
         with bar:
             report = anyio.run(
@@ -132,6 +132,22 @@ def explore_command(
             )
     for line in report.lines():
         click.echo(line)
+    for line in _sandbox_hints(config, effects):
+        click.echo(line)
+
+
+def _sandbox_hints(config: RecorderConfig, effects: dict[str, dict[str, Verdict]]) -> list[str]:
+    """What a server not declared a sandbox leaves unknown: its tools of unknown effect."""
+    hints = []
+    for name, spec in sorted(config.servers.items()):
+        unknown = sorted(t for t, v in effects.get(name, {}).items() if v.effect is Effect.UNKNOWN)
+        if unknown and not spec.sandbox:
+            shown = ", ".join(unknown[:5]) + (", …" if len(unknown) > 5 else "")
+            hints.append(
+                f"{name}: {len(unknown)} tool(s) of unknown effect ({shown}), replayed as changing state; "
+                "if its state can be thrown away, declare it `sandbox = true` (and its reset) to learn them"
+            )
+    return hints
 
 
 def store_answers(store: Store, match_config: MatchConfig | None = None) -> Callable[[MissEntry], bool]:
@@ -205,7 +221,7 @@ def backfill_command(
         misses = read_misses(store)
         for source in sources:
             misses += _kept(source)
-        read_only = _read_only(store, match_config)
+        read_only = _read_only(store_effects(store, match_config))
         bar, progress = _bar("backfilling", "miss")
         with bar:
             report = anyio.run(

@@ -62,15 +62,21 @@ async def test_the_cli_learns_a_pure_tool_and_a_write_on_a_sandbox_and_replay_an
 
     command = " ".join(json.dumps(str(part)) for part in COUNTER[1:])
     config = tmp_path / "recorder.toml"
-    config.write_text(
-        f"[servers.counter]\ncommand = {json.dumps(PYTHON)}\nargs = [{command}]\nsandbox = true\n"
+    config.write_text(f"[servers.counter]\ncommand = {json.dumps(PYTHON)}\nargs = [{command}]\n")
+    plain = subprocess.run(
+        [REPLAY_SIM, "explore", "--config", str(config), "--db", str(db)], capture_output=True, text=True
     )
+    assert plain.returncode == 0, plain.stderr  # not a sandbox: says what stays unknown, and how to learn it
+    assert "counter: 2 tool(s) of unknown effect (double, put)" in plain.stdout
+    assert "declare it `sandbox = true`" in plain.stdout
+    config.write_text(config.read_text() + "sandbox = true\n")
     done = subprocess.run(
         [REPLAY_SIM, "explore", "--config", str(config), "--db", str(db)], capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr
     assert "counter/double: none: " in done.stdout
     assert "counter/put: changes: get before/after differed" in done.stdout
+    assert "of unknown effect (" not in done.stdout  # nothing left unknown: no hint
 
     with Store(db) as store:
         probes = [r for r in store.recordings() if r.origin == Origin.EXPLORE and r.name in ("double", "put")]
