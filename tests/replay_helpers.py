@@ -246,20 +246,16 @@ def payload(response: httpx2.Response) -> dict[str, Any]:
     return json.loads([e for e in events if e][-1])
 
 
+def initialize(version: str = "2025-11-25") -> dict[str, Any]:
+    """A handshake-era ``initialize`` request (id 0) of a test client."""
+    params = {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}
+    return {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params}
+
+
 async def raw_session(http: httpx2.AsyncClient, url: str, episode: str | None = None) -> dict[str, str]:
     """Initialize a handshake-era MCP session over raw HTTP; returns the headers later requests need."""
     headers = dict(ACCEPT) | ({"X-Replay-Episode": episode} if episode else {})
-    init = {
-        "jsonrpc": "2.0",
-        "id": 0,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "t", "version": "0"},
-        },
-    }
-    response = await http.post(url, json=init, headers=headers)
+    response = await http.post(url, json=initialize(), headers=headers)
     headers |= {"Mcp-Session-Id": response.headers["mcp-session-id"], "MCP-Protocol-Version": "2025-11-25"}
     await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
     return headers

@@ -21,7 +21,7 @@ import httpx2
 import mcp.server.streamable_http as sdk_http
 import pytest
 from mcp_types import JSONRPCResponse
-from replay_helpers import ACCEPT, COUNTER_TOOLS, build_store, text_result
+from replay_helpers import ACCEPT, COUNTER_TOOLS, build_store, initialize, text_result
 
 from replay_sim.listener import serving_in_thread
 from replay_sim.replay.app import create_app
@@ -142,17 +142,7 @@ def servers(db: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tupl
 
 async def _open(http: httpx2.AsyncClient, url: str, version: str = "2025-11-25") -> dict[str, str]:
     """A handshake-era session: the headers its requests carry."""
-    init = {
-        "jsonrpc": "2.0",
-        "id": 0,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": version,
-            "capabilities": {},
-            "clientInfo": {"name": "t", "version": "0"},
-        },
-    }
-    opened = await http.post(url, json=init, headers=ACCEPT)
+    opened = await http.post(url, json=initialize(version), headers=ACCEPT)
     assert opened.headers["content-type"] == "application/json"  # the SDK path's single answer, as JSON
     headers = {k.lower(): v for k, v in ACCEPT.items()}
     headers |= {"mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": version}
@@ -420,17 +410,7 @@ def _stdio_answers(db: Path, lines: list[dict[str, Any]], fast: bool) -> list[by
 
 
 def test_serve_stdio_answers_from_prepared_bytes_in_both_eras(db: Path) -> None:
-    init = {
-        "jsonrpc": "2.0",
-        "id": 0,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "t", "version": "0"},
-        },
-    }
-    handshake = [init, {"jsonrpc": "2.0", "method": "notifications/initialized"}] + [
+    handshake = [initialize(), {"jsonrpc": "2.0", "method": "notifications/initialized"}] + [
         {"jsonrpc": "2.0", "id": i, "method": method, "params": params}
         for i, (method, params, _) in enumerate(CALLS, start=1)
     ]

@@ -17,7 +17,7 @@ import mcp_types as types
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
-from replay_helpers import ACCEPT, build_store, text_result
+from replay_helpers import ACCEPT, build_store, initialize, text_result
 
 from replay_sim import match_of
 from replay_sim.errors import ConfigError
@@ -264,20 +264,10 @@ def test_a_dropped_connection_over_http_closes_it_without_an_answer_and_the_serv
         "method": "tools/call",
         "params": {"name": "echo", "arguments": {"message": "hello"}},
     }
-    init = {
-        "jsonrpc": "2.0",
-        "id": 0,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "t", "version": "0"},
-        },
-    }
     with serving_in_thread(create_app(replay)) as url:
         endpoint = f"{url}/episodes/drop/mcp/demo"
         with httpx2.Client(timeout=30) as http:
-            opened = http.post(endpoint, json=init, headers=ACCEPT)
+            opened = http.post(endpoint, json=initialize(), headers=ACCEPT)
             headers = ACCEPT | {
                 "Mcp-Session-Id": opened.headers["mcp-session-id"],
                 "MCP-Protocol-Version": "2025-11-25",

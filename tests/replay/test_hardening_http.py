@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
-from replay_helpers import ACCEPT, make_replay, payload, raw_session
+from replay_helpers import ACCEPT, initialize, make_replay, payload, raw_session
 
 from replay_sim import listener
 from replay_sim.errors import ConfigError
@@ -26,16 +26,7 @@ from replay_sim.replay.app import create_app
 from replay_sim.replay.metrics import Metrics, MissRecord
 
 BIN = Path(sys.executable).parent
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 0,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "0"},
-    },
-}
+INIT = initialize()
 
 
 @pytest.fixture(scope="module")
