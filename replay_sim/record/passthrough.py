@@ -48,7 +48,7 @@ from replay_sim.record.child import ChildStdio, outcome, request_line
 from replay_sim.record.inflight import Call
 from replay_sim.record.proxy import unrecorded
 from replay_sim.record.session import Session, recorded_what, split_params, upstream_params
-from replay_sim.stdio_transport import Opening, Writer
+from replay_sim.stdio_transport import Opening, Writer, request_of
 from replay_sim.store import Origin
 from replay_sim.store.writer import PreparedCall
 
@@ -109,12 +109,9 @@ class PassThrough:
 
     def answer(self, line: bytes) -> Any:
         """True: a plain call's line is taken (answered later); an awaitable answer; None: the SDK's."""
-        try:
-            request = pydantic_core.from_json(line)
-        except ValueError:
+        request = request_of(line)
+        if request is None:
             return None
-        if not isinstance(request, dict) or "id" not in request or not isinstance(request.get("method"), str):
-            return None  # a notification, a response, or not a message
         params = request.get("params", {})
         meta = params.get("_meta") if isinstance(params, dict) else None
         modern = isinstance(meta, dict) and any(k.startswith(_RESERVED) for k in meta)

@@ -42,7 +42,7 @@ from replay_sim.protocol import agreed_episode
 from replay_sim.replay.prepared import FAST_METHODS, Prepared, Style, envelope
 from replay_sim.replay.responses import prefers_json
 from replay_sim.replay.surface import Surface
-from replay_sim.stdio_transport import Opening
+from replay_sim.stdio_transport import Opening, request_of
 
 __all__ = ["FastPath", "StdioFastPath"]
 
@@ -279,12 +279,9 @@ class StdioFastPath(_Checks):
 
     def answer(self, line: bytes) -> bytes | None:
         """The response line to a request line, or None: the SDK reads the line."""
-        try:
-            request = pydantic_core.from_json(line)
-        except ValueError:
+        request = request_of(line)
+        if request is None:
             return None
-        if not isinstance(request, dict) or "id" not in request or not isinstance(request.get("method"), str):
-            return None  # a notification, a response, or not a message
         params = request.get("params")
         meta = params.get("_meta") if isinstance(params, dict) else None
         modern = isinstance(meta, dict) and "io.modelcontextprotocol/protocolVersion" in meta

@@ -37,6 +37,7 @@ from typing import Any, Literal, Protocol
 import anyio
 import anyio.abc
 import mcp_types as types
+import pydantic_core
 import sniffio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
@@ -55,6 +56,7 @@ __all__ = [
     "TooLong",
     "Writer",
     "native_stdio",
+    "request_of",
 ]
 
 _CHUNK = 1 << 16
@@ -83,6 +85,18 @@ class Shortcut(Protocol):
     def opened(self, write: Writer) -> None:
         """Called once serving starts with the transport's writer (whole lines, in turn with the server's)."""
         ...
+
+
+def request_of(line: bytes) -> dict[str, Any] | None:
+    """A request line's JSON-RPC request (it has an ``id`` and a ``method``), or None: a
+    notification, a response, or not a message — what a :class:`Shortcut` leaves to the server."""
+    try:
+        request = pydantic_core.from_json(line)
+    except ValueError:
+        return None
+    if not isinstance(request, dict) or "id" not in request or not isinstance(request.get("method"), str):
+        return None
+    return request
 
 
 class Opening:
