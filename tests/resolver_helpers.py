@@ -58,6 +58,21 @@ def call(store: Store, name: str, arguments: dict[str, Any], result: str, sessio
     )
 
 
+def x_tool(name: str, annotations: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A listed tool taking one argument ``x`` (with ``annotations``, if given)."""
+    tool: dict[str, Any] = {"name": name, "inputSchema": {"type": "object", "properties": {"x": {}}}}
+    if annotations is not None:
+        tool["annotations"] = annotations
+    return tool
+
+
+def record_x(store: Store, session: str, name: str, x: Any, answer: str) -> int:
+    """Record ``name(x=x)`` answered ``answer`` as the next call of ``session`` on server ``srv``."""
+    store.start_session("srv", session)
+    params = {"name": name, "arguments": {"x": x}}
+    return store.record_call("srv", "tools/call", params, result=text(answer), session=session)
+
+
 def demo_store(path: Path) -> Store:
     """A store with the demo server's listing and a few recordings from the initial state and after writes."""
     store = Store(path)

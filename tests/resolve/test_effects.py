@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from resolver_helpers import text
+from resolver_helpers import record_x, x_tool
 
 from replay_sim.effects import Call, Declaration, Effect, declare, learn
 from replay_sim.resolve.calibration import MatchConfig, ToolOverride
@@ -133,19 +133,6 @@ def test_a_verdict_names_its_evidence() -> None:
     assert verdicts["r"].describe() == "none: annotated readOnlyHint: true"
 
 
-def _tool(name: str, annotations: dict[str, Any] | None = None) -> dict[str, Any]:
-    tool: dict[str, Any] = {"name": name, "inputSchema": {"type": "object", "properties": {"x": {}}}}
-    if annotations is not None:
-        tool["annotations"] = annotations
-    return tool
-
-
-def _record(store: Store, session: str, name: str, x: Any, answer: str) -> int:
-    store.start_session("srv", session)
-    params = {"name": name, "arguments": {"x": x}}
-    return store.record_call("srv", "tools/call", params, result=text(answer), session=session)
-
-
 def _resolve(resolver: Resolver, steps: list[tuple[str, Any]]) -> list[tuple[Tier, str | None]]:
     """Resolve a call sequence as one episode: each step's tier and the text it would be answered."""
     trail = resolver.lookup.trail([])
@@ -160,9 +147,9 @@ def _resolve(resolver: Resolver, steps: list[tuple[str, Any]]) -> list[tuple[Tie
 
 def test_an_exact_repeat_of_a_pure_function_hits_from_any_point_of_an_episode(tmp_path: Path) -> None:
     store = Store(tmp_path / "r.db")
-    store.put_listing("srv", "tools/list", {"tools": [_tool("double")]})  # no annotations
+    store.put_listing("srv", "tools/list", {"tools": [x_tool("double")]})  # no annotations
     for x in (1, 2, 1, 3):
-        _record(store, "s1", "double", x, str(2 * x))
+        record_x(store, "s1", "double", x, str(2 * x))
     resolver = Resolver(store, index_dir=None, semantic=False)
     assert resolver.lookup.effect("srv", "double").effect is Effect.NONE
     # Before: only the session's first call was reachable (every later one "after a state change").
@@ -178,8 +165,8 @@ def test_an_exact_key_of_a_read_only_tool_with_hidden_state_is_never_served_from
     tmp_path: Path,
 ) -> None:
     store = Store(tmp_path / "r.db")
-    store.put_listing("srv", "tools/list", {"tools": [_tool("tally", RO)]})
-    ids = [_record(store, "s1", "tally", x, f"#{n} {x}") for n, x in enumerate(["a", "b", "a"], 1)]
+    store.put_listing("srv", "tools/list", {"tools": [x_tool("tally", RO)]})
+    ids = [record_x(store, "s1", "tally", x, f"#{n} {x}") for n, x in enumerate(["a", "b", "a"], 1)]
     resolver = Resolver(store, index_dir=None, semantic=False)
     verdict = resolver.lookup.effect("srv", "tally")
     assert verdict.effect is Effect.CHANGES and verdict.contrary == (ids[0], ids[2])
@@ -197,9 +184,9 @@ def test_an_exact_key_of_a_read_only_tool_with_hidden_state_is_never_served_from
 
 def test_the_matching_config_keeps_precedence_over_learned_effects(tmp_path: Path) -> None:
     store = Store(tmp_path / "r.db")
-    store.put_listing("srv", "tools/list", {"tools": [_tool("double")]})
+    store.put_listing("srv", "tools/list", {"tools": [x_tool("double")]})
     for x in (1, 2, 1):
-        _record(store, "s1", "double", x, str(2 * x))
+        record_x(store, "s1", "double", x, str(2 * x))
     config = MatchConfig(tools={"srv/double": ToolOverride(read_only=False)})
     resolver = Resolver(store, config=config, index_dir=None, semantic=False)
     verdict = resolver.lookup.effect("srv", "double")
@@ -211,11 +198,11 @@ def test_the_matching_config_keeps_precedence_over_learned_effects(tmp_path: Pat
 
 def test_effects_are_learned_again_when_new_recordings_arrive(tmp_path: Path) -> None:
     store = Store(tmp_path / "r.db")
-    store.put_listing("srv", "tools/list", {"tools": [_tool("get", RO), _tool("put")]})
-    _record(store, "s1", "get", "k", "unset")
-    _record(store, "s1", "put", "k", "ok")
+    store.put_listing("srv", "tools/list", {"tools": [x_tool("get", RO), x_tool("put")]})
+    record_x(store, "s1", "get", "k", "unset")
+    record_x(store, "s1", "put", "k", "ok")
     resolver = Resolver(store, index_dir=None, semantic=False)
     assert resolver.lookup.effect("srv", "put").effect is Effect.UNKNOWN
-    _record(store, "s1", "get", "k", "set")
+    record_x(store, "s1", "get", "k", "set")
     assert _resolve(resolver, [("get", "k")]) == [(Tier.EXACT, "unset")]  # a call notices the change
     assert resolver.lookup.effect("srv", "put").effect is Effect.CHANGES

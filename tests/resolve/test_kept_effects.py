@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from resolver_helpers import text
+from resolver_helpers import record_x, text, x_tool
 
 from replay_sim.effects import Effect, Verdict
 from replay_sim.errors import SnapshotError
@@ -35,29 +35,15 @@ RO = {"readOnlyHint": True}
 KEY = EFFECTS_META_PREFIX + "srv"
 
 
-def _tool(name: str, annotations: dict[str, Any] | None = None) -> dict[str, Any]:
-    tool: dict[str, Any] = {"name": name, "inputSchema": {"type": "object", "properties": {"x": {}}}}
-    if annotations is not None:
-        tool["annotations"] = annotations
-    return tool
-
-
-def _record(store: Store, session: str, name: str, x: Any, answer: str) -> int:
-    store.start_session("srv", session)
-    return store.record_call(
-        "srv", "tools/call", {"name": name, "arguments": {"x": x}}, result=text(answer), session=session
-    )
-
-
 def _store(path: Path) -> Store:
     """``get`` (read-only) seen unchanged around ``put`` once, ``tally`` numbering its calls."""
     store = Store(path)
-    store.put_listing("srv", "tools/list", {"tools": [_tool("get", RO), _tool("put"), _tool("tally", RO)]})
-    _record(store, "s1", "get", "k", "unset")
-    _record(store, "s1", "put", "k", "ok")
-    _record(store, "s1", "get", "k", "unset")
+    store.put_listing("srv", "tools/list", {"tools": [x_tool("get", RO), x_tool("put"), x_tool("tally", RO)]})
+    record_x(store, "s1", "get", "k", "unset")
+    record_x(store, "s1", "put", "k", "ok")
+    record_x(store, "s1", "get", "k", "unset")
     for n, x in enumerate(["a", "b", "a"], 1):
-        _record(store, "s2", "tally", x, f"#{n} {x}")
+        record_x(store, "s2", "tally", x, f"#{n} {x}")
     return store
 
 
@@ -99,9 +85,9 @@ def test_kept_effects_are_learned_again_once_calls_are_recorded(tmp_path: Path) 
     store = _store(tmp_path / "r.db")
     assert _effects(store)["put"].effect is Effect.NONE
     recorder = Store(tmp_path / "r.db")  # another connection adds what shows ``put`` changes state
-    _record(recorder, "s3", "get", "k", "unset")
-    _record(recorder, "s3", "put", "k", "ok")
-    _record(recorder, "s3", "get", "k", "set")
+    record_x(recorder, "s3", "get", "k", "unset")
+    record_x(recorder, "s3", "put", "k", "ok")
+    record_x(recorder, "s3", "get", "k", "set")
     assert _effects(store)["put"].effect is Effect.CHANGES
     assert Store(tmp_path / "r.db").meta(KEY)["verdicts"]["put"]["effect"] == "changes"
     # A server already running notices it on its next call, as before.
@@ -119,10 +105,10 @@ def test_kept_effects_follow_a_new_listing_and_the_matching_config(tmp_path: Pat
     )
     assert _effects(store)["put"].effect is Effect.NONE
     store.put_listing(
-        "srv", "tools/list", {"tools": [_tool("get", RO), _tool("put", {"readOnlyHint": False})]}
+        "srv", "tools/list", {"tools": [x_tool("get", RO), x_tool("put", {"readOnlyHint": False})]}
     )
     assert _effects(store)["put"].source == "annotation"
-    store.put_listing("srv", "tools/list", {"tools": [_tool("get", RO), _tool("put"), _tool("new")]})
+    store.put_listing("srv", "tools/list", {"tools": [x_tool("get", RO), x_tool("put"), x_tool("new")]})
     found = _effects(store)
     assert found["put"].effect is Effect.NONE and found["new"].effect is Effect.UNKNOWN
 
