@@ -98,42 +98,61 @@ def explore_command(
     """
     config = load_config(config_file)
     with Store(db, create=False) as store:
-        if any(spec.sandbox for spec in config.servers.values()):
-            learned = anyio.run(
-                lambda: probe_effects(
-                    store,
-                    config,
-                    _verdicts(store, match_config),
-                    servers=list(servers) or None,
-                    max_calls=max_calls,
-                )
-            )
-            for line in learned.lines():
-                click.echo(line)
-            if max_calls is not None:
-                max_calls -= learned.asked
-                if max_calls <= 0:
-                    click.echo("no variants asked: --max-calls spent on the effect probes")
-                    return
-        effects = store_effects(store, match_config)
-        read_only = _read_only(effects)
         bar, progress = _bar("exploring", "call")
         with bar:
-            report = anyio.run(
-                lambda: explore_store(
+            lines = anyio.run(
+                lambda: explore(
                     store,
                     config,
-                    read_only,
+                    match_config,
                     budget=budget,
                     max_calls=max_calls,
                     servers=list(servers) or None,
                     progress=progress,
                 )
             )
-    for line in report.lines():
+    for line in lines:
         click.echo(line)
-    for line in _sandbox_hints(config, effects):
-        click.echo(line)
+
+
+async def explore(
+    store: Store,
+    config: RecorderConfig,
+    match_config: MatchConfig | None = None,
+    *,
+    budget: int = 4,
+    max_calls: int | None = None,
+    servers: list[str] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[str]:
+    """What ``replay-sim explore`` does (its options as arguments); the report's lines.
+
+    The sandboxes' effect probes first (:func:`~replay_sim.record.sandbox.probe_effects`), so the
+    tools they show effect-free get their variants asked too
+    (:func:`~replay_sim.record.revisit.explore_store`); then, for every server not declared a
+    sandbox, the tools left of unknown effect.
+    """
+    lines = []
+    if any(spec.sandbox for spec in config.servers.values()):
+        learned = await probe_effects(
+            store, config, _verdicts(store, match_config), servers=servers, max_calls=max_calls
+        )
+        lines += learned.lines()
+        if max_calls is not None:
+            max_calls -= learned.asked
+            if max_calls <= 0:
+                return [*lines, "no variants asked: --max-calls spent on the effect probes"]
+    effects = store_effects(store, match_config)
+    report = await explore_store(
+        store,
+        config,
+        _read_only(effects),
+        budget=budget,
+        max_calls=max_calls,
+        servers=servers,
+        progress=progress,
+    )
+    return [*lines, *report.lines(), *_sandbox_hints(config, effects)]
 
 
 def _sandbox_hints(config: RecorderConfig, effects: dict[str, dict[str, Verdict]]) -> list[str]:
