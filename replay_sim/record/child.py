@@ -123,7 +123,7 @@ class ChildStdio:
                             buffer = lines.pop()
                             answered = False
                             for line in lines:
-                                if self._waiting and self._answered(line):
+                                if self.answers(line):
                                     answered = True
                                     continue
                                 self.delivered += 1
