@@ -155,7 +155,7 @@ class _Replica:
         )
 
     def __serve_build_asgi_app__(self) -> Gateway:
-        return Gateway(self._dispatch, live_replicas, max_body=self._max_body)
+        return Gateway(self._dispatch, live_replicas, replica=self._me, max_body=self._max_body)
 
     async def handle(self, envelope: Envelope) -> AsyncIterator[list[Message]]:
         """Answer a request another replica forwarded here."""

@@ -13,7 +13,9 @@ request the gateway:
    (remembered from ``X-Replay-Replica``, least recently used forgotten beyond ``max_holders``),
    else none — this replica then claims the episode, or learns its holder;
 3. refuses at once, naming the episode, a target that is no longer among the live replicas
-   (:func:`~replay_sim.scale.lost.lost`), and a replica that dies under the request;
+   (:func:`~replay_sim.scale.lost.lost`), and a replica that dies under the request — also when
+   the target leaves the live replicas while its answer is awaited (a call Ray finds dead is
+   retried by Serve, and a retry may wait without end);
 4. follows a redirect once: an episode held by another live replica is forwarded there, never
    started afresh here.
 
@@ -45,6 +47,9 @@ DEFAULT_MAX_BODY = 32 << 20
 """The largest request body the gateway forwards (32 MiB, as a stdio request line)."""
 DEFAULT_MAX_HOLDERS = 200_000
 """How many episodes' holders a gateway remembers."""
+LIVENESS_POLL_S = 0.2
+"""How often a request forwarded to another replica checks, until its answer starts, that the
+replica is still live."""
 _REPLICA = REPLICA_HEADER.encode()
 _GONE = b"\x00gone"  # a sentinel no body compares identical to
 
@@ -70,6 +75,7 @@ class Gateway:
         dispatch: Serves an envelope here (no target, or this replica) or on its target replica;
             yields the message batches; raises :class:`ReplicaGone` when that replica dies.
         live: The ids of the replicas running now (empty when not yet known).
+        replica: This replica's id: requests served here are not watched for their target leaving.
         max_body: The largest request body accepted.
         max_holders: How many episodes' holders to remember.
     """
@@ -79,11 +85,13 @@ class Gateway:
         dispatch: Dispatch,
         live: Callable[[], frozenset[str]],
         *,
+        replica: str | None = None,
         max_body: int = DEFAULT_MAX_BODY,
         max_holders: int = DEFAULT_MAX_HOLDERS,
     ) -> None:
         self.dispatch = dispatch
         self.live = live
+        self.replica = replica
         self.max_body = max_body
         self.max_holders = max_holders
         self._holders: OrderedDict[str, str] = OrderedDict()
@@ -155,8 +163,11 @@ class Gateway:
             ReplicaGone: The replica died before answering (after it started, the connection is cut).
         """
         started = False
+        batches = self.dispatch(envelope)
+        if envelope.target not in (None, self.replica):
+            batches = _until_gone(batches, envelope.target, self.live)
         try:
-            async for batch in self.dispatch(envelope):
+            async for batch in batches:
                 for message in batch:
                     if message["type"] == REDIRECT:
                         return str(message["replica"])
@@ -205,6 +216,41 @@ class Gateway:
             if not message.get("more_body", False):
                 break
         return b"".join(chunks)
+
+
+async def _until_gone(
+    batches: AsyncIterator[list[Message]], target: str, live: Callable[[], frozenset[str]]
+) -> AsyncIterator[list[Message]]:
+    """``batches``; but :class:`ReplicaGone` if ``target`` leaves the live replicas before the first.
+
+    Ray tells a call to a dead replica so, and Serve then routes the call again: a forward's retry
+    ends in "lost" at the replica it lands on, yet it has been seen to wait without end. The live
+    set drops a replica the moment any call of this process finds it dead.
+    """
+    first: list[list[Message] | None] = []
+    failed: list[Exception] = []
+    async with anyio.create_task_group() as group:
+
+        async def take() -> None:
+            try:
+                first.append(await anext(batches, None))
+            except Exception as error:  # re-raised below, outside the task group
+                failed.append(error)
+            group.cancel_scope.cancel()
+
+        group.start_soon(take)
+        while not (live() and target not in live()):
+            await anyio.sleep(LIVENESS_POLL_S)
+        group.cancel_scope.cancel()
+    if failed:
+        raise failed[0]
+    if not first:
+        raise ReplicaGone(target)
+    if first[0] is None:
+        return
+    yield first[0]
+    async for batch in batches:
+        yield batch
 
 
 async def _watch_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:

@@ -15,7 +15,9 @@ for a request it forwards (an :class:`~replay_sim.scale.wire.Envelope`). A reque
 
 A single chosen replica that is at ``max_ongoing_requests`` is waited for (with backoff), never
 swapped for another: routing does not depend on load or luck. Each router also publishes the live
-replicas it sees (:func:`live_replicas`), so a replica's front can tell a lost holder from a live one.
+replicas it sees (:func:`live_replicas`), so a replica's front can tell a lost holder from a live one:
+the replicas Serve's controller last listed, less any a call of this process found dead (the
+controller takes seconds to notice a death, and lists a dead replica until it does).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import importlib
 import pickle
 from typing import Any
 
-from ray.serve.request_router import PendingRequest, RequestRouter, RunningReplica
+from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, RunningReplica
 
 from replay_sim.scale.affinity import affinity
 from replay_sim.scale.ring import owner
@@ -32,12 +34,25 @@ from replay_sim.scale.wire import Envelope
 
 __all__ = ["EpisodeRouter", "live_replicas"]
 
+_listed: frozenset[str] = frozenset()
+_dead: frozenset[str] = frozenset()
 _live: frozenset[str] = frozenset()
 
 
 def live_replicas() -> frozenset[str]:
-    """The replica ids the routers of this process last saw running (empty before the first update)."""
+    """The replica ids running as this process last heard (empty before the controller's first list)."""
     return _live
+
+
+def _note(listed: frozenset[str] | None = None, died: str | None = None) -> None:
+    """Update :func:`live_replicas` with the controller's new list, or a replica a call found dead."""
+    global _listed, _dead, _live
+    if listed is not None:
+        _listed = listed
+        _dead &= listed  # once the controller no longer lists a dead replica, it need not be kept
+    if died is not None:
+        _dead |= {died}
+    _live = _listed - _dead
 
 
 class EpisodeRouter(RequestRouter):
@@ -46,10 +61,12 @@ class EpisodeRouter(RequestRouter):
     def update_replicas(self, replicas: list[RunningReplica]) -> None:
         """Record the new set of running replicas (and publish it to :func:`live_replicas`)."""
         super().update_replicas(replicas)
-        # Serve ships this class to the caller pickled by value, with globals of its own: publish
-        # through the module as imported in this process, where live_replicas() reads.
-        module = importlib.import_module(__name__)
-        module._live = frozenset(r.replica_id.unique_id for r in replicas)  # type: ignore[attr-defined]
+        _module()._note(listed=frozenset(r.replica_id.unique_id for r in replicas))
+
+    def on_replica_actor_died(self, replica_id: ReplicaID) -> None:
+        """Drop a replica a call found dead (and publish that to :func:`live_replicas`)."""
+        super().on_replica_actor_died(replica_id)
+        _module()._note(died=replica_id.unique_id)
 
     async def choose_replicas(
         self,
@@ -71,6 +88,15 @@ class EpisodeRouter(RequestRouter):
         assert pending_request is not None
         pending_request.routing_context.should_backoff = True  # wait for it, never fall over
         return [[by_id[chosen]]]
+
+
+def _module() -> Any:
+    """This module as imported in this process.
+
+    Serve ships :class:`EpisodeRouter` to the caller pickled by value, with globals of its own: it
+    publishes through the module as imported, where :func:`live_replicas` reads.
+    """
+    return importlib.import_module(__name__)
 
 
 def _route(pending: PendingRequest | None) -> tuple[str | None, str | None]:

@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from replay_sim.scale.affinity import Affinity, affinity, episode_from_path, session_id_for, split_session_id
-from replay_sim.scale.gateway import Gateway, ReplicaGone
+from replay_sim.scale.gateway import LIVENESS_POLL_S, Gateway, ReplicaGone
 from replay_sim.scale.lost import LOST_CODE
 from replay_sim.scale.registry import Holders
 from replay_sim.scale.ring import owner
@@ -201,6 +201,37 @@ def test_the_gateway_names_a_lost_episode_and_serves_new_ones() -> None:
         assert status == 410 and "MCP session 'r-a.s1' was held by replay replica a" in body.decode()
 
     anyio.run(run)
+
+
+@pytest.mark.parametrize("dies", [True, False])
+def test_a_forward_stops_waiting_when_its_target_leaves_the_live_replicas(dies: bool) -> None:
+    """Serve routes a call Ray found dead again, and that retry may never end: once the target has
+    left the live replicas, the gateway answers "lost". A live target that is slow is waited for."""
+    live = {"a", "b"}
+
+    async def dispatch(envelope: Envelope) -> AsyncIterator[list[dict[str, Any]]]:
+        assert envelope.target == "a"
+        if dies:
+            live.discard("a")  # a call of this process found it dead
+            await anyio.sleep_forever()
+        await anyio.sleep(3 * LIVENESS_POLL_S)
+        headers = [(b"x-replay-replica", b"a")]
+        yield [
+            {"type": "http.response.start", "status": 200, "headers": headers},
+            {"type": "http.response.body", "body": b"ok", "more_body": False},
+        ]
+
+    gateway = Gateway(dispatch, lambda: frozenset(live), replica="b")
+
+    async def run() -> tuple[int, bytes, dict[bytes, bytes]]:
+        with anyio.fail_after(10):
+            return await request(gateway, [(b"mcp-session-id", b"r-a.s1")])
+
+    status, body, headers = anyio.run(run)
+    if dies:
+        assert status == 410 and "MCP session 'r-a.s1' was held by replay replica a" in body.decode()
+    else:
+        assert (status, body, headers[b"x-replay-replica"]) == (200, b"ok", b"a")
 
 
 def test_the_gateway_forwards_nothing_for_a_client_gone_before_its_body_and_refuses_oversized_bodies() -> (
