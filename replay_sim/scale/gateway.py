@@ -239,7 +239,7 @@ async def _until_gone(
             group.cancel_scope.cancel()
 
         group.start_soon(take)
-        while not (live() and target not in live()):
+        while target in live() or not live():  # (an empty set: not known yet)
             await anyio.sleep(LIVENESS_POLL_S)
         group.cancel_scope.cancel()
     if failed:
