@@ -287,14 +287,18 @@ def replica_states() -> dict[str, int]:
 
 
 async def test_a_killed_replicas_episodes_are_refused_by_name_and_the_rest_go_on(cluster: str) -> None:
-    episodes = [f"kill-{i}" for i in range(8)]
+    # Episodes named in a header go to their replica; those named only in _meta land anywhere and are
+    # forwarded to their holder: after the kill, forwards to the dead replica are in flight at once.
+    episodes = [f"kill-{i}" for i in range(8)] + [f"meta-kill-{i}" for i in range(8)]
     # A call held by the dead replica is refused once any call finds it dead, without waiting for
     # Serve's controller to notice (seconds here, minutes on a loaded machine).
     async with httpx2.AsyncClient(base_url=cluster, timeout=60) as http:
 
         async def step(i: int, episode: str) -> httpx2.Response:
-            headers = MODERN | modern(STEPS[i]) | {"X-Replay-Episode": episode}
-            return await http.post("/mcp/memory", json=body(i, STEPS[i], episode, False), headers=headers)
+            in_meta = episode.startswith("meta")
+            named = {} if in_meta else {"X-Replay-Episode": episode}
+            headers = MODERN | modern(STEPS[i]) | named
+            return await http.post("/mcp/memory", json=body(i, STEPS[i], episode, in_meta), headers=headers)
 
         with anyio.fail_after(300):
             holders = {e: (await step(1, e)).headers["x-replay-replica"] for e in episodes}
@@ -302,8 +306,16 @@ async def test_a_killed_replicas_episodes_are_refused_by_name_and_the_rest_go_on
             handle = ray.get_actor(f"SERVE_REPLICA::{APP_NAME}#ReplayReplica#{victim}", namespace="serve")
             ray.kill(handle, no_restart=True)
 
+            answers: dict[str, httpx2.Response] = {}
+
+            async def second(episode: str) -> None:
+                answers[episode] = await step(2, episode)
+
+            async with anyio.create_task_group() as group:
+                for episode in episodes:
+                    group.start_soon(second, episode)
             for episode, holder in holders.items():
-                answer = await step(2, episode)
+                answer = answers[episode]
                 if holder == victim:
                     error = answer.json()["error"]
                     assert answer.status_code == 410, answer.text
