@@ -40,6 +40,11 @@ _REQUESTS: dict[str, type[Any]] = {
 Script = list[tuple[str, dict[str, Any]]]
 
 
+def step(name: str, **arguments: Any) -> tuple[str, dict[str, Any]]:
+    """A ``tools/call`` step of a :data:`Script`."""
+    return "tools/call", {"name": name, "arguments": arguments}
+
+
 def stdio(command: str | Path, *args: str | Path, env: dict[str, str] | None = None) -> StdioServerParameters:
     """Stdio server parameters for a command."""
     return StdioServerParameters(command=str(command), args=[str(a) for a in args], env=env)

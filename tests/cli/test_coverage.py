@@ -15,7 +15,7 @@ from typing import Any
 
 import anyio
 import pytest
-from recording_helpers import BIN, PYTHON, ROOT, proxy_stdio, run_script, stdio
+from recording_helpers import BIN, PYTHON, ROOT, proxy_stdio, run_script, stdio, step
 
 from replay_sim.store import Store
 from replay_sim.store.misses import MissLog, side_file
@@ -26,10 +26,6 @@ REPLAY_SIM = [sys.executable, "-m", "replay_sim"]
 
 def _run(*args: str | Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*REPLAY_SIM, *map(str, args)], capture_output=True, text=True)
-
-
-def _call(name: str, **arguments: Any) -> tuple[str, dict[str, Any]]:
-    return "tools/call", {"name": name, "arguments": arguments}
 
 
 def _config(tmp_path: Path, extra: str = "") -> Path:
@@ -52,9 +48,9 @@ def test_a_miss_survives_the_replay_server_and_backfill_makes_it_an_exact_hit(tm
     anyio.run(
         run_script,
         proxy_stdio(db, "counter", [PYTHON, COUNTER]),
-        [_call("get", key="a"), _call("put", key="a", value="1")],
+        [step("get", key="a"), step("put", key="a", value="1")],
     )
-    missed = (_call("put", key="a", value="1"), _call("get", key="a"))
+    missed = (step("put", key="a", value="1"), step("get", key="a"))
     assert _replayed(db, tmp_path, *missed) == ["exact", "miss"]  # the read after the write: never recorded
 
     plain = _run("backfill", "--config", _config(tmp_path), "--db", db)
@@ -77,7 +73,7 @@ def test_explore_and_backfill_report_a_failing_reset_and_a_gone_upstream_in_one_
     tmp_path: Path,
 ) -> None:
     db = tmp_path / "r.db"
-    anyio.run(run_script, proxy_stdio(db, "counter", [PYTHON, COUNTER]), [_call("get", key="a")])
+    anyio.run(run_script, proxy_stdio(db, "counter", [PYTHON, COUNTER]), [step("get", key="a")])
     failing = _config(tmp_path, 'reset = "exit 4"\n')
     explored = _run("explore", "--config", failing, "--db", db)
     assert explored.returncode == 0, explored.stderr

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from recording_helpers import PYTHON, ROOT, proxy_stdio, run_script
+from recording_helpers import PYTHON, ROOT, proxy_stdio, run_script, step
 
 from replay_sim.cli.coverage import store_answers
 from replay_sim.record.backfill import backfill
@@ -27,10 +27,6 @@ COUNTER = [PYTHON, ROOT / "fixtures" / "counter_server.py"]
 pytestmark = pytest.mark.anyio
 
 
-def _call(name: str, **arguments: Any) -> tuple[str, dict[str, Any]]:
-    return "tools/call", {"name": name, "arguments": arguments}
-
-
 def _spec(reset: str | None = None, command: str = PYTHON) -> UpstreamSpec:
     return UpstreamSpec(command=command, args=(str(COUNTER[1]),), reset=reset)
 
@@ -42,7 +38,7 @@ def _read_only(server: str, tool: str) -> bool:
 async def _recorded(tmp_path: Path) -> Path:
     """A plain recording of the counter: ``get a``, ``put a=1``, ``get a``."""
     db = tmp_path / "r.db"
-    script = [_call("get", key="a"), _call("put", key="a", value="1"), _call("get", key="a")]
+    script = [step("get", key="a"), step("put", key="a", value="1"), step("get", key="a")]
     await run_script(proxy_stdio(db, "counter", COUNTER), script)
     return db
 
@@ -70,11 +66,11 @@ async def test_a_replay_keeps_each_miss_with_the_params_of_the_state_changing_ca
     replay = _replay(store)
     # put a=1 is recorded; put b=2 is not (the episode diverges); get c after both is a miss.
     tiers = await _episode(
-        replay, _call("put", key="a", value="1"), _call("put", key="b", value="2"), _call("get", key="c")
+        replay, step("put", key="a", value="1"), step("put", key="b", value="2"), step("get", key="c")
     )
     assert tiers == [Tier.EXACT, Tier.MISS, Tier.MISS]
-    await _episode(replay, _call("get", key="c"))  # the same call at the initial state: another miss
-    await _episode(replay, _call("get", key="c"))  # and again: counted, not repeated
+    await _episode(replay, step("get", key="c"))  # the same call at the initial state: another miss
+    await _episode(replay, step("get", key="c"))  # and again: counted, not repeated
     assert replay.miss_log is not None and replay.miss_log.flush()
     kept = {(m.name, len(m.prefix or [])): m for m in read_misses(store)}
     assert set(kept) == {("put", 1), ("get", 2), ("get", 0)}
@@ -92,9 +88,9 @@ async def test_backfill_asks_each_miss_from_its_state_and_the_replay_then_answer
 ) -> None:
     store = Store(await _recorded(tmp_path))
     replay = _replay(store)
-    after_put = (_call("put", key="a", value="1"), _call("get", key="b"))
+    after_put = (step("put", key="a", value="1"), step("get", key="b"))
     assert await _episode(replay, *after_put) == [Tier.EXACT, Tier.MISS]
-    assert await _episode(replay, _call("get", key="a"), _call("get", key="z")) == [Tier.EXACT, Tier.MISS]
+    assert await _episode(replay, step("get", key="a"), step("get", key="z")) == [Tier.EXACT, Tier.MISS]
     assert replay.miss_log is not None and replay.miss_log.flush()
     misses = read_misses(store)
 
@@ -121,7 +117,7 @@ async def test_backfill_asks_each_miss_from_its_state_and_the_replay_then_answer
     assert backfilled[1].session == backfilled[2].session != backfilled[0].session
     replay = _replay(store)
     assert await _episode(replay, *after_put) == [Tier.EXACT, Tier.EXACT]
-    assert await _episode(replay, _call("get", key="b")) == [Tier.MISS]  # at the initial state: not asked
+    assert await _episode(replay, step("get", key="b")) == [Tier.MISS]  # at the initial state: not asked
     store.close()
 
 
@@ -131,8 +127,8 @@ async def test_a_failing_reset_and_a_gone_upstream_are_reported_and_nothing_is_r
 ) -> None:
     store = Store(await _recorded(tmp_path))
     replay = _replay(store)
-    await _episode(replay, _call("put", key="a", value="1"), _call("get", key="b"))
-    await _episode(replay, _call("put", key="a", value="1"), _call("get", key="c"))
+    await _episode(replay, step("put", key="a", value="1"), step("get", key="b"))
+    await _episode(replay, step("put", key="a", value="1"), step("get", key="c"))
     assert replay.miss_log is not None and replay.miss_log.flush()
     misses = read_misses(store)
     before = len(store.recordings())
@@ -165,7 +161,7 @@ async def test_a_read_only_store_keeps_its_misses_beside_it_and_an_older_one_has
     store = Store(older, readonly=True)
     assert read_misses(store) == []  # nothing to backfill, no error
     replay = _replay(store)
-    await _episode(replay, _call("get", key="q"))
+    await _episode(replay, step("get", key="q"))
     assert replay.miss_log is not None and replay.miss_log.flush()
     assert replay.miss_log.path == side_file(older) and side_file(older).is_file()
     with Store(side_file(older), readonly=True) as side:

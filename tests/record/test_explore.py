@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from recording_helpers import NODE_BIN, PYTHON, ROOT, proxy_stdio, run_script, stdio
+from recording_helpers import NODE_BIN, PYTHON, ROOT, proxy_stdio, run_script, stdio, step
 
 from replay_sim.canonical import answer_text
 from replay_sim.effects import Effect
@@ -83,10 +83,6 @@ _GRAPH = [
 ]
 
 
-def _tool(name: str, **arguments: Any) -> tuple[str, dict[str, Any]]:
-    return "tools/call", {"name": name, "arguments": arguments}
-
-
 @pytest.mark.slow
 @pytest.mark.anyio
 async def test_recording_with_explore_lets_replay_answer_what_the_real_server_ignores(tmp_path: Path) -> None:
@@ -97,12 +93,12 @@ async def test_recording_with_explore_lets_replay_answer_what_the_real_server_ig
 
     memory = [str(NODE_BIN / "mcp-server-memory")]
     script = [
-        *[_tool("search_nodes", query=q) for q in ["Alice", "quantum", "Acme", "violin", "person"]],
-        _tool("open_nodes", names=["Alice", "Bob"]),
-        _tool("open_nodes", names=["Acme", "Bob"]),
-        _tool("open_nodes", names=["Alice", "Bob", "Acme"]),
-        _tool("create_entities", entities=[{"name": "Carol", "entityType": "person", "observations": []}]),
-        _tool("search_nodes", query="Carol"),
+        *[step("search_nodes", query=q) for q in ["Alice", "quantum", "Acme", "violin", "person"]],
+        step("open_nodes", names=["Alice", "Bob"]),
+        step("open_nodes", names=["Acme", "Bob"]),
+        step("open_nodes", names=["Alice", "Bob", "Acme"]),
+        step("create_entities", entities=[{"name": "Carol", "entityType": "person", "observations": []}]),
+        step("search_nodes", query="Carol"),
     ]
     reset()
     db = tmp_path / "r.db"
@@ -122,9 +118,9 @@ async def test_recording_with_explore_lets_replay_answer_what_the_real_server_ig
 
     # Replay answers variants the recordings show the server ignores, exactly as the server would.
     calls = [
-        _tool("search_nodes", query="aCmE"),
-        _tool("search_nodes", query="Person"),
-        _tool("open_nodes", names=["Bob", "Alice", "Acme"]),
+        step("search_nodes", query="aCmE"),
+        step("search_nodes", query="Person"),
+        step("open_nodes", names=["Bob", "Alice", "Acme"]),
     ]
     reset()
     truth = await run_script(stdio(memory[0], env={"MEMORY_FILE_PATH": str(graph)}), calls)
@@ -134,7 +130,7 @@ async def test_recording_with_explore_lets_replay_answer_what_the_real_server_ig
         assert found.tier is Tier.CANONICAL, found.reason
         assert answer_text(found.recording.result, None) == answer_text(real, None)
     # Whitespace is not ignored by this server (" Alice " finds nothing), so it is not assumed.
-    assert resolver.resolve("memory", *_tool("search_nodes", query="Alice "), []).tier is Tier.MISS
+    assert resolver.resolve("memory", *step("search_nodes", query="Alice "), []).tier is Tier.MISS
     store.close()
 
 
@@ -146,7 +142,7 @@ async def test_a_secret_is_never_varied_so_no_variant_escapes_redaction(tmp_path
     db = tmp_path / "r.db"
     memory = [str(NODE_BIN / "mcp-server-memory")]
     options = ["--explore", "--redact-pattern", "Vio[a-z]+", "-e", f"MEMORY_FILE_PATH={graph}"]
-    await run_script(proxy_stdio(db, "memory", memory, *options), [_tool("search_nodes", query="Violin")])
+    await run_script(proxy_stdio(db, "memory", memory, *options), [step("search_nodes", query="Violin")])
     store = Store(db)
     # No variant asked: only the call itself again (the read-only check), redacted the same way.
     assert {r.origin: r.arguments for r in store.recordings()} == {
@@ -217,22 +213,18 @@ def test_probing_stops_once_the_answers_settle_a_tool_or_the_budget_is_spent() -
     assert probes.plan("s", "sum", {"n": 2}) == []
 
 
-def _counter(name: str, **arguments: Any) -> tuple[str, dict[str, Any]]:
-    return "tools/call", {"name": name, "arguments": arguments}
-
-
 @pytest.mark.slow
 @pytest.mark.anyio
 async def test_effect_probes_show_a_pure_tool_a_write_and_a_read_only_hint_that_lies(tmp_path: Path) -> None:
     script = [
-        _counter("get", key="a"),
-        _counter("double", x=2),
-        _counter("double", x=5),
-        _counter("put", key="a", value="1"),
-        _counter("get", key="a"),
-        _counter("tally", text="hi"),
-        _counter("tally", text="ho"),
-        _counter("double", x=7),
+        step("get", key="a"),
+        step("double", x=2),
+        step("double", x=5),
+        step("put", key="a", value="1"),
+        step("get", key="a"),
+        step("tally", text="hi"),
+        step("tally", text="ho"),
+        step("double", x=7),
     ]
     db = tmp_path / "r.db"
     proxied = await run_script(proxy_stdio(db, "counter", COUNTER, "--explore"), script)
@@ -269,11 +261,11 @@ async def test_effect_probes_show_a_pure_tool_a_write_and_a_read_only_hint_that_
 
     # A pure call recorded mid-session is an exact hit from the initial state (it was a miss), and
     # does not change the episode's state; a read after the recorded write gets the written value.
-    assert episode(_counter("double", x=5), _counter("get", key="a")) == [
+    assert episode(step("double", x=5), step("get", key="a")) == [
         (Tier.EXACT, "10"),
         (Tier.EXACT, "(unset)"),
     ]
-    assert episode(_counter("put", key="a", value="1"), _counter("get", key="a")) == [
+    assert episode(step("put", key="a", value="1"), step("get", key="a")) == [
         (Tier.EXACT, "ok"),
         (Tier.EXACT, "1"),
     ]
@@ -285,7 +277,7 @@ async def test_effect_probes_show_a_pure_tool_a_write_and_a_read_only_hint_that_
 async def test_a_plain_recording_shows_a_read_only_hint_that_lies_and_replay_stops_trusting_it(
     tmp_path: Path,
 ) -> None:
-    script = [_counter("tally", text="a"), _counter("tally", text="b"), _counter("tally", text="a")]
+    script = [step("tally", text="a"), step("tally", text="b"), step("tally", text="a")]
     db = tmp_path / "r.db"
     await run_script(proxy_stdio(db, "counter", COUNTER), script)  # no exploring
     store = Store(db)
@@ -293,9 +285,9 @@ async def test_a_plain_recording_shows_a_read_only_hint_that_lies_and_replay_sto
     assert resolver.lookup.effect("counter", "tally").effect is Effect.CHANGES
     # What the real server answers from the initial state; the recording of each call from
     # another point of the session must not be served.
-    truth = await run_script(stdio(*COUNTER), [_counter("tally", text="b")])
+    truth = await run_script(stdio(*COUNTER), [step("tally", text="b")])
     assert truth[0]["content"][0]["text"] == "#1 b"
-    found = resolver.resolve("counter", *_counter("tally", text="b"), [])
+    found = resolver.resolve("counter", *step("tally", text="b"), [])
     assert found.tier is Tier.MISS and found.recording is None, found.reason
     store.close()
 
@@ -313,15 +305,15 @@ async def test_exploring_a_plain_recording_afterwards_learns_what_the_server_ign
     graph.write_bytes(seed.read_bytes())
     memory = str(NODE_BIN / "mcp-server-memory")
     script = [
-        *[_tool("search_nodes", query=q) for q in ["Alice", "quantum", "Acme", "violin"]],
-        _tool("create_entities", entities=[{"name": "Carol", "entityType": "person", "observations": []}]),
-        _tool("search_nodes", query="Carol"),  # after a write: not at the initial state
+        *[step("search_nodes", query=q) for q in ["Alice", "quantum", "Acme", "violin"]],
+        step("create_entities", entities=[{"name": "Carol", "entityType": "person", "observations": []}]),
+        step("search_nodes", query="Carol"),  # after a write: not at the initial state
     ]
     db = tmp_path / "r.db"
     await run_script(proxy_stdio(db, "memory", [memory], "-e", f"MEMORY_FILE_PATH={graph}"), script)
     store = Store(db)
     resolver = Resolver(store, index_dir=None, semantic=False)
-    assert resolver.resolve("memory", *_tool("search_nodes", query="aCmE"), []).tier is Tier.MISS
+    assert resolver.resolve("memory", *step("search_nodes", query="aCmE"), []).tier is Tier.MISS
 
     # The recording left Carol in the memory file: the reset puts the recorded initial state back.
     spec = UpstreamSpec(command=memory, env={"MEMORY_FILE_PATH": str(graph)}, reset=f"cp {seed} {graph}")
@@ -341,10 +333,10 @@ async def test_exploring_a_plain_recording_afterwards_learns_what_the_server_ign
     # Replay now answers what the server ignores (case), exactly as the server would.
     graph.write_bytes(seed.read_bytes())
     truth = await run_script(
-        stdio(memory, env={"MEMORY_FILE_PATH": str(graph)}), [_tool("search_nodes", query="aCmE")]
+        stdio(memory, env={"MEMORY_FILE_PATH": str(graph)}), [step("search_nodes", query="aCmE")]
     )
     resolver = Resolver(store, index_dir=None, semantic=False)
-    found = resolver.resolve("memory", *_tool("search_nodes", query="aCmE"), [])
+    found = resolver.resolve("memory", *step("search_nodes", query="aCmE"), [])
     assert found.tier is Tier.CANONICAL, found.reason
     assert answer_text(found.recording.result, None) == answer_text(truth[0], None)  # type: ignore[union-attr]
 
@@ -386,13 +378,13 @@ async def test_a_second_record_explore_run_asks_nothing_the_store_already_settle
     memory = [str(NODE_BIN / "mcp-server-memory")]
     options = ["--explore", "-e", f"MEMORY_FILE_PATH={graph}"]
     db = tmp_path / "r.db"
-    first = [_tool("search_nodes", query=q) for q in ["Alice", "quantum", "Acme", "violin"]]
+    first = [step("search_nodes", query=q) for q in ["Alice", "quantum", "Acme", "violin"]]
     await run_script(proxy_stdio(db, "memory", memory, *options), first)
     with Store(db) as store:
         asked_first = sum(r.origin == Origin.EXPLORE for r in store.recordings())
     assert asked_first >= MIN_EVIDENCE + 2  # case agreed three times, whitespace refuted at once
 
-    await run_script(proxy_stdio(db, "memory", memory, *options), [_tool("search_nodes", query="Bob")])
+    await run_script(proxy_stdio(db, "memory", memory, *options), [step("search_nodes", query="Bob")])
     with Store(db) as store:
         last = store.recordings()[-1].session
         second = [r.arguments for r in store.recordings(session=last) if r.origin == Origin.EXPLORE]

@@ -29,6 +29,7 @@ from recording_helpers import (
     proxy_stdio,
     run_script,
     stdio,
+    step,
 )
 
 from replay_sim.canonical import canonical_json
@@ -86,9 +87,6 @@ def _cases(tmp: Path) -> list[Case]:
         files.mkdir()
         (files / "seed.txt").write_text("seed\n")
 
-    def tool(name: str, **arguments: Any) -> tuple[str, dict[str, Any]]:
-        return ("tools/call", {"name": name, "arguments": arguments})
-
     listings: Script = [("tools/list", {})]
     return [
         Case(
@@ -96,12 +94,12 @@ def _cases(tmp: Path) -> list[Case]:
             [str(BIN / "mcp-server-time"), "--local-timezone", "UTC"],
             [
                 *listings,
-                tool(
+                step(
                     "convert_time", source_timezone="Europe/Paris", time="12:00", target_timezone="Asia/Tokyo"
                 ),
-                tool("convert_time", source_timezone="America/New_York", time="23:30", target_timezone="UTC"),
-                tool("convert_time", source_timezone="Mars/Olympus", time="12:00", target_timezone="UTC"),
-                tool("get_current_time", timezone="UTC"),
+                step("convert_time", source_timezone="America/New_York", time="23:30", target_timezone="UTC"),
+                step("convert_time", source_timezone="Mars/Olympus", time="12:00", target_timezone="UTC"),
+                step("get_current_time", timezone="UTC"),
             ],
             volatile=lambda text: _DATETIME.sub("<datetime>", text),
         ),
@@ -110,12 +108,12 @@ def _cases(tmp: Path) -> list[Case]:
             [str(BIN / "mcp-server-git"), "--repository", str(repo)],
             [
                 *listings,
-                tool("git_status", repo_path=str(repo)),
-                tool("git_log", repo_path=str(repo), max_count=5),
-                tool("git_show", repo_path=str(repo), revision="HEAD"),
-                tool("git_branch", repo_path=str(repo), branch_type="local"),
-                tool("git_diff_unstaged", repo_path=str(repo)),
-                tool("git_show", repo_path=str(repo), revision="no-such-revision"),
+                step("git_status", repo_path=str(repo)),
+                step("git_log", repo_path=str(repo), max_count=5),
+                step("git_show", repo_path=str(repo), revision="HEAD"),
+                step("git_branch", repo_path=str(repo), branch_type="local"),
+                step("git_diff_unstaged", repo_path=str(repo)),
+                step("git_show", repo_path=str(repo), revision="no-such-revision"),
             ],
         ),
         Case(
@@ -126,12 +124,12 @@ def _cases(tmp: Path) -> list[Case]:
                 ("resources/list", {}),
                 ("resources/templates/list", {}),
                 ("prompts/list", {}),
-                tool("echo", message="hello, world"),
-                tool("get-sum", a=2, b=3.5),
-                tool("get-annotated-message", messageType="success", includeImage=False),
-                tool("get-structured-content", location="Chicago"),
-                tool("get-tiny-image"),
-                tool("trigger-long-running-operation", duration=0.2, steps=2),
+                step("echo", message="hello, world"),
+                step("get-sum", a=2, b=3.5),
+                step("get-annotated-message", messageType="success", includeImage=False),
+                step("get-structured-content", location="Chicago"),
+                step("get-tiny-image"),
+                step("trigger-long-running-operation", duration=0.2, steps=2),
                 ("resources/read", {"uri": "demo://resource/static/document/features.md"}),
                 ("prompts/get", {"name": "simple-prompt"}),
                 ("prompts/get", {"name": "args-prompt", "arguments": {"city": "Paris", "state": "IDF"}}),
@@ -142,7 +140,7 @@ def _cases(tmp: Path) -> list[Case]:
                         "argument": {"name": "department", "value": "E"},
                     },
                 ),
-                tool("no-such-tool"),
+                step("no-such-tool"),
             ],
         ),
         Case(
@@ -150,21 +148,21 @@ def _cases(tmp: Path) -> list[Case]:
             [str(NODE_BIN / "mcp-server-memory")],
             [
                 *listings,
-                tool(
+                step(
                     "create_entities",
                     entities=[{"name": "Ada", "entityType": "person", "observations": ["math"]}],
                 ),
-                tool(
+                step(
                     "create_entities",
                     entities=[{"name": "Babbage", "entityType": "person", "observations": []}],
                 ),
-                tool(
+                step(
                     "create_relations", relations=[{"from": "Ada", "to": "Babbage", "relationType": "knows"}]
                 ),
-                tool("add_observations", observations=[{"entityName": "Ada", "contents": ["wrote notes"]}]),
-                tool("read_graph"),
-                tool("search_nodes", query="notes"),
-                tool("open_nodes", names=["Ada"]),
+                step("add_observations", observations=[{"entityName": "Ada", "contents": ["wrote notes"]}]),
+                step("read_graph"),
+                step("search_nodes", query="notes"),
+                step("open_nodes", names=["Ada"]),
             ],
             env={"MEMORY_FILE_PATH": str(memory)},
             reset=reset_memory,
@@ -174,15 +172,15 @@ def _cases(tmp: Path) -> list[Case]:
             [str(NODE_BIN / "mcp-server-filesystem"), str(files)],
             [
                 *listings,
-                tool("list_allowed_directories"),
-                tool("write_file", path=str(files / "a.txt"), content="alpha\nbeta\n"),
-                tool("read_text_file", path=str(files / "a.txt")),
-                tool("edit_file", path=str(files / "a.txt"), edits=[{"oldText": "beta", "newText": "gamma"}]),
-                tool("create_directory", path=str(files / "sub")),
-                tool("list_directory", path=str(files)),
-                tool("search_files", path=str(files), pattern="*.txt"),
-                tool("read_text_file", path=str(files / "missing.txt")),
-                tool("read_text_file", path="/etc/passwd"),
+                step("list_allowed_directories"),
+                step("write_file", path=str(files / "a.txt"), content="alpha\nbeta\n"),
+                step("read_text_file", path=str(files / "a.txt")),
+                step("edit_file", path=str(files / "a.txt"), edits=[{"oldText": "beta", "newText": "gamma"}]),
+                step("create_directory", path=str(files / "sub")),
+                step("list_directory", path=str(files)),
+                step("search_files", path=str(files), pattern="*.txt"),
+                step("read_text_file", path=str(files / "missing.txt")),
+                step("read_text_file", path="/etc/passwd"),
             ],
             reset=reset_files,
         ),

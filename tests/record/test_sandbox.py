@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from recording_helpers import PYTHON, REPLAY_SIM, ROOT, proxy_stdio, run_script, stdio
+from recording_helpers import PYTHON, REPLAY_SIM, ROOT, proxy_stdio, run_script, stdio, step
 
 from replay_sim.canonical import answer_text
 from replay_sim.effects import Effect, Verdict
@@ -22,10 +22,6 @@ from replay_sim.resolve.tooleffects import recorded_effects
 from replay_sim.store import Origin, Store
 
 COUNTER = [PYTHON, ROOT / "fixtures" / "counter_server.py"]
-
-
-def _tool(name: str, **arguments: Any) -> tuple[str, dict[str, Any]]:
-    return "tools/call", {"name": name, "arguments": arguments}
 
 
 def _episode(resolver: Resolver, server: str, *calls: tuple[str, dict[str, Any]]) -> list[tuple[Tier, str]]:
@@ -46,19 +42,19 @@ async def test_the_cli_learns_a_pure_tool_and_a_write_on_a_sandbox_and_replay_an
     tmp_path: Path,
 ) -> None:
     script = [
-        _tool("get", key="alpha"),
-        _tool("double", x=2),
-        _tool("double", x=5),
-        _tool("put", key="alpha", value="1"),
-        _tool("get", key="alpha"),
-        _tool("double", x=7),
+        step("get", key="alpha"),
+        step("double", x=2),
+        step("double", x=5),
+        step("put", key="alpha", value="1"),
+        step("get", key="alpha"),
+        step("double", x=7),
     ]
     db = tmp_path / "r.db"
     await run_script(proxy_stdio(db, "counter", COUNTER), script)  # recorded plainly
     with Store(db) as store:
         before = Resolver(store, index_dir=None, semantic=False)
         assert before.lookup.effect("counter", "double").effect is Effect.UNKNOWN
-        assert _episode(before, "counter", _tool("double", x=5))[0][0] is Tier.MISS
+        assert _episode(before, "counter", step("double", x=5))[0][0] is Tier.MISS
 
     command = " ".join(json.dumps(str(part)) for part in COUNTER[1:])
     config = tmp_path / "recorder.toml"
@@ -86,9 +82,9 @@ async def test_the_cli_learns_a_pure_tool_and_a_write_on_a_sandbox_and_replay_an
         assert resolver.lookup.effect("counter", "put").effect is Effect.CHANGES
         # Every answer is the real server's, and none was (a pure call does not change the state).
         episodes = [
-            [_tool("double", x=5), _tool("get", key="alpha")],  # a miss before: recorded mid-session
-            [_tool("put", key="alpha", value="1"), _tool("get", key="alpha")],
-            [_tool("double", x=7), _tool("put", key="alpha", value="1"), _tool("get", key="alpha")],
+            [step("double", x=5), step("get", key="alpha")],  # a miss before: recorded mid-session
+            [step("put", key="alpha", value="1"), step("get", key="alpha")],
+            [step("double", x=7), step("put", key="alpha", value="1"), step("get", key="alpha")],
         ]
         for calls in episodes:
             truth = [answer_text(a, None) for a in await run_script(stdio(*COUNTER), calls)]
@@ -107,11 +103,11 @@ async def test_a_state_in_a_file_is_reset_before_each_probe_and_a_server_not_dec
     state.write_bytes(seed.read_bytes())
     server = [*COUNTER, "--state", state]
     script = [
-        _tool("get", key="beta"),
-        _tool("put", key="alpha", value="1"),
-        _tool("get", key="alpha"),
-        _tool("double", x=3),
-        _tool("double", x=4),
+        step("get", key="beta"),
+        step("put", key="alpha", value="1"),
+        step("get", key="alpha"),
+        step("double", x=3),
+        step("double", x=4),
     ]
     db = tmp_path / "r.db"
     await run_script(proxy_stdio(db, "counter", server), script)
@@ -146,8 +142,8 @@ async def test_a_state_in_a_file_is_reset_before_each_probe_and_a_server_not_dec
 
     resolver = Resolver(store, index_dir=None, semantic=False)
     for calls in (
-        [_tool("get", key="alpha")],  # asked from the initial state by the probes
-        [_tool("double", x=4), _tool("put", key="alpha", value="1"), _tool("get", key="alpha")],
+        [step("get", key="alpha")],  # asked from the initial state by the probes
+        [step("double", x=4), step("put", key="alpha", value="1"), step("get", key="alpha")],
     ):
         state.write_bytes(seed.read_bytes())
         truth = [answer_text(a, None) for a in await run_script(stdio(*server), calls)]
@@ -166,7 +162,7 @@ async def test_a_server_that_does_not_start_is_reported_and_the_store_keeps_what
     tmp_path: Path,
 ) -> None:
     db = tmp_path / "r.db"
-    await run_script(proxy_stdio(db, "counter", COUNTER), [_tool("double", x=2), _tool("get", key="alpha")])
+    await run_script(proxy_stdio(db, "counter", COUNTER), [step("double", x=2), step("get", key="alpha")])
     gone = UpstreamSpec(command=str(tmp_path / "no-such-server"), sandbox=True)
     with Store(db) as store:
         count = len(store.recordings())
@@ -181,7 +177,7 @@ async def test_a_server_that_does_not_start_is_reported_and_the_store_keeps_what
 @pytest.mark.anyio
 async def test_a_tool_left_unknown_is_not_asked_the_same_sessions_again(tmp_path: Path) -> None:
     db = tmp_path / "r.db"
-    await run_script(proxy_stdio(db, "counter", COUNTER), [_tool("double", x=2), _tool("get", key="alpha")])
+    await run_script(proxy_stdio(db, "counter", COUNTER), [step("double", x=2), step("get", key="alpha")])
     config = RecorderConfig({"counter": UpstreamSpec(command=PYTHON, args=(str(COUNTER[1]),), sandbox=True)})
 
     def undecided(server: str) -> dict[str, Verdict]:  # whatever the answers say: still unknown

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from mcp import Client
-from recording_helpers import BIN, ECHO_SERVER, PYTHON, Script, proxy_stdio, run_script, stdio
+from recording_helpers import BIN, ECHO_SERVER, PYTHON, Script, proxy_stdio, run_script, stdio, step
 from replay_helpers import make_replay, match_of
 
 from replay_sim.replay.replay import Replay
@@ -28,10 +28,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.anyio]
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-def _call(name: str, **arguments: Any) -> tuple[str, dict[str, Any]]:
-    return ("tools/call", {"name": name, "arguments": arguments})
 
 
 def _text(answer: dict[str, Any]) -> str:
@@ -68,17 +64,17 @@ async def test_a_pydantic_server_s_coercions_and_refusals_are_replayed_as_it_gav
     db = tmp_path / "git.db"
     session = [
         ("tools/list", {}),
-        _call("git_log", repo_path=repo, max_count="2"),  # accepted: pydantic coerces it
-        _call("git_log", repo_path=repo, max_count="ten"),  # refused
+        step("git_log", repo_path=repo, max_count="2"),  # accepted: pydantic coerces it
+        step("git_log", repo_path=repo, max_count="ten"),  # refused
     ]
     recorded = await run_script(proxy_stdio(db, "git", command), session)
     assert not recorded[1].get("isError") and recorded[2].get("isError")
     probes = [
-        _call("git_log", repo_path=repo, max_count="2"),  # the recorded call: exact
-        _call("git_log", repo_path=repo, max_count="eleven"),  # refused like "ten"
-        _call("git_log", repo_path=repo, max_count="1"),  # coerced like "2", but never recorded
-        _call("git_log", repo_path=repo, max_count=None),  # refused, not "absent ≡ default"
-        _call("git_log", max_count=2),  # a required argument missing: every dialect refuses
+        step("git_log", repo_path=repo, max_count="2"),  # the recorded call: exact
+        step("git_log", repo_path=repo, max_count="eleven"),  # refused like "ten"
+        step("git_log", repo_path=repo, max_count="1"),  # coerced like "2", but never recorded
+        step("git_log", repo_path=repo, max_count=None),  # refused, not "absent ≡ default"
+        step("git_log", max_count=2),  # a required argument missing: every dialect refuses
     ]
     truth = await run_script(stdio(*command), probes)
     replayed = await _replayed(db, "git", probes)
@@ -99,16 +95,16 @@ async def test_a_nullable_property_takes_null_and_a_coerced_value_is_never_refus
     db = tmp_path / "echo.db"
     session = [
         ("tools/list", {}),
-        _call("repeat", text="hi"),
-        _call("repeat", text="hi", times="2"),
-        _call("repeat", text="hi", times="x"),
+        step("repeat", text="hi"),
+        step("repeat", text="hi", times="2"),
+        step("repeat", text="hi", times="x"),
     ]
     await run_script(proxy_stdio(db, "echo", command), session)
     probes = [
-        _call("repeat", text="hi", times=None),  # nullable: valid, and null for an optional is absent
-        _call("repeat", text="hi", times="2"),  # the recorded coercion: exact
-        _call("repeat", text="hi", times="3"),  # coerced too, never recorded: a miss, not a refusal
-        _call("repeat", text="hi", times="y"),  # refused like "x"
+        step("repeat", text="hi", times=None),  # nullable: valid, and null for an optional is absent
+        step("repeat", text="hi", times="2"),  # the recorded coercion: exact
+        step("repeat", text="hi", times="3"),  # coerced too, never recorded: a miss, not a refusal
+        step("repeat", text="hi", times="y"),  # refused like "x"
     ]
     truth = await run_script(stdio(*command), probes)
     null, two, three, why = await _replayed(db, "echo", probes)
