@@ -123,11 +123,7 @@ class ChildStdio:
                             buffer = lines.pop()
                             answered = False
                             for line in lines:
-                                if self.answers(line):
-                                    answered = True
-                                    continue
-                                self.delivered += 1
-                                await read_writer.send(parse(line))
+                                answered = await self.hand_over(line, read_writer) or answered
                             if answered and self.on_read is not None:
                                 self.on_read()
                     finally:
@@ -253,6 +249,16 @@ class ChildStdio:
     def answers(self, line: bytes) -> bool:
         """Whether a line of the server's output answers a raw request (then handed to its waiter)."""
         return bool(self._waiting) and self._answered(line)
+
+    async def hand_over(
+        self, line: bytes, read_writer: MemoryObjectSendStream[SessionMessage | Exception]
+    ) -> bool:
+        """Hand a line of the server's output to a raw request's waiter (True) or to the SDK's dispatcher."""
+        if self.answers(line):
+            return True
+        self.delivered += 1
+        await read_writer.send(parse(line))
+        return False
 
     def closed(self) -> None:
         """The server's output ended: no raw request will be answered (its waiters are told)."""

@@ -92,11 +92,7 @@ class ChildOutput:
                         line = self.backlog.popleft()
                         if line is None:
                             return  # the session sees the stream close
-                        if child.answers(line):
-                            answered = True
-                            continue
-                        child.delivered += 1
-                        await read_writer.send(parse(line))
+                        answered = await child.hand_over(line, read_writer) or answered
                     if answered and child.on_read is not None:
                         child.on_read()
                     self.pipe.resume_reading()
