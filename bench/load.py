@@ -40,7 +40,7 @@ from replay_sim.resolve.resolver import Resolver
 
 store = Store(sys.argv[1])
 replay = Replay(store, resolver=Resolver(store, index_dir=None))
-serve(replay, "127.0.0.1", 0, log_level="warning", on_ready=lambda url: print(url, flush=True))
+serve(replay, "127.0.0.1", 0, on_ready=lambda url: print(url, flush=True))
 """
 
 

@@ -142,7 +142,7 @@ def _serve(kind: str, port: int, db: str) -> None:
     from replay_sim.replay.runner import serve
 
     if kind == "replay":  # exactly as `replay-sim serve` runs it
-        serve(replay(db), "127.0.0.1", port, log_level="warning")
+        serve(replay(db), "127.0.0.1", port)
         return
     if kind == "raw":
         app = raw_app()

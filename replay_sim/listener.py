@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from replay_sim.errors import ConfigError
+from replay_sim.httpserver import HttpOptions, uvicorn_server
 
 __all__ = ["HostCheck", "HostGuard", "base_url", "is_loopback", "listen", "serving_in_thread"]
 
@@ -188,41 +189,43 @@ def base_url(sock: socket.socket) -> str:
 
 @contextlib.contextmanager
 def serving_in_thread(
-    app: ASGIApp, host: str = "127.0.0.1", port: int = 0, *, log_level: str = "warning", timeout: float = 60.0
+    app: ASGIApp,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    options: HttpOptions | None = None,
+    timeout: float = 60.0,
+    wait_ready: bool = True,
+    ready_timeout: float = 600.0,
 ) -> Iterator[str]:
     """Serve an ASGI app with uvicorn in a background thread while the ``with`` block runs.
 
     The socket is bound with :func:`listen` first, so ``port=0`` gets a free port from the OS
-    without a race; the block starts once the app's lifespan has started, and leaving it stops the
-    server (lifespan shutdown included).
+    without a race; the block starts once the app's lifespan has started — and, for an app that
+    says when it is ready (a ``readiness`` attribute with ``wait(timeout)`` and ``problems()``,
+    as the replay app has), once it is ready — and leaving it stops the server (lifespan shutdown
+    included).
 
     Args:
         app: The ASGI app (for example :func:`replay_sim.replay.app.create_app`'s).
         host: Interface to bind.
         port: TCP port (0 picks a free one).
-        log_level: uvicorn's log level.
+        options: Keep-alive, header deadline and logging (default: :class:`HttpOptions`' defaults).
         timeout: Seconds the app may take to start.
+        wait_ready: Wait for the app to be ready, too (when it says).
+        ready_timeout: Seconds it may take to be ready.
 
     Yields:
         The base URL, ``http://host:port`` with the real port.
 
     Raises:
-        ConfigError: The address cannot be bound, or the app did not start within ``timeout``.
+        ConfigError: The address cannot be bound, or the app did not start within ``timeout``
+            (or was not ready within ``ready_timeout``).
     """
-    import uvicorn
-
     settled = threading.Event()  # set once the server has started, or has given up starting
-
-    class Server(uvicorn.Server):
-        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-            try:
-                await super().startup(sockets)
-            finally:
-                settled.set()
-
     sock = listen(host, port)
     url = base_url(sock)
-    server = Server(uvicorn.Config(app, log_level=log_level, lifespan="on"))
+    server = uvicorn_server(app, options or HttpOptions(), lifespan="on", on_settled=settled.set)
 
     def run() -> None:
         try:
@@ -236,6 +239,13 @@ def serving_in_thread(
         try:
             if not settled.wait(timeout) or not server.started:
                 raise ConfigError(f"the app at {url} did not start within {timeout:g}s (see the log above)")
+            readiness = getattr(app, "readiness", None) if wait_ready else None
+            if readiness is not None and not readiness.wait(ready_timeout):
+                problems = "; ".join(readiness.problems())
+                raise ConfigError(
+                    f"the app at {url} was not ready within {ready_timeout:g} s: {problems} "
+                    "(wait_ready=False starts serving without waiting)"
+                )
             yield url
         finally:
             server.should_exit = True

@@ -83,12 +83,24 @@ async def run_script(target: StdioServerParameters | str | Any, script: Script) 
             return [await raw_request(client, method, params) for method, params in script]
 
 
+HUNG = 600
+"""Seconds after which a process that neither prints the awaited line nor exits counts as hung.
+
+Not a start-up time: a process is waited for until it says it is ready or it exits, however busy
+the machine; this only ends a test whose process hangs."""
+
+
 class Process:
-    """A subprocess whose stderr/stdout lines can be awaited with a deadline."""
+    """A subprocess whose stderr/stdout lines can be awaited (until printed, or the process ends)."""
 
     def __init__(self, process: anyio.abc.Process) -> None:
         self.process = process
         self.lines: list[str] = []
+        self._changed = anyio.Event()
+        self._open = 2  # stdout and stderr, until each reaches its end
+
+    def _said(self) -> None:
+        self._changed.set()
         self._changed = anyio.Event()
 
     async def pump(self, stream: Any) -> None:
@@ -97,22 +109,32 @@ class Process:
             buffer += chunk
             *complete, buffer = buffer.split("\n")
             self.lines.extend(complete)
-            self._changed.set()
-            self._changed = anyio.Event()
+            self._said()
+        if buffer:
+            self.lines.append(buffer)
+        self._open -= 1
+        self._said()
 
-    async def wait_for(self, pattern: str, timeout: float = 30) -> re.Match[str]:
-        """The first output line matching ``pattern`` (waiting for it, up to ``timeout``)."""
+    async def wait_for(self, pattern: str, timeout: float = HUNG) -> re.Match[str]:
+        """The first output line matching ``pattern``, waiting until it is printed or the process ends."""
         regex = re.compile(pattern)
         with anyio.fail_after(timeout):
             while True:
                 for line in self.lines:
                     if match := regex.search(line):
                         return match
-                if self.process.returncode is not None:
+                if self._open == 0 or self.process.returncode is not None:
                     raise AssertionError(
                         f"process exited ({self.process.returncode}):\n" + "\n".join(self.lines)
                     )
                 await self._changed.wait()
+
+    async def finished(self, timeout: float = HUNG) -> list[str]:
+        """Every line the process printed, once it has closed its output (exited)."""
+        with anyio.fail_after(timeout):
+            while self._open:
+                await self._changed.wait()
+        return self.lines
 
 
 @asynccontextmanager
@@ -146,5 +168,5 @@ async def echo_http() -> AsyncIterator[str]:
 async def proxy_http(db: Path, *arguments: str | Path) -> AsyncIterator[tuple[str, Process]]:
     """Run ``replay-sim record --http 127.0.0.1:0`` (the real CLI); yields its base URL and process."""
     async with spawn(REPLAY_SIM, "record", "--db", str(db), "--http", "127.0.0.1:0", *arguments) as process:
-        match = await process.wait_for(r"at (http://127\.0\.0\.1:\d+)/mcp/")
+        match = await process.wait_for(r"^listening on (http://127\.0\.0\.1:\d+)$")
         yield match.group(1), process

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from replay_sim.store import Store
+import numpy as np
+
+from replay_sim.resolve.embedding import SentenceTransformerEmbedder
+from replay_sim.store import ServerRecord, Store
 
 SEARCH_TOOL = {
     "name": "search",
@@ -106,3 +111,41 @@ def demo_store(path: Path) -> Store:
     )
     call(store, "read_file", {"path": "/a.txt"}, "two", session="s-write")
     return store
+
+
+REPO = "/srv/repo"
+
+
+def search(query: str) -> dict[str, Any]:
+    return {"name": "search", "arguments": {"query": query, "repo_path": REPO}}
+
+
+def calibrated_store(path: Path) -> Store:
+    """The demo server and store, with the two close questions that calibrate search's threshold."""
+    store = demo_store(path)
+    store.put_server(ServerRecord("demo", {"name": "demo", "version": "1"}, {"tools": {}}))
+    call(store, "search", {"query": "how do I change my password", "repo_path": REPO}, "Under Security.")
+    call(store, "search", {"query": "how do I recover my password", "repo_path": REPO}, "By email.")
+    return store
+
+
+class GatedEmbedder:
+    """The real model behind a gate: every encode waits until the test opens it (a model loading)."""
+
+    def __init__(self, model: SentenceTransformerEmbedder) -> None:
+        self.model = model
+        self.gate = threading.Event()
+        self.waiting = threading.Event()
+
+    @property
+    def model_id(self) -> str:
+        return self.model.model_id
+
+    @property
+    def dimension(self) -> int:
+        return self.model.dimension
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        self.waiting.set()
+        self.gate.wait()
+        return self.model.encode(texts)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import sys
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,6 +16,7 @@ import click
 
 from replay_sim.cli import cli, db_option
 from replay_sim.errors import ConfigError
+from replay_sim.httpserver import DEFAULT_KEEP_ALIVE, HttpOptions
 from replay_sim.record.config import DEFAULT_TIMEOUT, RecorderConfig, UpstreamSpec, load_config
 from replay_sim.record.http import record_http
 from replay_sim.record.recorder import record_stdio
@@ -94,6 +96,14 @@ def _address(value: str) -> tuple[str, int]:
     help="With --http: another Host name clients reach the recorder by (repeatable; '*' turns the "
     "DNS-rebinding check off).",
 )
+@click.option(
+    "--keep-alive",
+    type=click.FloatRange(0, min_open=True),
+    default=DEFAULT_KEEP_ALIVE,
+    show_default=True,
+    help="With --http: seconds an idle client connection is kept open (past every common client's "
+    "keep-alive, so a client never reuses a connection the recorder is closing).",
+)
 @click.option("--url", help="Record a streamable HTTP upstream instead of a command.")
 @click.option(
     "-e", "--env", "env", multiple=True, metavar="NAME[=VALUE]", help="Environment for the upstream."
@@ -128,6 +138,7 @@ def record_command(
     http: str | None,
     config_file: Path | None,
     allowed_hosts: tuple[str, ...],
+    keep_alive: float,
     url: str | None,
     env: tuple[str, ...],
     header: tuple[str, ...],
@@ -169,6 +180,8 @@ def record_command(
         def ready(base_url: str) -> None:
             for server in config.servers:
                 click.echo(f"replay-sim: recording {server} into {db} at {base_url}/mcp/{server}", err=True)
+            click.echo(f"listening on {base_url}")  # the one line a script waits for: ready now
+            sys.stdout.flush()
 
         _run_until_stopped(
             db,
@@ -180,6 +193,7 @@ def record_command(
                 redactor=config.redactor,
                 on_ready=ready,
                 allowed_hosts=allowed_hosts,
+                options=HttpOptions(keep_alive=keep_alive),
             ),
         )
         return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+import sys
 from pathlib import Path
 
 import anyio
@@ -10,6 +11,7 @@ import click
 
 from replay_sim.cli import cli, db_option, match_config_option
 from replay_sim.errors import ConfigError
+from replay_sim.httpserver import DEFAULT_KEEP_ALIVE, LOG_LEVELS, HttpOptions
 from replay_sim.listener import HostCheck, is_loopback
 from replay_sim.record.config import RecorderConfig, load_config
 from replay_sim.record.forward import Forwarder
@@ -18,6 +20,7 @@ from replay_sim.replay.admission import Limits
 from replay_sim.replay.factory import open_replay
 from replay_sim.replay.faults import Faults, Latency
 from replay_sim.replay.miss import MissPolicyName
+from replay_sim.replay.provenance import MissDetail
 from replay_sim.replay.runner import serve
 from replay_sim.resolve.calibration import MatchConfig
 
@@ -73,7 +76,29 @@ _LIMITS = Limits()  # the defaults
     type=click.FloatRange(0, min_open=True),
     default=_LIMITS.body_timeout,
     show_default=True,
-    help="Seconds a client has to send a request body (then 408 and the connection closed).",
+    help="Seconds a client has to send a request's headers, and again its body (then 408 and the "
+    "connection closed).",
+)
+@click.option(
+    "--keep-alive",
+    type=click.FloatRange(0, min_open=True),
+    default=DEFAULT_KEEP_ALIVE,
+    show_default=True,
+    help="Seconds an idle HTTP connection is kept open (past every common client's keep-alive, so a "
+    "client never reuses a connection the server is closing).",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(LOG_LEVELS),
+    default="warning",
+    show_default=True,
+    help="uvicorn's log level (stderr).",
+)
+@click.option(
+    "--access-log/--no-access-log",
+    default=False,
+    show_default=True,
+    help="One log line per HTTP request on stdout (off: a trainer's rollouts make thousands).",
 )
 @click.option(
     "--max-episodes",
@@ -117,6 +142,15 @@ _LIMITS = Limits()  # the defaults
     default=MissPolicyName.ERROR.value,
     show_default=True,
     help="What to answer when no recording matches.",
+)
+@click.option(
+    "--miss-detail",
+    type=click.Choice([d.value for d in MissDetail]),
+    default=MissDetail.FULL.value,
+    show_default=True,
+    help="How much a miss tells the client: the nearest recordings and their differing arguments "
+    "(full), the reason without argument values (reason: nothing a policy in training can copy), or "
+    "only that no recording matches (none).",
 )
 @click.option(
     "--strict", is_flag=True, help="Refuse to start when a listing the servers advertise is missing."
@@ -164,12 +198,16 @@ def serve_command(
     max_sessions: int,
     max_concurrent: int,
     body_timeout: float,
+    keep_alive: float,
+    log_level: str,
+    access_log: bool,
     max_episodes: int,
     episode_idle_timeout: float,
     latency: str,
     fault_specs: tuple[str, ...],
     fault_hold: float | None,
     miss: str,
+    miss_detail: str,
     strict: bool,
     stdio: bool,
     server_name: str | None,
@@ -208,6 +246,8 @@ def serve_command(
             allowed_hosts=allowed_hosts,
             token=token,
             miss=miss,
+            miss_detail=miss_detail,
+            keep_alive=keep_alive,
             limits=Limits(
                 session_idle_timeout=session_idle_timeout,
                 max_sessions=max_sessions,
@@ -220,6 +260,7 @@ def serve_command(
             click.echo(
                 f"replaying {snapshot} on Ray Serve at {url}/mcp/<server> ({replicas} replicas)", err=True
             )
+            _listening(url)
 
         run(settings, address=ray_address, on_ready=ready)
         return
@@ -245,6 +286,7 @@ def serve_command(
         match_config=match_config,
         latency=Latency.parse(latency),
         faults=faults,
+        miss_detail=miss_detail,
     )
     for problem in replay.check(strict):
         click.echo(f"replay-sim: warning: {problem}", err=True)
@@ -285,15 +327,26 @@ def serve_command(
         max_episodes=max_episodes,
         episode_idle_timeout=episode_idle_timeout,
     )
+    options = HttpOptions(
+        keep_alive=keep_alive, header_timeout=body_timeout, log_level=log_level, access_log=access_log
+    )
     serve(
         replay,
         host,
         port,
-        on_ready=announce,
+        options=options,
+        on_listening=announce,
+        on_ready=_listening,
         allowed_hosts=allowed_hosts,
         token=token,
         limits=limits,
     )
+
+
+def _listening(url: str) -> None:
+    """The one line a script waits for (stdout): printed once the server is ready, never before."""
+    click.echo(f"listening on {url}")
+    sys.stdout.flush()
 
 
 def _recorded_with(config: RecorderConfig) -> Redactor:

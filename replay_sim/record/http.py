@@ -6,11 +6,11 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
-import uvicorn
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from starlette.applications import Starlette
 from starlette.routing import Route
 
+from replay_sim.httpserver import HttpOptions, uvicorn_server
 from replay_sim.listener import HostCheck, HostGuard, base_url, listen
 from replay_sim.record.config import UpstreamSpec
 from replay_sim.record.recorder import Recorder, recording
@@ -67,6 +67,7 @@ async def record_http(
     redactor: Redactor | None = None,
     on_ready: Callable[[str], None] | None = None,
     allowed_hosts: Iterable[str] = (),
+    options: HttpOptions | None = None,
 ) -> None:
     """Record upstreams while serving clients over streamable HTTP until interrupted (SIGINT/SIGTERM).
 
@@ -76,8 +77,10 @@ async def record_http(
         host: Interface to listen on.
         port: TCP port (0 picks a free one).
         redactor: Redaction rules (env/header values of the upstreams are always redacted).
-        on_ready: Called with the base URL once the server listens.
+        on_ready: Called with the base URL once the recorder is ready: the upstreams connected,
+            the endpoints running and the socket accepting.
         allowed_hosts: More names clients reach the recorder by (see :class:`HostCheck`).
+        options: Keep-alive, header deadline and logging (default: :class:`HttpOptions`' defaults).
 
     Raises:
         UpstreamError: An upstream did not start.
@@ -85,9 +88,8 @@ async def record_http(
     """
     async with recording(store, upstreams, redactor) as recorder:
         sock = listen(host, port)
-        if on_ready is not None:
-            on_ready(base_url(sock))
+        url = base_url(sock)
         app = http_app(recorder, host=host, allowed_hosts=allowed_hosts)
-        config = uvicorn.Config(app, log_level="warning")
+        started = None if on_ready is None else (lambda: on_ready(url))
         with sock:
-            await uvicorn.Server(config).serve(sockets=[sock])
+            await uvicorn_server(app, options or HttpOptions(), on_started=started).serve(sockets=[sock])

@@ -22,6 +22,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from replay_sim.replay.coverage import coverage
 from replay_sim.replay.episodes_api import episodes_api
 from replay_sim.replay.metrics import truncated
+from replay_sim.replay.readiness import Readiness
 from replay_sim.replay.replay import Replay
 from replay_sim.store import Recording
 
@@ -75,7 +76,7 @@ def tool_effects(replay: Replay) -> dict[str, dict[str, Any]]:
 
 def admin_api(
     replay: Replay,
-    is_ready: Callable[[], bool],
+    readiness: Readiness,
     *,
     token: str | None = None,
     load: Callable[[], dict[str, Any]] | None = None,
@@ -84,7 +85,7 @@ def admin_api(
 
     Args:
         replay: The replay servers, their store, histories and metrics.
-        is_ready: Whether every MCP endpoint runs and the index and model are loaded.
+        readiness: Whether every MCP endpoint runs and the index and model are loaded, and why not.
         token: When set, every endpoint but health and readiness needs ``Authorization: Bearer <token>``.
         load: MCP requests in flight and open sessions per server (``ReplayApp.load``).
 
@@ -114,10 +115,14 @@ def admin_api(
 
     @api.get("/api/ready")
     def ready() -> JSONResponse:
-        """Readiness: every MCP endpoint runs and the index and model are loaded (503 until then)."""
-        ok = is_ready()
+        """Readiness: every MCP endpoint runs and the index and model are loaded (503 until then).
+
+        ``waiting_for`` says what is still loading (or failed to load, and is being tried again).
+        """
+        ok = readiness.ready
         body = {
             "ready": ok,
+            "waiting_for": readiness.problems(),
             "servers": replay.names(),
             "problems": replay.problems(),
             "miss_policy": replay.miss_policy_name,

@@ -28,6 +28,7 @@ from replay_sim.listener import HostCheck, is_loopback
 from replay_sim.replay.admission import Admission, Limits
 from replay_sim.replay.api import admin_api
 from replay_sim.replay.fastpath import FastPath
+from replay_sim.replay.readiness import Readiness
 from replay_sim.replay.replay import Replay
 from replay_sim.replay.router import ReplayApp
 
@@ -60,7 +61,9 @@ def create_app(
             defaults); the episode bounds are applied to ``replay``'s episodes.
 
     Returns:
-        The ASGI app; its admin (FastAPI) lifespan runs every server's MCP session manager.
+        The ASGI app; its admin (FastAPI) lifespan runs every server's MCP session manager and
+        starts the warm-up; its :attr:`~replay_sim.replay.router.ReplayApp.readiness` says when
+        every tier answers at its usual speed (``GET /api/ready``).
 
     Raises:
         ConfigError: ``host`` is beyond loopback and there is no ``token``.
@@ -87,11 +90,10 @@ def create_app(
         for name in replay.names()
     }
     replay.metrics.label_only(_recorded_names(replay))
-    ready = False
+    readiness = Readiness(replay.resolver.warmup)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        nonlocal ready
         async with contextlib.AsyncExitStack() as stack:
             await replay.enter(stack)
             for manager in managers.values():
@@ -100,11 +102,12 @@ def create_app(
             # Once loaded, they live as long as the server: keep the garbage collector from
             # rescanning them on every full collection (costly under load).
             replay.resolver.warm(wait=False, then=gc.freeze if freeze_gc else None)
-            ready = True
+            readiness.serving(True)
             try:
                 yield
             finally:
-                ready = False
+                readiness.serving(False)
+                replay.resolver.warmup.stop()  # a failed warm-up is not tried again on a closing store
 
     app = FastAPI(
         title="replay-sim",
@@ -115,9 +118,16 @@ def create_app(
     # Exact and canonical hits on established sessions skip the SDK (same bytes, prepared once).
     fast = FastPath(replay.prepared, {name: replay.server(name) for name in managers}, replay.surfaces)
     front = ReplayApp(
-        app, managers, Admission(limits), HostCheck(host, allowed_hosts), replay.episodes, hangups, fast
+        app,
+        managers,
+        Admission(limits),
+        HostCheck(host, allowed_hosts),
+        replay.episodes,
+        hangups,
+        fast,
+        readiness,
     )
-    app.include_router(admin_api(replay, is_ready=lambda: ready, token=token, load=front.load))
+    app.include_router(admin_api(replay, readiness, token=token, load=front.load))
 
     @app.get("/", include_in_schema=False)
     def dashboard() -> FileResponse:

@@ -16,6 +16,7 @@ from replay_sim.errors import ConfigError
 from replay_sim.redaction import RULES_META_KEY, Redactor
 from replay_sim.replay.faults import Faults, Latency
 from replay_sim.replay.miss import Forward, MissPolicyName, MissSettings
+from replay_sim.replay.provenance import MissDetail
 from replay_sim.replay.replay import Replay
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.resolver import Resolver
@@ -40,6 +41,7 @@ def open_replay(
     match_config: MatchConfig | None = None,
     latency: Latency | str | None = None,
     faults: Faults | None = None,
+    miss_detail: str = MissDetail.FULL,
 ) -> Replay:
     """Open an existing store (or a verified snapshot) and build the replay servers over it.
 
@@ -59,17 +61,23 @@ def open_replay(
         match_config: Thresholds and per-tool overrides (a snapshot brings the one it was frozen with).
         latency: How long answers are held: ``none`` (default), ``recorded``, ``fixed:MS``, ``scale:F``.
         faults: Which tool calls fail on purpose, and how (default: none).
+        miss_detail: How much a miss tells the client: ``full`` (the nearest recordings and the
+            arguments in which they differ), ``reason`` (no argument values), ``none`` (only that
+            no recording matches).
 
     Returns:
         The replay, ready for :func:`~replay_sim.replay.app.create_app` or :meth:`Replay.serve_stdio`.
 
     Raises:
         ConfigError: Inconsistent options (a writing miss policy on a read-only snapshot, ``live``
-            without ``forward``, a malformed latency …).
+            without ``forward``, a malformed latency, an unknown miss detail …).
         SnapshotError: The snapshot is missing or tampered with.
         StoreError: The store does not exist or cannot be opened.
     """
     policy = MissPolicyName(miss)
+    if miss_detail not in tuple(MissDetail):
+        raise ConfigError(f"unknown miss detail {miss_detail!r}: choose {', '.join(MissDetail)}")
+    detail = MissDetail(miss_detail)
     if isinstance(latency, str):
         latency = Latency.parse(latency)  # before opening anything
     snapshot_id: str | None = None
@@ -113,4 +121,5 @@ def open_replay(
         redactor=redactor,
         latency=latency,
         faults=faults,
+        miss_detail=detail,
     )

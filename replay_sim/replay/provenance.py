@@ -6,12 +6,17 @@ or a ``nearest`` answer, and the arguments in which a canonical or semantic hit'
 A miss is rendered the way its method fails on a real server, with a message saying what came closest.
 An injected fault or delay says so (``"fault"``, ``"latency_ms"``). :func:`match_of` reads the record
 back as a typed :class:`Match`.
+
+How much a miss tells is :class:`MissDetail` (``serve --miss-detail``): a policy in training can
+learn from the nearest recordings' arguments, so ``reason`` leaves them out and ``none`` says only
+that no recording matches.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 import mcp_types as types
@@ -24,6 +29,7 @@ from replay_sim.store import Origin
 __all__ = [
     "FAULT_STATUS",
     "Match",
+    "MissDetail",
     "Reply",
     "candidate_json",
     "differences_json",
@@ -41,6 +47,18 @@ Reply = dict[str, Any] | MCPError
 RESOURCE_NOT_FOUND = -32002  # the spec's code for resources/read of an unknown URI
 FAULT_STATUS = "fault"
 """The provenance status of a call failed on purpose (``serve --faults``); ``"fault"`` says how."""
+
+
+class MissDetail(StrEnum):
+    """How much a miss tells the client (its text and ``_meta`` candidates)."""
+
+    FULL = "full"
+    """The reason, and the nearest recordings with the arguments in which they differ (debugging)."""
+    REASON = "reason"
+    """The reason, and the nearest recordings' ids and scores with the names of the fields that
+    differ, but none of their values: nothing a policy in training can copy arguments from."""
+    NONE = "none"
+    """Only that no recording matches: no reason, no candidates."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,13 +141,15 @@ def status_of(resolution: Resolution) -> str:
     return resolution.tier.value
 
 
-def candidate_json(candidate: Candidate) -> dict[str, Any]:
-    """A near miss as JSON: recording id, score and the arguments that differ."""
-    return {
-        "recording": candidate.recording_id,
-        "score": round(float(candidate.score), 6),
-        "differences": differences_json(candidate.differences),
-    }
+def candidate_json(candidate: Candidate, detail: MissDetail = MissDetail.FULL) -> dict[str, Any]:
+    """A near miss as JSON: recording id, score and the arguments that differ (``reason``: their names)."""
+    differences = (
+        differences_json(candidate.differences)
+        if detail == MissDetail.FULL
+        else [{"field": d.name} for d in candidate.differences]
+    )
+    score = round(float(candidate.score), 6)
+    return {"recording": candidate.recording_id, "score": score, "differences": differences}
 
 
 def differences_json(differences: list[FieldDiff]) -> list[dict[str, Any]]:
@@ -137,19 +157,26 @@ def differences_json(differences: list[FieldDiff]) -> list[dict[str, Any]]:
     return [{"field": d.name, "recorded": d.recorded, "requested": d.requested} for d in differences]
 
 
-def miss_message(server: str, method: str, name: str, resolution: Resolution) -> str:
-    """The human-readable text of a miss: what was asked and which recordings came closest."""
+def miss_message(
+    server: str, method: str, name: str, resolution: Resolution, detail: MissDetail = MissDetail.FULL
+) -> str:
+    """The human-readable text of a miss: what was asked and (as ``detail`` allows) what came closest."""
     what = {"tools/call": "tool", "prompts/get": "prompt", "resources/read": "resource"}.get(
         method, "reference"
     )
     lines = [f"replay-sim: no recording answers this {method} of {what} {name!r} on {server!r}."]
+    if detail == MissDetail.NONE:
+        return lines[0]
     if resolution.reason:
         lines.append(f"Reason: {resolution.reason}.")
     if not resolution.candidates:
         lines.append("No recording of this call comes close; record it, or serve with --miss live.")
     for c in resolution.candidates:
         diffs = "; ".join(
-            f"{d.name}: recorded {d.recorded!r}, requested {d.requested!r}" for d in c.differences
+            f"{d.name}: recorded {d.recorded!r}, requested {d.requested!r}"
+            if detail == MissDetail.FULL
+            else f"{d.name} differs"
+            for d in c.differences
         )
         lines.append(
             f"Nearest: recording #{c.recording_id} (score {c.score:.3f}){': ' + diffs if diffs else ''}"
@@ -157,12 +184,15 @@ def miss_message(server: str, method: str, name: str, resolution: Resolution) ->
     return "\n".join(lines)
 
 
-def provenance(resolution: Resolution, snapshot: str | None) -> dict[str, Any]:
+def provenance(
+    resolution: Resolution, snapshot: str | None, detail: MissDetail = MissDetail.FULL
+) -> dict[str, Any]:
     """The ``_meta["replay-sim/match"]`` record of a resolution.
 
     Args:
         resolution: How the call was resolved.
         snapshot: The id of the snapshot served, if one is.
+        detail: How much its candidates tell (``none``: none are listed).
     """
     match: dict[str, Any] = {
         "status": status_of(resolution),
@@ -171,13 +201,21 @@ def provenance(resolution: Resolution, snapshot: str | None) -> dict[str, Any]:
         "snapshot": snapshot,
     }
     if not resolution.hit or resolution.tier == Tier.NEAREST:
-        match["candidates"] = [candidate_json(c) for c in resolution.candidates]
+        shown = () if detail == MissDetail.NONE else resolution.candidates
+        match["candidates"] = [candidate_json(c, detail) for c in shown]
     if resolution.differences:  # what a canonical or semantic hit's recording was asked otherwise
         match["differences"] = differences_json(resolution.differences)
     return match
 
 
-def render(server: str, method: str, name: str, resolution: Resolution, snapshot: str | None) -> Reply:
+def render(
+    server: str,
+    method: str,
+    name: str,
+    resolution: Resolution,
+    snapshot: str | None,
+    detail: MissDetail = MissDetail.FULL,
+) -> Reply:
     """The reply for a resolution: the recorded JSON plus provenance, the recorded error, or the miss.
 
     Args:
@@ -186,8 +224,9 @@ def render(server: str, method: str, name: str, resolution: Resolution, snapshot
         name: The tool, prompt or resource the call asked for.
         resolution: How the call was resolved.
         snapshot: The id of the snapshot served, if one is.
+        detail: How much a miss tells (:class:`MissDetail`).
     """
-    match = provenance(resolution, snapshot)
+    match = provenance(resolution, snapshot, detail)
     recording = resolution.recording
     if recording is not None and recording.error is not None:
         error = recording.error
@@ -198,7 +237,7 @@ def render(server: str, method: str, name: str, resolution: Resolution, snapshot
         result = dict(recording.result)
         result["_meta"] = {**(result.get("_meta") or {}), MATCH_META_KEY: match}
         return result
-    message = miss_message(server, method, name, resolution)
+    message = miss_message(server, method, name, resolution, detail)
     if method == "tools/call":
         return {
             "content": [{"type": "text", "text": message}],

@@ -43,7 +43,8 @@ from replay_sim.replay.metrics import Metrics
 from replay_sim.replay.miss import Miss, MissPolicy, MissPolicyName, MissSettings
 from replay_sim.replay.policies import make_policy
 from replay_sim.replay.prepared import Prepared
-from replay_sim.replay.provenance import FAULT_STATUS, Reply, provenance, render, status_of
+from replay_sim.replay.provenance import FAULT_STATUS, MissDetail, Reply, provenance, render, status_of
+from replay_sim.replay.readiness import still_loading
 from replay_sim.replay.responses import stream_now
 from replay_sim.replay.server import build_server
 from replay_sim.replay.surface import Surface
@@ -54,7 +55,10 @@ from replay_sim.stdio_transport import native_stdio
 from replay_sim.store import Store
 from replay_sim.store.misses import MissLog
 
-__all__ = ["Answer", "Replay"]
+__all__ = ["DEFAULT_WARM_WAIT", "Answer", "Replay"]
+
+DEFAULT_WARM_WAIT = 10.0
+"""Seconds a call waits for the warm-up it needs before it is answered as "still starting"."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +103,10 @@ class Replay:
         faults: Which tool calls fail on purpose, and how (default: none).
         sleep: How the replay waits (injected latency, a timeout fault's hold); ``anyio.sleep``
             unless a test injects a clock.
+        miss_detail: How much a miss tells the client (``full``, ``reason``, ``none``).
+        warm_wait: Seconds a call that needs what the warm-up still loads (index, model, a tool's
+            matching state) waits for it; past that it is answered as a miss saying the replay is
+            still loading (no history advanced, nothing kept), never held for minutes.
     """
 
     def __init__(
@@ -115,8 +123,12 @@ class Replay:
         latency: Latency | str | None = None,
         faults: Faults | None = None,
         sleep: Callable[[float], Awaitable[None]] | None = None,
+        miss_detail: MissDetail | str = MissDetail.FULL,
+        warm_wait: float = DEFAULT_WARM_WAIT,
     ) -> None:
         self.store = store
+        self.miss_detail = MissDetail(miss_detail)
+        self.warm_wait = warm_wait
         self.redactor = redactor or Redactor.from_rules(store.meta(RULES_META_KEY))
         self.resolver = resolver or Resolver(store)
         self.settings = settings or MissSettings(store=store)
@@ -306,6 +318,10 @@ class Replay:
         steps = () if history is None else history
         resolution = self.resolver.resolve_now(server, method, redacted, steps)
         if resolution is None:  # it needs the model or index still loading: wait off the event loop
+            if not await anyio.to_thread.run_sync(self.resolver.warmup.wait, self.warm_wait):
+                why = still_loading(self.resolver.warmup, self.warm_wait)
+                loading = Resolution(Tier.MISS, 0.0, reason=why)
+                return Answer(name, loading, self._reply(server, method, name, loading))
             resolve = self.resolver.resolve
             resolution = await anyio.to_thread.run_sync(resolve, server, method, redacted, steps)
         if not resolution.hit and method == "tools/call":
@@ -395,4 +411,4 @@ class Replay:
 
     def _reply(self, server: str, method: str, name: str, resolution: Resolution) -> Reply:
         """The reply for a resolution, citing this replay's snapshot in its provenance."""
-        return render(server, method, name, resolution, self.snapshot)
+        return render(server, method, name, resolution, self.snapshot, self.miss_detail)

@@ -42,6 +42,7 @@ from replay_sim.replay.episodes import Episodes
 from replay_sim.replay.fastpath import FastPath
 from replay_sim.replay.faults import Hangup
 from replay_sim.replay.histories import URL_EPISODE
+from replay_sim.replay.readiness import Readiness
 from replay_sim.replay.responses import JsonUnlessStreamed, prefers_json
 
 __all__ = ["ReplayApp"]
@@ -74,6 +75,10 @@ class ReplayApp:
         episodes: The live named episodes (a new one past their cap is refused here).
         hangups: Whether a call may have its connection dropped (``disconnect`` faults).
         fast: Answers the replayed calls it can from prepared bytes (None: the SDK answers all).
+        readiness: Whether every tier answers at its usual speed (None: ready once started).
+
+    Attributes:
+        readiness: As given.
     """
 
     def __init__(
@@ -85,6 +90,7 @@ class ReplayApp:
         episodes: Episodes | None = None,
         hangups: bool = False,
         fast: FastPath | None = None,
+        readiness: Readiness | None = None,
     ) -> None:
         self.admin = admin
         self.managers = managers
@@ -92,6 +98,7 @@ class ReplayApp:
         self.episodes = episodes if episodes is not None else Episodes()
         self.hangups = hangups
         self.fast = fast
+        self.readiness = readiness
         timeout = self.admission.limits.body_timeout
         routed = self._route if timeout is None else BodyTimeout(self._route, timeout)
         self._guarded = HostGuard(routed, hosts or HostCheck())

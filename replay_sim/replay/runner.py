@@ -1,9 +1,11 @@
-"""Running the replay app: uvicorn on a socket bound first, until interrupted."""
+"""Running the replay app: uvicorn on a socket bound first, until interrupted; announced once ready."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable
 
+from replay_sim.httpserver import HttpOptions, uvicorn_server
 from replay_sim.listener import base_url, listen
 from replay_sim.replay.admission import Limits
 from replay_sim.replay.app import create_app
@@ -17,7 +19,8 @@ def serve(
     host: str = "127.0.0.1",
     port: int = 8765,
     *,
-    log_level: str = "info",
+    options: HttpOptions | None = None,
+    on_listening: Callable[[str], None] | None = None,
     on_ready: Callable[[str], None] | None = None,
     allowed_hosts: Iterable[str] = (),
     token: str | None = None,
@@ -29,8 +32,11 @@ def serve(
         replay: The replay servers.
         host: Interface to bind.
         port: TCP port (0 picks a free one).
-        log_level: uvicorn's log level.
-        on_ready: Called with the base URL (the real port) once the socket listens.
+        options: Keep-alive, header deadline and logging (default: :class:`HttpOptions`' defaults,
+            with the limits' body timeout as the header deadline too).
+        on_listening: Called with the base URL (the real port) once the socket is bound.
+        on_ready: Called with the base URL once the server is ready: the endpoints run and every
+            tier answers at its usual speed (``/api/ready`` answers 200); from another thread.
         allowed_hosts: More names clients reach the server by (see :func:`create_app`).
         token: The admin API's bearer token (required beyond loopback).
         limits: Sessions, concurrency and body read time.
@@ -38,13 +44,26 @@ def serve(
     Raises:
         ConfigError: The address cannot be bound, or it is beyond loopback and there is no token.
     """
-    import uvicorn
-
+    limits = limits or Limits()
+    options = options or HttpOptions(header_timeout=limits.body_timeout)
     app = create_app(
         replay, host=host, freeze_gc=True, allowed_hosts=allowed_hosts, token=token, limits=limits
     )
     sock = listen(host, port)
-    if on_ready is not None:
-        on_ready(base_url(sock))
+    url = base_url(sock)
+    if on_listening is not None:
+        on_listening(url)
+
+    def started() -> None:
+        if on_ready is None or app.readiness is None:
+            return
+        readiness, announce = app.readiness, on_ready
+
+        def announce_when_ready() -> None:
+            readiness.wait()
+            announce(url)
+
+        threading.Thread(target=announce_when_ready, name="replay-sim ready", daemon=True).start()
+
     with sock:
-        uvicorn.Server(uvicorn.Config(app, log_level=log_level)).run(sockets=[sock])
+        uvicorn_server(app, options, on_started=started).run(sockets=[sock])

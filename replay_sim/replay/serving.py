@@ -25,6 +25,7 @@ from typing import Any, Self
 
 import anyio.to_thread
 
+from replay_sim.httpserver import DEFAULT_KEEP_ALIVE, HttpOptions
 from replay_sim.listener import serving_in_thread
 from replay_sim.protocol import episode_path
 from replay_sim.replay.admission import Limits
@@ -33,6 +34,7 @@ from replay_sim.replay.episodes import DEFAULT_EPISODE_IDLE_TIMEOUT, DEFAULT_MAX
 from replay_sim.replay.factory import open_replay
 from replay_sim.replay.faults import Faults, Latency
 from replay_sim.replay.miss import MissPolicyName
+from replay_sim.replay.provenance import MissDetail
 from replay_sim.replay.replay import Replay
 
 __all__ = ["EpisodeHandle", "ReplayServer", "Serving", "serving"]
@@ -165,11 +167,21 @@ class ReplayServer:
 class Serving:
     """The context manager :func:`serving` returns: ``with`` and ``async with`` alike."""
 
-    def __init__(self, start: Callable[[], Replay], host: str, port: int, options: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        start: Callable[[], Replay],
+        host: str,
+        port: int,
+        options: dict[str, Any],
+        http: HttpOptions,
+        ready_timeout: float | None,
+    ) -> None:
         self._start = start
         self._host = host
         self._port = port
         self._options = options
+        self._http = http
+        self._ready_timeout = ready_timeout
         self._stack: contextlib.ExitStack | None = None
 
     def __enter__(self) -> ReplayServer:
@@ -178,7 +190,16 @@ class Serving:
         with contextlib.ExitStack() as stack:
             replay = stack.enter_context(self._start())
             app = create_app(replay, host=self._host, **self._options)
-            url = stack.enter_context(serving_in_thread(app, self._host, self._port))
+            wait = self._ready_timeout
+            served = serving_in_thread(
+                app,
+                self._host,
+                self._port,
+                options=self._http,
+                wait_ready=wait is not None,
+                ready_timeout=wait or 0.0,
+            )
+            url = stack.enter_context(served)
             self._stack = stack.pop_all()
         return ReplayServer(url, replay)
 
@@ -208,6 +229,12 @@ def serving(
     episode_idle_timeout: float | None = DEFAULT_EPISODE_IDLE_TIMEOUT,
     limits: Limits | None = None,
     token: str | None = None,
+    miss_detail: str = MissDetail.FULL,
+    keep_alive: float = DEFAULT_KEEP_ALIVE,
+    log_level: str = "warning",
+    access_log: bool = False,
+    wait_ready: bool = True,
+    ready_timeout: float = 600.0,
     **options: Any,
 ) -> Serving:
     """Serve a replay over HTTP in this process while a ``with`` or ``async with`` block runs.
@@ -226,6 +253,17 @@ def serving(
         limits: Every other bound (sessions, concurrency, body time); its episode bounds are
             ``max_episodes`` and ``episode_idle_timeout``.
         token: The admin API's bearer token (required beyond loopback).
+        miss_detail: How much a miss tells the agent: ``full`` (default: the nearest recordings
+            and the arguments in which they differ), ``reason`` (no argument values: nothing a
+            policy in training can copy), ``none`` (only that no recording matches).
+        keep_alive: Seconds an idle HTTP connection is kept open (past every common client's).
+        log_level: uvicorn's log level.
+        access_log: One log line per HTTP request (off: a trainer's rollouts make thousands).
+        wait_ready: Enter the block only once the replay is ready — every tier answering at its
+            usual speed (index and model loaded), as ``GET /api/ready`` says. False: as soon as it
+            listens (exact hits are answered at once; a call needing the model waits for it,
+            at most ten seconds, then is told the replay is still starting).
+        ready_timeout: Seconds ``wait_ready`` waits before failing.
         **options: More :func:`~replay_sim.replay.factory.open_replay` options (``match_config``,
             ``index_dir``, ``redactor``, ``forward`` …).
 
@@ -233,7 +271,8 @@ def serving(
         A context manager yielding a :class:`ReplayServer` (``sim.url``, ``sim.episode()``).
 
     Raises:
-        ConfigError: Inconsistent options, or the address cannot be bound.
+        ConfigError: Inconsistent options, the address cannot be bound, or the replay was not
+            ready within ``ready_timeout``.
         SnapshotError: The snapshot is missing or tampered with.
         StoreError: The store does not exist or cannot be opened.
     """
@@ -248,6 +287,13 @@ def serving(
     )
 
     def start() -> Replay:
-        return open_replay(db, snapshot=snapshot, miss=miss, latency=latency, faults=faults, **options)
+        return open_replay(
+            db, snapshot=snapshot, miss=miss, latency=latency, faults=faults, miss_detail=miss_detail,
+            **options,
+        )  # fmt: skip
 
-    return Serving(start, host, port, {"limits": bounds, "token": token})
+    http = HttpOptions(
+        keep_alive=keep_alive, header_timeout=bounds.body_timeout, log_level=log_level, access_log=access_log
+    )
+    wait = ready_timeout if wait_ready else None
+    return Serving(start, host, port, {"limits": bounds, "token": token}, http, wait)

@@ -6,10 +6,16 @@ threshold — runs once, in a daemon thread. Exact and canonical hits need none 
 does need it waits for it (the index and the model are each loaded under a lock), never fails;
 a server that must not block its event loop asks :meth:`Warmup.nowait` first and, when the call
 would wait, runs it in a worker thread instead.
+
+A warm-up that fails (a file it cannot open while the process is out of file descriptors, memory
+…) is never silently gone: the failure is logged on the ``replay_sim`` logger, kept in
+:attr:`Warmup.failure` (the replay's readiness reports it) and the work is tried again after a
+back-off (1 s, doubling up to a minute) until it succeeds or :meth:`Warmup.stop` is called.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -18,6 +24,11 @@ from typing import TypeVar
 __all__ = ["NotWarm", "Warmup"]
 
 T = TypeVar("T")
+log = logging.getLogger("replay_sim")
+RETRY_FIRST_S = 1.0
+"""Seconds before a failed warm-up is tried again (doubled after each failure)."""
+RETRY_MAX_S = 60.0
+"""The longest wait between two attempts."""
 
 
 class NotWarm(Exception):
@@ -28,9 +39,14 @@ class Warmup:
     """One background warm-up: started once, waited for, asked whether it is still running.
 
     Args:
-        work: The warm-up itself; its exceptions end it (and are reported by :mod:`threading`),
-            calls that need what it failed to load try again themselves.
+        work: The warm-up itself; an exception is logged, kept as :attr:`failure` and the work
+            tried again after a back-off (calls that need what it failed to load meanwhile try
+            themselves).
         name: The thread's name.
+
+    Attributes:
+        failure: The last attempt's exception while the warm-up has not succeeded (None otherwise).
+        attempts: Attempts made so far.
     """
 
     def __init__(self, work: Callable[[], None], name: str = "replay-sim-warm-up") -> None:
@@ -41,6 +57,9 @@ class Warmup:
         self._lock = threading.Lock()
         self._then: list[Callable[[], None]] = []
         self._local = threading.local()
+        self._stopped = threading.Event()
+        self.failure: BaseException | None = None
+        self.attempts = 0
 
     @property
     def warming(self) -> bool:
@@ -49,14 +68,31 @@ class Warmup:
 
     @property
     def done(self) -> bool:
-        """Whether the warm-up has finished (successfully or not)."""
+        """Whether the warm-up has finished successfully."""
         return self._done.is_set()
+
+    def problem(self) -> str | None:
+        """What keeps the warm-up from being done, in a sentence (None once done)."""
+        if self.done:
+            return None
+        if self._thread is None:
+            return "the index and embedding model are not loaded (warm-up not started)"
+        if self.failure is not None:
+            return (
+                f"loading the index and embedding model failed {self.attempts} time(s), last with "
+                f"{type(self.failure).__name__}: {self.failure}; trying again"
+            )
+        return "loading the index and embedding model"
+
+    def stop(self) -> None:
+        """Stop trying again after a failure (the server is stopping); a running attempt finishes."""
+        self._stopped.set()
 
     def start(self, then: Callable[[], None] | None = None) -> None:
         """Start the warm-up unless it was started already.
 
         Args:
-            then: Called (in the warm-up's thread) once it has finished; at once if it has.
+            then: Called (in the warm-up's thread) once it has succeeded; at once if it has.
         """
         with self._lock:
             finished = self._done.is_set()
@@ -69,17 +105,38 @@ class Warmup:
             then()
 
     def _run(self) -> None:
-        try:
-            self.work()
-        finally:
-            with self._lock:
-                self._done.set()
-                callbacks, self._then = self._then, []
-            for callback in callbacks:
-                callback()
+        delay = RETRY_FIRST_S
+        while not self._stopped.is_set():
+            self.attempts += 1
+            try:
+                self.work()
+            except Exception as exc:  # never silently gone: said, kept for readiness, tried again
+                self.failure = exc
+                log.warning(
+                    "replay-sim: the warm-up (index, embedding model) failed (attempt %d): %s: %s; "
+                    "trying again in %g s",
+                    self.attempts,
+                    type(exc).__name__,
+                    exc,
+                    delay,
+                    exc_info=exc,
+                )
+                if self._stopped.wait(delay):
+                    return
+                delay = min(delay * 2, RETRY_MAX_S)
+                continue
+            self.failure = None
+            break
+        else:
+            return
+        with self._lock:
+            self._done.set()
+            callbacks, self._then = self._then, []
+        for callback in callbacks:
+            callback()
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Block until the warm-up has finished (True), or ``timeout`` seconds passed (False)."""
+        """Block until the warm-up has succeeded (True), or ``timeout`` seconds passed (False)."""
         return self._done.wait(timeout)
 
     @contextmanager

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import signal
 import threading
@@ -38,8 +39,10 @@ from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
 from starlette.types import Message
 
 from replay_sim.errors import ConfigError
+from replay_sim.httpserver import DEFAULT_KEEP_ALIVE
 from replay_sim.replay.admission import Limits
 from replay_sim.replay.miss import MissPolicyName
+from replay_sim.replay.provenance import MissDetail
 from replay_sim.resolve.runtime import configure_runtime
 from replay_sim.scale.gateway import DEFAULT_MAX_BODY, Gateway, ReplicaGone
 from replay_sim.scale.registry import Holders
@@ -82,6 +85,9 @@ class ScaleSettings:
         allowed_hosts: More Host names clients reach the replicas by (see ``serve --allowed-host``).
         token: The admin API's bearer token (required beyond loopback).
         miss: Miss policy: ``error`` or ``nearest`` (a snapshot is read-only).
+        miss_detail: How much a miss tells the client (``full``, ``reason``, ``none``).
+        keep_alive: Seconds Serve's HTTP proxy keeps an idle connection open (past every common
+            client's keep-alive; Serve's default is uvicorn's 5 s, httpx's very expiry).
         limits: Each replica's sessions, concurrency and body read time.
         max_body: The largest request body a replica accepts.
     """
@@ -98,6 +104,8 @@ class ScaleSettings:
     allowed_hosts: tuple[str, ...] = ()
     token: str | None = None
     miss: str = MissPolicyName.ERROR.value
+    miss_detail: str = MissDetail.FULL.value
+    keep_alive: float = DEFAULT_KEEP_ALIVE
     limits: Limits = field(default_factory=Limits)
     max_body: int = DEFAULT_MAX_BODY
 
@@ -117,6 +125,8 @@ class ScaleSettings:
                 "autoscaling needs 1 <= --autoscale-min <= --replicas <= --autoscale-max, got "
                 f"{low} <= {self.replicas} <= {high}"
             )
+        if self.miss_detail not in tuple(MissDetail):
+            raise ConfigError(f"unknown miss detail {self.miss_detail!r}: choose {', '.join(MissDetail)}")
         if self.miss not in (MissPolicyName.ERROR, MissPolicyName.NEAREST):
             raise ConfigError(f"--miss {self.miss} records new answers; replicas serve a read-only snapshot")
 
@@ -211,6 +221,7 @@ def build_app(settings: ScaleSettings) -> serve.Application:
         )
     app_options = {
         "miss": settings.miss,
+        "miss_detail": settings.miss_detail,
         "host": settings.host,
         "allowed_hosts": tuple(settings.allowed_hosts),
         "token": settings.token,
@@ -285,7 +296,9 @@ def run(
     stop = stop or threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
-        serve.start(http_options={"host": settings.host, "port": settings.port})
+        # Serve types keep_alive_timeout_s as int seconds: round up, never below the asked time.
+        http = {"host": settings.host, "port": settings.port}
+        serve.start(http_options={**http, "keep_alive_timeout_s": math.ceil(settings.keep_alive)})
         serve.run(app, name=APP_NAME, route_prefix="/")
         if on_ready is not None:
             on_ready(f"http://{_url_host(settings.host)}:{settings.port}")

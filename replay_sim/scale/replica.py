@@ -75,7 +75,8 @@ class ReplayReplica:
         """
         options = dict(app_options)
         miss = options.pop("miss", "error")
-        replay = await asyncio.to_thread(open_replay, snapshot=Path(snapshot), miss=miss)
+        detail = options.pop("miss_detail", "full")
+        replay = await asyncio.to_thread(open_replay, snapshot=Path(snapshot), miss=miss, miss_detail=detail)
         if replay.snapshot != snapshot_id:
             raise SnapshotError(
                 f"replica {replica}: the bundle at {snapshot} is snapshot {replay.snapshot}, but this "

@@ -15,6 +15,7 @@ import anyio
 import pytest
 from fastapi import FastAPI, Request
 from mcp import Client
+from recording_helpers import REPLAY_SIM, spawn
 from replay_helpers import build_store, match_of
 
 from replay_sim.errors import ConfigError
@@ -188,3 +189,72 @@ def test_synthesize_reports_an_unreachable_llm_as_a_tool_error_not_a_crash(tmp_p
         result = anyio.run(main)
     assert result.is_error and "LLM at http://127.0.0.1" in result.content[0].text
     assert match_of(result)["status"] == "miss"
+
+
+# -- how much a miss tells (serve --miss-detail) --------------------------------------------------
+
+_NO_RECORDING = "replay-sim: no recording answers this tools/call of tool 'echo' on 'demo'."
+_MISS_DETAIL = [
+    (
+        "full",
+        ["Nearest: recording #1 (score", "message: recorded 'hello', requested 'hello world'"],
+        [{"field": "message", "recorded": "hello", "requested": "hello world"}],
+    ),
+    ("reason", ["Reason: ", "Nearest: recording #1 (score", ": message differs"], [{"field": "message"}]),
+    ("none", [], None),
+]
+
+
+@pytest.mark.parametrize(("detail", "said", "differences"), _MISS_DETAIL)
+def test_a_miss_tells_as_much_as_its_miss_detail_allows(
+    tmp_path: Path, detail: str, said: list[str], differences: list[dict[str, Any]] | None
+) -> None:
+    store = build_store(tmp_path / "detail.db")
+    replay = Replay(store, resolver=Resolver(store, index_dir=None), miss_detail=detail)
+
+    async def main() -> Any:
+        async with Client(replay.server("demo"), mode="legacy") as client:
+            return await client.call_tool("echo", {"message": "hello world"})
+
+    result = anyio.run(main)
+    text = result.content[0].text
+    assert result.is_error and text.startswith(
+        "replay-sim: no recording answers this tools/call of tool 'echo'"
+    )
+    assert all(part in text for part in said), text
+    match = match_of(result)
+    if differences is None:  # none: only that no recording matches
+        assert text == _NO_RECORDING
+        assert match["candidates"] == []
+    else:
+        assert match["candidates"][0]["recording"] == 1
+        assert match["candidates"][0]["differences"] == differences
+    if detail != "full":
+        assert "'hello'," not in text and "recorded" not in json.dumps(match)  # no recorded argument
+
+
+def test_serving_and_serve_take_the_miss_detail(tmp_path: Path) -> None:
+    import replay_sim
+
+    build_store(tmp_path / "served.db").close()
+
+    async def miss(url: str) -> Any:
+        async with Client(f"{url}/mcp/demo", mode="legacy") as client:
+            return await client.call_tool("echo", {"message": "hello world"})
+
+    with replay_sim.serving(tmp_path / "served.db", index_dir=tmp_path / "index", miss_detail="none") as sim:
+        result = anyio.run(miss, sim.url)
+    assert (
+        result.content[0].text == "replay-sim: no recording answers this tools/call of tool 'echo' on 'demo'."
+    )
+    with pytest.raises(ConfigError, match="unknown miss detail 'some': choose full, reason, none"):
+        replay_sim.serving(tmp_path / "served.db", miss_detail="some").__enter__()
+
+    async def served() -> Any:
+        command = [REPLAY_SIM, "serve", "--db", tmp_path / "served.db", "--port", "0"]
+        async with spawn(*command, "--index-dir", tmp_path / "index", "--miss-detail", "reason") as process:
+            match = await process.wait_for(r"^listening on (http://127\.0\.0\.1:\d+)$")
+            return await miss(match.group(1))
+
+    text = anyio.run(served).content[0].text
+    assert "Nearest: recording #1" in text and ": message differs" in text and "recorded 'hello'" not in text

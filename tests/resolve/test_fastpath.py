@@ -5,15 +5,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import anyio
 import numpy as np
 import pytest
-from resolver_helpers import call, demo_store
+from resolver_helpers import REPO, GatedEmbedder, calibrated_store, call, search
 
 import replay_sim.resolve.toolstate as toolstate
 from replay_sim.errors import VectorIndexError
@@ -22,49 +20,12 @@ from replay_sim.resolve.embedding import SentenceTransformerEmbedder
 from replay_sim.resolve.resolution import Tier
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.resolve.vectors import FaissIndex
-from replay_sim.store import ServerRecord, Store
-
-REPO = "/srv/repo"
+from replay_sim.store import Store
 
 
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-def search(query: str) -> dict[str, Any]:
-    return {"name": "search", "arguments": {"query": query, "repo_path": REPO}}
-
-
-def calibrated_store(path: Path) -> Store:
-    """The demo server and store, with the two close questions that calibrate search's threshold."""
-    store = demo_store(path)
-    store.put_server(ServerRecord("demo", {"name": "demo", "version": "1"}, {"tools": {}}))
-    call(store, "search", {"query": "how do I change my password", "repo_path": REPO}, "Under Security.")
-    call(store, "search", {"query": "how do I recover my password", "repo_path": REPO}, "By email.")
-    return store
-
-
-class GatedEmbedder:
-    """The real model behind a gate: every encode waits until the test opens it (a model loading)."""
-
-    def __init__(self, model: SentenceTransformerEmbedder) -> None:
-        self.model = model
-        self.gate = threading.Event()
-        self.waiting = threading.Event()
-
-    @property
-    def model_id(self) -> str:
-        return self.model.model_id
-
-    @property
-    def dimension(self) -> int:
-        return self.model.dimension
-
-    def encode(self, texts: Sequence[str]) -> np.ndarray:
-        self.waiting.set()
-        self.gate.wait()
-        return self.model.encode(texts)
 
 
 def _run(code: str, cwd: Path) -> dict[str, Any]:

@@ -1,0 +1,66 @@
+"""Readiness of a replay server: every tier answers at its usual speed, or it says why not.
+
+A replay server answers exact hits the moment it listens, but a call that needs the vector index,
+the embedding model or a tool's matching state waits for the background warm-up
+(:class:`~replay_sim.resolve.warmup.Warmup`) — seconds, a minute on a busy machine at 100,000
+recordings. So *ready* means the app's lifespan has started (every MCP endpoint runs) **and** the
+warm-up has succeeded. ``GET /api/ready`` answers 200 only then, ``replay-sim serve`` prints its
+``listening on URL`` line only then, and :func:`~replay_sim.replay.serving.serving` returns only
+then (unless told not to wait). A warm-up that failed is reported here (and retried), never
+silently gone.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from replay_sim.resolve.warmup import Warmup
+
+__all__ = ["Readiness", "still_loading"]
+
+
+class Readiness:
+    """Whether a replay server is ready, why not, and a way to wait for it.
+
+    Args:
+        warmup: The resolver's warm-up (index, model, thresholds).
+    """
+
+    def __init__(self, warmup: Warmup) -> None:
+        self.warmup = warmup
+        self._serving = threading.Event()
+
+    def serving(self, running: bool) -> None:
+        """Say that the app's lifespan has started (True) or is stopping (False)."""
+        if running:
+            self._serving.set()
+        else:
+            self._serving.clear()
+
+    @property
+    def ready(self) -> bool:
+        """Whether every MCP endpoint runs and every tier answers at its usual speed."""
+        return self._serving.is_set() and self.warmup.done
+
+    def problems(self) -> list[str]:
+        """Why the server is not ready yet (empty when it is)."""
+        said = [] if self._serving.is_set() else ["the MCP endpoints are not running (starting or stopping)"]
+        problem = self.warmup.problem()
+        return said if problem is None else [*said, problem]
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until ready (True) or ``timeout`` seconds have passed (False)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._serving.wait(timeout):
+            return False
+        return self.warmup.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+
+
+def still_loading(warmup: Warmup, waited: float) -> str:
+    """The miss reason of a call that needs what the warm-up still loads, answered after ``waited`` s."""
+    why = warmup.problem() or "loading the index and embedding model"
+    return (
+        f"the replay is still starting ({why}; waited {waited:g} s): retry once GET /api/ready "
+        "answers 200 (replay-sim serve prints 'listening on URL' then)"
+    )

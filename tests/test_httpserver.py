@@ -1,0 +1,139 @@
+"""Every HTTP server we run (issue 20, items 1, 6, 7, 8): connections are kept past every client's
+keep-alive, half-sent headers time out, nothing is logged per request, and one line says when it
+is ready. Real ``replay-sim serve`` and ``record --http`` processes, raw sockets on 127.0.0.1."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import anyio
+import anyio.abc
+import pytest
+from recording_helpers import ECHO_SERVER, PYTHON, REPLAY_SIM, Process, spawn
+from replay_helpers import build_store
+
+pytestmark = pytest.mark.anyio
+
+LISTENING = r"^listening on (http://127\.0\.0\.1:(\d+))$"
+GAPS = [4.5 + 0.1 * i for i in range(16)]
+"""Idle seconds before a connection is reused: the band around httpx's (the MCP SDK's) 5 s expiry."""
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def _serve(tmp_path: Path, *options: str) -> list[str | Path]:
+    """``replay-sim serve`` of a small store on a free port: exact and canonical tiers only, so it is
+    ready without loading the model (these tests are about the transport)."""
+    build_store(tmp_path / "serve.db").close()
+    (tmp_path / "match.toml").write_text("[defaults]\nsemantic = false\n")
+    db, config = tmp_path / "serve.db", tmp_path / "match.toml"
+    return [REPLAY_SIM, "serve", "--db", db, "--match-config", config, "--port", "0", *options]
+
+
+async def _exchange(stream: anyio.abc.ByteStream, request: bytes) -> int:
+    """Send one request on an open connection and read its whole answer; its status code."""
+    await stream.send(request)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += await stream.receive()  # EndOfStream / BrokenResourceError: the server closed it
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    length = next(int(line.split(":", 1)[1]) for line in lines if line.lower().startswith("content-length:"))
+    while len(body) < length:
+        body += await stream.receive()
+    return int(lines[0].split()[1])
+
+
+async def _reused_after(port: int, gap: float, path: str) -> tuple[int, int]:
+    """One connection: a request, ``gap`` idle seconds, a second request on the same connection."""
+    request = f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
+    async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+        first = await _exchange(stream, request)
+        await anyio.sleep(gap)  # the idle time under test, not a wait for something
+        return first, await _exchange(stream, request)
+
+
+async def _reuse_across_the_band(port: int, path: str) -> list[object]:
+    outcomes: list[object] = [None] * len(GAPS)
+
+    async def one(i: int) -> None:
+        try:
+            outcomes[i] = await _reused_after(port, GAPS[i], path)
+        except (anyio.EndOfStream, anyio.BrokenResourceError, OSError) as exc:
+            outcomes[i] = f"gap {GAPS[i]:.1f} s: {type(exc).__name__}"
+
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            for i in range(len(GAPS)):
+                tg.start_soon(one, i)
+    return outcomes
+
+
+async def _stopped(process: Process) -> list[str]:
+    """Stop a server with SIGTERM; every line it printed."""
+    process.process.send_signal(signal.SIGTERM)
+    return await process.finished()
+
+
+async def test_serve_keeps_connections_across_the_keep_alive_band_and_prints_only_its_listening_line(
+    tmp_path: Path,
+) -> None:
+    async with spawn(*_serve(tmp_path)) as process:
+        match = await process.wait_for(LISTENING)
+        outcomes = await _reuse_across_the_band(int(match.group(2)), "/api/health")
+        assert outcomes == [(200, 200)] * len(GAPS)
+        said = await _stopped(process)
+    assert [line for line in said if "listening on" in line] == [f"listening on {match.group(1)}"]
+    assert not any("HTTP/1.1" in line for line in said)  # no access-log line for its 32 requests
+
+
+async def test_the_http_recorder_keeps_connections_across_the_keep_alive_band(tmp_path: Path) -> None:
+    command = [REPLAY_SIM, "record", "--db", tmp_path / "r.db", "--http", "127.0.0.1:0", "--name", "echo"]
+    async with spawn(*command, "--", PYTHON, ECHO_SERVER) as process:
+        match = await process.wait_for(LISTENING)
+        outcomes = await _reuse_across_the_band(int(match.group(2)), "/nowhere")  # 404: still kept alive
+        assert outcomes == [(404, 404)] * len(GAPS)
+
+
+async def test_serve_logs_each_request_only_when_asked(tmp_path: Path) -> None:
+    async with spawn(*_serve(tmp_path, "--access-log", "--log-level", "info")) as process:
+        port = int((await process.wait_for(LISTENING)).group(2))
+        async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+            request = f"GET /api/health HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
+            assert await _exchange(stream, request) == 200
+        await process.wait_for(r'"GET /api/health HTTP/1\.1" 200')
+
+
+async def test_half_sent_request_headers_get_408_and_a_real_request_is_answered_meanwhile(
+    tmp_path: Path,
+) -> None:
+    async with spawn(*_serve(tmp_path, "--body-timeout", "1")) as process:
+        port = int((await process.wait_for(LISTENING)).group(2))
+        half = f"GET /api/health HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nX-Slow: ".encode()  # never ends
+        answers: list[bytes] = []
+
+        async def half_sent(stream: anyio.abc.ByteStream) -> None:
+            data = b""
+            try:
+                while True:
+                    data += await stream.receive()
+            except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
+                answers.append(data)  # the server answered and closed the connection
+
+        with anyio.fail_after(60):
+            streams = [await anyio.connect_tcp("127.0.0.1", port) for _ in range(200)]
+            async with anyio.create_task_group() as tg:
+                for stream in streams:
+                    await stream.send(half)
+                    tg.start_soon(half_sent, stream)
+                async with await anyio.connect_tcp("127.0.0.1", port) as real:
+                    request = f"GET /api/ready HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
+                    assert await _exchange(real, request) == 200
+            for stream in streams:
+                await stream.aclose()
+        assert len(answers) == 200
+        assert all(a.startswith(b"HTTP/1.1 408 ") and b"connection: close" in a for a in answers)
