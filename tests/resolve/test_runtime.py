@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -73,3 +74,22 @@ def test_configure_runtime_applies_one_thread_offline_and_quiet() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == '[1, 1, false, "1"]'
+
+
+def test_configure_runtime_raises_the_soft_open_files_limit_towards_the_hard_one() -> None:
+    code = textwrap.dedent(
+        """
+        import json, resource
+        _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))  # a small soft limit, as on many hosts
+        import replay_sim
+        untouched = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        replay_sim.configure_runtime()
+        print(json.dumps([untouched, resource.getrlimit(resource.RLIMIT_NOFILE)[0], hard]))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    untouched, raised, hard = json.loads(done.stdout.strip().splitlines()[-1])
+    assert untouched == 256  # importing the library changes nothing
+    assert raised == (65536 if hard == -1 else min(hard, 65536)) and raised > 256

@@ -77,12 +77,16 @@ def test_the_shipped_serve_config_builds_the_application(snapshot: Path) -> None
     config = ServeDeploySchema.model_validate(yaml.safe_load((SERVER / "ray.yaml").read_text()))
     (application,) = config.applications
     assert application.import_path == "replay_sim.scale.deploy:app_builder"
+    assert config.http_options.keep_alive_timeout_s == 75  # past httpx's 5 s (Serve's default)
     args = dict(application.args) | {"snapshot": str(snapshot), "token": "t"}
     assert isinstance(app_builder(args), serve.Application)
     with pytest.raises(ConfigError, match="args: replica; known: allowed_hosts, "):
         app_builder(args | {"replica": 2})
     with pytest.raises(ConfigError, match="--autoscale-min <= --replicas"):
         app_builder(args | {"autoscale_min": 9})
+    assert isinstance(app_builder(args | {"miss_detail": "none", "keep_alive": 90}), serve.Application)
+    with pytest.raises(ConfigError, match="unknown miss detail 'leaky': choose full, reason, none"):
+        app_builder(args | {"miss_detail": "leaky"})
 
 
 def test_a_replica_a_call_found_dead_is_not_live_until_the_controller_lists_a_replacement() -> None:
