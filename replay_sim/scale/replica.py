@@ -40,6 +40,9 @@ from replay_sim.scale.wire import REDIRECT, Envelope, Lifespan, run_buffered
 
 __all__ = ["REPLICA_HEADER", "ReplayReplica"]
 
+READY_TIMEOUT = 600.0
+"""Seconds a starting replica waits for its warm-up (index, model) before taking requests anyway."""
+
 _HELD_CACHE = 200_000
 _SESSION = SESSION_HEADER.encode()
 _SAMPLE = re.compile(rb"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^\n]*?\})?( [^\n]*)$", re.MULTILINE)
@@ -85,6 +88,10 @@ class ReplayReplica:
         app = create_app(replay, freeze_gc=True, **options)
         lifespan = Lifespan(app)
         await lifespan.startup()
+        # Serve counts a replica up once this returns: only when every tier answers at its usual
+        # speed (index and model loaded), so a deployment is ready when it says so.
+        if app.readiness is not None:
+            await asyncio.to_thread(app.readiness.wait, READY_TIMEOUT)
         return cls(replica, app, claim), lifespan
 
     async def handle(self, envelope: Envelope) -> AsyncIterator[list[Message]]:

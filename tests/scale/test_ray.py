@@ -132,6 +132,14 @@ def single(snapshot: Path) -> Iterator[str]:
         yield url
 
 
+def test_a_deployment_is_ready_once_serve_run_returns(cluster: str) -> None:
+    # A replica counts as up only once its warm-up (index, model) is done: every replica says ready.
+    for _ in range(8):
+        ready = httpx2.get(f"{cluster}/api/ready", timeout=60)
+        assert ready.status_code == 200, ready.text
+        assert ready.json()["waiting_for"] == []
+
+
 def modern(tool: str) -> dict[str, str]:
     """The 2026-07-28 era's per-request headers of a tools/call."""
     return {"Mcp-Method": "tools/call", "Mcp-Name": tool}
