@@ -85,7 +85,10 @@ class Warmup:
         return "loading the index and embedding model"
 
     def stop(self) -> None:
-        """Stop trying again after a failure (the server is stopping); a running attempt finishes."""
+        """Stop trying again after a failure (the server is stopping); a running attempt finishes.
+
+        A later :meth:`start` starts it again if it has not succeeded.
+        """
         self._stopped.set()
 
     def start(self, then: Callable[[], None] | None = None) -> None:
@@ -98,7 +101,9 @@ class Warmup:
             finished = self._done.is_set()
             if then is not None and not finished:
                 self._then.append(then)
-            if self._thread is None:
+            stopped = self._thread is not None and not self._thread.is_alive() and not finished
+            if self._thread is None or stopped:  # not started, or stopped before it succeeded
+                self._stopped.clear()
                 self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
                 self._thread.start()
         if then is not None and finished:
@@ -106,7 +111,7 @@ class Warmup:
 
     def _run(self) -> None:
         delay = RETRY_FIRST_S
-        while not self._stopped.is_set():
+        while True:
             self.attempts += 1
             try:
                 self.work()
@@ -127,8 +132,6 @@ class Warmup:
                 continue
             self.failure = None
             break
-        else:
-            return
         with self._lock:
             self._done.set()
             callbacks, self._then = self._then, []
