@@ -13,7 +13,10 @@ its workspace.
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Callable, Mapping
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -73,10 +76,12 @@ class Instance:
         self._capabilities = dict(capabilities or {})
         self._base = base
         self._upstream: Upstream | None = None
+        self._pending: Upstream | None = None  # the connection being started
         self._workspace: Workspace | None = None
         self._process: Any = None
         self._notes: list[dict[str, Any]] = []
         self._tail = ""
+        self._starting: anyio.CancelScope | None = None
         self._calling = anyio.Lock()
         self._closing = anyio.Event()
         self._done = anyio.Event()
@@ -92,23 +97,22 @@ class Instance:
             UpstreamError: It could not be started (reset failed, state not copied, the server did
                 not start or initialise: names the server, its command and its stderr tail).
         """
+        failure: UpstreamError | None = None
         try:
-            if self.spec.isolation is Isolation.EXCLUSIVE:
-                await reset(self.server, self.spec)
-            self._workspace = await anyio.to_thread.run_sync(
-                prepare, self.server, self.id, self.spec, self._launcher, self._base
-            )
-            upstream = Upstream(self._workspace.spec, self._collect, self._capabilities)
             async with anyio.create_task_group() as tg:
-                await tg.start(upstream.run)
-                self._upstream = upstream
-                if upstream.child is not None:
-                    self._process = upstream.child.process
-                    tg.start_soon(self._watch, self._process)
-                on_started()
-                await self._closing.wait()
-                await upstream.close()
-                tg.cancel_scope.cancel()
+                with anyio.CancelScope() as self._starting:
+                    if self._closing.is_set():  # closed before it ran
+                        self._starting.cancel()
+                    try:
+                        upstream = await self._start(tg)
+                    except UpstreamError as exc:  # raised below, not wrapped in the task group's group
+                        failure = exc
+                    else:
+                        self._upstream = upstream
+                self._starting = None
+                if self._upstream is not None:
+                    await self._hold(tg, self._upstream, on_started)
+                tg.cancel_scope.cancel()  # (a failed or cancelled start leaves nothing to hold)
         finally:
             self._closing.set()
             workspace, self._workspace = self._workspace, None
@@ -116,6 +120,31 @@ class Instance:
                 with anyio.CancelScope(shield=True):
                     await anyio.to_thread.run_sync(workspace.remove)
             self._done.set()
+        if failure is not None:
+            raise failure
+
+    async def _hold(
+        self, tg: anyio.abc.TaskGroup, upstream: Upstream, on_started: Callable[[], None]
+    ) -> None:
+        """Watch its process, report it started, and end its process group once closed (or crashed)."""
+        if upstream.child is not None:
+            self._process = upstream.child.process
+            tg.start_soon(self._watch, self._process)
+        on_started()
+        await self._closing.wait()
+        _kill(upstream)
+        await upstream.close()
+
+    async def _start(self, tg: anyio.abc.TaskGroup) -> Upstream:
+        """Reset (exclusive), make the workspace, start the server in ``tg``; its initialised connection."""
+        if self.spec.isolation is Isolation.EXCLUSIVE:
+            await reset(self.server, self.spec)
+        self._workspace = await anyio.to_thread.run_sync(
+            prepare, self.server, self.id, self.spec, self._launcher, self._base
+        )
+        upstream = self._pending = Upstream(self._workspace.spec, self._collect, self._capabilities)
+        await tg.start(upstream.run)
+        return upstream
 
     async def _watch(self, process: anyio.abc.Process) -> None:
         """Notice the process's end: unasked, it crashed (and the instance closes itself)."""
@@ -127,8 +156,12 @@ class Instance:
             self._closing.set()
 
     async def close(self) -> None:
-        """End its process group and delete its state; idempotent."""
+        """End its process group and delete its state; idempotent (one still starting is stopped)."""
         self._closing.set()
+        if self._starting is not None:
+            if self._pending is not None:
+                _kill(self._pending)  # spawned and initialising: no use waiting for it
+            self._starting.cancel()
         await self._done.wait()
 
     @property
@@ -138,6 +171,11 @@ class Instance:
         if upstream is None or self._closing.is_set() or not upstream.alive:
             return False
         return self._process is None or self._process.returncode is None
+
+    @property
+    def directory(self) -> Path | None:
+        """Its workspace: the directory holding its copies of state or mounted paths (None once deleted)."""
+        return None if self._workspace is None else self._workspace.root
 
     @property
     def pid(self) -> int | None:
@@ -208,3 +246,11 @@ class Instance:
             self._notes.append(
                 {"method": method, "params": {k: v for k, v in params.items() if k != "progressToken"}}
             )
+
+
+def _kill(upstream: Upstream) -> None:
+    """End a server's process group at once: its state is thrown away, so no grace period is owed."""
+    process = None if upstream.child is None else upstream.child.process
+    if process is not None and process.returncode is None:
+        with suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)  # its own group (the SDK's spawn): children too

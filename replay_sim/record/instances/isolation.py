@@ -151,7 +151,15 @@ def prepare(
         UpstreamError: A pristine ``state`` directory or a mounted path is missing or cannot be
             copied, or mount isolation is not possible here (names the server and the path).
     """
-    root = Path(tempfile.mkdtemp(prefix=f"replay-sim-{instance_id}-", dir=base))
+    try:
+        if base is not None:
+            base.mkdir(parents=True, exist_ok=True)
+        root = Path(tempfile.mkdtemp(prefix=f"replay-sim-{instance_id}-", dir=base))
+    except OSError as exc:
+        where = base or tempfile.gettempdir()
+        raise UpstreamError(
+            f"sandbox {server!r}: cannot make an instance directory in {str(where)!r}: {exc.strerror or exc}"
+        ) from None
     try:
         return _prepare(server, root, spec, launcher)
     except BaseException:

@@ -171,7 +171,7 @@ class InstancePool:
         raise SandboxUnavailable(self._why_not(server, timeout))
 
     def stats(self) -> dict[str, Any]:
-        """Per server: isolation, live/warm/in-use/starting instances, counters, memory per live instance.
+        """Per server: isolation, live/warm/in-use/starting instances, counters, memory and pid per instance.
 
         Counters: ``started`` (instances that came up), ``ended`` (closed by their owner or the
         pool), ``crashed`` (ended unasked), ``failed`` (did not start; ``last_failure`` says why).
@@ -194,6 +194,7 @@ class InstancePool:
                 "failed": counts["failed"],
                 "last_failure": self._failure.get(server),
                 "memory_bytes": {i.id: memory.get(i.pid) for i in live if i.pid is not None},
+                "pids": {i.id: i.pid for i in live if i.pid is not None},
                 "parent_death_signal": bool(self._launcher and self._launcher.parent_death),
             }
         return out
