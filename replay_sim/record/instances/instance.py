@@ -71,6 +71,10 @@ class Instance:
         self.spec = spec
         self.crashed = False
         """Whether its process ended unasked (a crash or a kill), not by :meth:`close`."""
+        self.ended_because: str | None = None
+        """Why it was ended when not by its owner (``idle for more than 300s``)."""
+        self.idle_since: float | None = anyio.current_time()
+        """Since when (``anyio.current_time()``) no call has been in flight; None during a call."""
         self._redactor = redactor.with_secrets(spec.secrets())
         self._launcher = launcher
         self._capabilities = dict(capabilities or {})
@@ -155,8 +159,14 @@ class Instance:
                 self._tail = self._upstream.stderr_tail()  # read before the connection closes it
             self._closing.set()
 
-    async def close(self) -> None:
-        """End its process group and delete its state; idempotent (one still starting is stopped)."""
+    async def close(self, because: str | None = None) -> None:
+        """End its process group and delete its state; idempotent (one still starting is stopped).
+
+        Args:
+            because: Why, when it is not its owner's doing (said by a later call's :class:`InstanceLost`).
+        """
+        if because is not None and not self._closing.is_set():
+            self.ended_because = because
         self._closing.set()
         if self._starting is not None:
             if self._pending is not None:
@@ -209,6 +219,7 @@ class Instance:
             upstream = self._upstream
             if upstream is None or not self.alive:
                 raise self._lost(method)
+            self.idle_since = None
             self._notes = []
             request_id = upstream.next_request_id()
             out = {**params, "_meta": {"progressToken": request_id}}
@@ -216,6 +227,8 @@ class Instance:
                 answer = await upstream.exchange(method, out, request_id=request_id)
             except MCPError as exc:  # timed out
                 raise UpstreamError(f"sandbox instance {self.id}: {exc.error.message}") from exc
+            finally:
+                self.idle_since = anyio.current_time()
             if answer.error is not None and answer.error["code"] == types.CONNECTION_CLOSED:
                 raise self._lost(method)
             redact = self._redactor.redact
@@ -231,7 +244,7 @@ class Instance:
         if self.crashed:
             how = f"exited unasked (exit status {self._process.returncode})"
         elif self._closing.is_set():
-            how = "was closed"
+            how = f"was ended ({self.ended_because})" if self.ended_because else "was closed"
         else:
             how = "closed its connection"
         tail = self._tail or (self._upstream.stderr_tail() if self._upstream is not None else "")

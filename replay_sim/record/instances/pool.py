@@ -47,6 +47,9 @@ class InstancePool:
             isolation; answers are redacted with its rules.
         pool: Warm instances kept ready per server (0: start each on demand).
         max_instances: Live instances at most, across servers, warm ones included.
+        idle_timeout: Seconds a handed-out instance may go without a call before the pool ends it
+            (its owner's next call gets :class:`~replay_sim.errors.InstanceLost`), so an owner that
+            never closes its instance does not hold a place under the cap for ever (None: never).
         servers: The sandbox servers to serve (default: all of them).
         capabilities: Client capabilities declared to each server at ``initialize`` (wire JSON).
         base: Where instance directories are made (default: the system's temporary directory).
@@ -61,6 +64,7 @@ class InstancePool:
         *,
         pool: int = DEFAULT_POOL,
         max_instances: int = DEFAULT_MAX_INSTANCES,
+        idle_timeout: float | None = None,
         servers: Iterable[str] | None = None,
         capabilities: Mapping[str, Any] | None = None,
         base: str | Path | None = None,
@@ -74,19 +78,22 @@ class InstancePool:
                     f"sandbox: {name!r} is not a sandbox in the recorder config (sandboxes: {known}); "
                     f"set sandbox = true in its [servers.{name}] table"
                 )
-        if pool < 0 or max_instances < 1:
+        if pool < 0 or max_instances < 1 or (idle_timeout is not None and idle_timeout <= 0):
             raise ConfigError(
-                f"sandbox pool: pool must be ≥ 0 and max_instances ≥ 1 (got {pool}, {max_instances})"
+                "sandbox pool: pool must be ≥ 0, max_instances ≥ 1 and idle_timeout > 0 seconds "
+                f"(got {pool}, {max_instances}, {idle_timeout})"
             )
         self.config = config
         self.pool = pool
         self.max_instances = max_instances
+        self.idle_timeout = idle_timeout
         self._specs: dict[str, UpstreamSpec] = {name: sandboxes[name] for name in chosen}
         self._capabilities = dict(capabilities or {})
         self._base = None if base is None else Path(base)
         self._launcher: Launcher | None = None
         self._warm: dict[str, deque[Instance]] = {name: deque() for name in self._specs}
         self._live: dict[str, set[Instance]] = {name: set() for name in self._specs}  # started or starting
+        self._owned: set[Instance] = set()  # handed out, not ended
         self._starting: Counter[str] = Counter()
         self._waiting: Counter[str] = Counter()
         self._counts: dict[str, Counter[str]] = {name: Counter() for name in self._specs}
@@ -104,6 +111,8 @@ class InstancePool:
         self._launcher = await anyio.to_thread.run_sync(Launcher.detect)
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
+        if self.idle_timeout is not None:
+            self._tg.start_soon(self._expire_idle, self.idle_timeout, name="sandbox idle expiry")
         self._refill()
         return self
 
@@ -174,7 +183,8 @@ class InstancePool:
         """Per server: isolation, live/warm/in-use/starting instances, counters, memory and pid per instance.
 
         Counters: ``started`` (instances that came up), ``ended`` (closed by their owner or the
-        pool), ``crashed`` (ended unasked), ``failed`` (did not start; ``last_failure`` says why).
+        pool), ``expired`` (ended by the pool after ``idle_timeout``), ``crashed`` (ended unasked),
+        ``failed`` (did not start; ``last_failure`` says why).
         """
         running = [i for live in self._live.values() for i in live if i.pid is not None and i.alive]
         memory = group_rss([i.pid for i in running if i.pid is not None])
@@ -190,6 +200,7 @@ class InstancePool:
                 "starting": self._starting[server],
                 "started": counts["started"],
                 "ended": counts["ended"],
+                "expired": counts["expired"],
                 "crashed": counts["crashed"],
                 "failed": counts["failed"],
                 "last_failure": self._failure.get(server),
@@ -208,6 +219,8 @@ class InstancePool:
             instance = warm.popleft()
             if instance.alive:
                 self._crash_run[server] = 0
+                self._owned.add(instance)
+                instance.idle_since = anyio.current_time()
                 self._refill()
                 return instance
         return None
@@ -239,6 +252,22 @@ class InstancePool:
             await instance.close()
         finally:
             self._evicting -= 1
+
+    async def _expire_idle(self, idle: float) -> None:
+        """End handed-out instances no call has used for ``idle`` seconds (never one mid-call)."""
+        while True:
+            now = anyio.current_time()
+            due = now + idle
+            for instance in list(self._owned):
+                since = instance.idle_since
+                if since is None:
+                    continue
+                if since + idle <= now:
+                    self._owned.discard(instance)
+                    self._spawn(_end_idle, instance)
+                else:
+                    due = min(due, since + idle)
+            await anyio.sleep(due - now)
 
     def _refill(self) -> None:
         """Start warm instances up to ``pool`` per server, within the cap (not for a failing server)."""
@@ -290,7 +319,8 @@ class InstancePool:
                 if instance in self._warm[server]:
                     self._crash_run[server] += 1
             else:
-                self._counts[server]["ended"] += 1
+                self._counts[server]["expired" if instance.ended_because else "ended"] += 1
+            self._owned.discard(instance)
             if instance in self._warm[server]:
                 self._warm[server].remove(instance)
             self._live[server].discard(instance)
@@ -324,3 +354,8 @@ class InstancePool:
             f"an instance is still starting (startup_timeout {self._specs[server].startup_timeout:g}s); "
             "allow a longer acquire timeout, or keep instances warm (`--sandbox-pool N`)"
         )
+
+
+async def _end_idle(instance: Instance) -> None:
+    since = instance.idle_since or anyio.current_time()
+    await instance.close(because=f"no call for {anyio.current_time() - since:.0f}s, its idle timeout")

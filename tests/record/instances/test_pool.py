@@ -61,6 +61,20 @@ async def test_the_cap_of_live_instances_refuses_within_the_timeout_and_says_wha
             assert (await pool.acquire("memory", timeout=30)).alive
 
 
+async def test_an_instance_left_without_calls_past_the_idle_timeout_is_ended_and_its_place_freed(
+    tmp_path: Path,
+) -> None:
+    with anyio.fail_after(60):
+        async with InstancePool(
+            sandboxes(memory=memory(tmp_path)), pool=0, max_instances=1, idle_timeout=0.3
+        ) as pool:
+            forgotten = await pool.acquire("memory", timeout=30)
+            await until(lambda: pool.stats()["memory"]["expired"] == 1)
+            with pytest.raises(InstanceLost, match=r"was ended \(no call for \d+s, its idle timeout\)"):
+                await forgotten.call(*tool("read_graph"))
+            assert (await pool.acquire("memory", timeout=30)).alive  # its place under the cap is free
+
+
 async def test_an_answer_has_the_forward_shape_redacted_with_its_notifications() -> None:
     config = parse_config(
         {
