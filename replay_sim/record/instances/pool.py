@@ -278,7 +278,9 @@ class InstancePool:
                 continue  # a failing server is started again only when a caller asks for it
             while len(self._warm[server]) + self._starting[server] < self.pool:
                 exclusive = spec.isolation is Isolation.EXCLUSIVE
-                if self._total() >= self.max_instances or (exclusive and self._live[server]):
+                if self._total() + self._unserved() >= self.max_instances or (
+                    exclusive and self._live[server]
+                ):
                     break
                 self._start(server)
 
@@ -330,6 +332,13 @@ class InstancePool:
     def _spawn(self, job: Any, instance: Instance) -> None:
         assert self._tg is not None
         self._tg.start_soon(job, instance, name=f"sandbox instance {instance.id}")
+
+    def _unserved(self) -> int:
+        """Callers waiting that no warm or starting instance will serve: a place freed goes to them first."""
+        return sum(
+            max(0, waiting - self._starting[server] - len(self._warm[server]))
+            for server, waiting in self._waiting.items()
+        )
 
     def _total(self) -> int:
         return sum(len(live) for live in self._live.values())

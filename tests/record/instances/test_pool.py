@@ -61,6 +61,19 @@ async def test_the_cap_of_live_instances_refuses_within_the_timeout_and_says_wha
             assert (await pool.acquire("memory", timeout=30)).alive
 
 
+async def test_at_the_cap_a_warm_instance_of_another_server_is_ended_to_make_room(tmp_path: Path) -> None:
+    config = sandboxes(first=memory(tmp_path / "a"), second=memory(tmp_path / "b"))
+    with anyio.fail_after(60):
+        async with InstancePool(config, pool=1, max_instances=1) as pool:
+            await until(lambda: pool.stats()["first"]["warm"] == 1)  # the one place: first's warm instance
+            instance = await pool.acquire("second", timeout=30)
+            assert instance.server == "second" and instance.alive
+            stats = pool.stats()
+            assert (
+                stats["first"]["ended"] == 1 and stats["first"]["live"] == 0 and stats["second"]["live"] == 1
+            )
+
+
 async def test_an_instance_left_without_calls_past_the_idle_timeout_is_ended_and_its_place_freed(
     tmp_path: Path,
 ) -> None:
