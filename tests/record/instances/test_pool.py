@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 import pytest
 from instances_helpers import ECHO, MEMORY, PYTHON, memory, sandboxes, text, tool, until
+from recording_helpers import echo_http
 
 from replay_sim.errors import ConfigError, InstanceLost, SandboxUnavailable
 from replay_sim.record.config import Isolation, parse_config
@@ -160,6 +161,25 @@ async def test_a_server_that_fails_to_start_is_unavailable_with_its_stderr_tail_
             stats = pool.stats()["broken"]
             assert stats["failed"] >= 1 and "no database" in stats["last_failure"]
             assert stats["starting"] == 0 and stats["live"] == 0  # no start loop behind the failure
+
+
+async def test_a_url_sandbox_is_exclusive_and_reset_before_each_instance(tmp_path: Path) -> None:
+    resets = tmp_path / "resets"
+    async with echo_http() as url:
+        config = parse_config(
+            {"servers": {"remote": {"url": url, "sandbox": True, "reset": f"echo reset >> {resets}"}}}
+        )
+        with anyio.fail_after(60):
+            async with InstancePool(config, pool=0) as pool:
+                first = await pool.acquire("remote", timeout=30)
+                assert text(await first.call(*tool("echo", text="hi"))) == "hi"
+                assert first.pid is None and first.memory_bytes() is None  # not a process of ours
+                with pytest.raises(SandboxUnavailable, match="'exclusive'"):
+                    await pool.acquire("remote", timeout=0.2)
+                await first.close()
+                second = await pool.acquire("remote", timeout=30)
+                assert text(await second.call(*tool("echo", text="again"))) == "again"
+                assert resets.read_text() == "reset\nreset\n"
 
 
 async def test_only_sandbox_servers_are_served() -> None:
