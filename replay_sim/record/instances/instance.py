@@ -1,7 +1,7 @@
 """One sandbox instance: a real server started for one owner, in a state of its own, ended with its state.
 
 An :class:`Instance` is what the replay's ``sandbox`` miss policy calls a ``SandboxInstance``: it
-starts the server of a recorder config entry in its :class:`~replay_sim.record.instances.isolation.Workspace`
+starts the server of a recorder config entry in its :class:`~replay_sim.record.instances.workspace.Workspace`
 (fresh process, own copy of its state or of its mounted paths; after the server's ``reset`` for
 isolation ``exclusive``), speaks MCP to it over stdio as the recorder does
 (:class:`~replay_sim.record.upstream.Upstream`: handshake, raw pass-through, timeouts), and returns
@@ -27,9 +27,10 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
 from replay_sim.errors import InstanceLost, UpstreamError
-from replay_sim.record.config import Isolation, UpstreamSpec
-from replay_sim.record.instances.isolation import Launcher, Workspace, prepare
+from replay_sim.record.config import UpstreamSpec
 from replay_sim.record.instances.procfs import group_rss
+from replay_sim.record.instances.workspace import Launcher, Workspace, prepare
+from replay_sim.record.isolation import Isolation
 from replay_sim.record.rerun import reset
 from replay_sim.record.upstream import Upstream
 from replay_sim.redaction import Redactor

@@ -24,10 +24,11 @@ import anyio
 import anyio.abc
 
 from replay_sim.errors import ConfigError, SandboxUnavailable, UpstreamError
-from replay_sim.record.config import Isolation, RecorderConfig, UpstreamSpec
+from replay_sim.record.config import RecorderConfig, UpstreamSpec
 from replay_sim.record.instances.instance import Instance
-from replay_sim.record.instances.isolation import Launcher
 from replay_sim.record.instances.procfs import group_rss
+from replay_sim.record.instances.workspace import Launcher
+from replay_sim.record.isolation import Isolation
 
 __all__ = ["DEFAULT_MAX_INSTANCES", "DEFAULT_POOL", "InstancePool"]
 

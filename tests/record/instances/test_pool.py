@@ -14,8 +14,9 @@ from instances_helpers import ECHO, MEMORY, PYTHON, memory, sandboxes, text, too
 from recording_helpers import echo_http
 
 from replay_sim.errors import ConfigError, InstanceLost, SandboxUnavailable
-from replay_sim.record.config import Isolation, parse_config
+from replay_sim.record.config import parse_config
 from replay_sim.record.instances import Instance, InstancePool
+from replay_sim.record.isolation import Isolation
 
 pytestmark = pytest.mark.anyio
 

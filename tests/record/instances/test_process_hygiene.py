@@ -12,7 +12,7 @@ import pytest
 from instances_helpers import MEMORY, until
 from recording_helpers import PYTHON, spawn
 
-from replay_sim.record.instances.isolation import Launcher
+from replay_sim.record.instances.workspace import Launcher
 
 pytestmark = pytest.mark.anyio
 

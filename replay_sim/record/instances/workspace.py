@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from replay_sim.errors import UpstreamError
-from replay_sim.record.config import STATE_PLACEHOLDER, Isolation, UpstreamSpec
+from replay_sim.record.config import UpstreamSpec
+from replay_sim.record.isolation import STATE_PLACEHOLDER, Isolation
 
 __all__ = ["Launcher", "Workspace", "prepare"]
 
