@@ -307,7 +307,7 @@ def _isolation(entry: dict[str, Any], where: str) -> dict[str, Any]:
     if "isolation" in entry:
         value = entry["isolation"]
         kinds = ", ".join(repr(k.value) for k in Isolation)
-        if value not in {k.value for k in Isolation}:
+        if not isinstance(value, str) or value not in {k.value for k in Isolation}:
             raise ConfigError(f"{where}: 'isolation' must be one of {kinds}, got {value!r}")
         out["isolation"] = Isolation(value)
     if "state" in entry:

@@ -39,6 +39,7 @@ def test_a_sandbox_gets_the_isolation_its_config_names_or_implies(
     ("entry", "message"),
     [
         ({"command": "srv", "sandbox": True, "isolation": "chroot"}, "'isolation' must be one of"),
+        ({"command": "srv", "sandbox": True, "isolation": ["state"]}, "'isolation' must be one of"),
         ({"command": "srv", "isolation": "process"}, "'isolation' applies to a sandbox: add sandbox = true"),
         ({**MEMORY, "state": "/srv/p"}, "'state' applies to a sandbox"),
         ({**MEMORY, "sandbox": True, "state": "pristine"}, "'state' must be an absolute path"),
