@@ -73,7 +73,7 @@ class Instance:
         self.crashed = False
         """Whether its process ended unasked (a crash or a kill), not by :meth:`close`."""
         self.ended_because: str | None = None
-        """Why it was ended when not by its owner (``idle for more than 300s``)."""
+        """Why it was ended when not by its owner (``no call for 300s, its idle timeout``)."""
         self.idle_since: float | None = anyio.current_time()
         """Since when (``anyio.current_time()``) no call has been in flight; None during a call."""
         self._redactor = redactor.with_secrets(spec.secrets())

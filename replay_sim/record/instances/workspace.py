@@ -58,26 +58,13 @@ class Launcher:
     @classmethod
     @functools.cache
     def detect(cls) -> Launcher:
-        """What this machine offers (probed once per process: one short ``unshare`` run)."""
+        """What this machine offers (probed once per process: a short run of each wrapper)."""
         setpriv, unshare = shutil.which("setpriv"), shutil.which("unshare")
-        namespaces = False
-        if unshare is not None:
-            probe = [
-                unshare,
-                "--pid",
-                "--fork",
-                "--kill-child",
-                "--mount",
-                "--propagation",
-                "private",
-                "true",
-            ]
-            try:
-                namespaces = (
-                    subprocess.run(probe, capture_output=True, timeout=10, check=False).returncode == 0
-                )
-            except (OSError, subprocess.TimeoutExpired):
-                namespaces = False
+        if setpriv is not None and not _runs([setpriv, "--pdeathsig", "KILL", "--", "true"]):
+            setpriv = None  # too old for --pdeathsig (util-linux < 2.33)
+        namespaces = unshare is not None and _runs(
+            [unshare, "--pid", "--fork", "--kill-child", "--mount", "--propagation", "private", "true"]
+        )
         return cls(setpriv, unshare, namespaces)
 
     @property
@@ -107,6 +94,14 @@ class Launcher:
         if self.setpriv is not None:
             argv = [self.setpriv, "--pdeathsig", "KILL", "--", *argv]
         return argv
+
+
+def _runs(argv: list[str]) -> bool:
+    """Whether a command runs and succeeds here (within a few seconds)."""
+    try:
+        return subprocess.run(argv, capture_output=True, timeout=10, check=False).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
 
 
 @dataclass(frozen=True)
