@@ -13,6 +13,7 @@ from replay_sim.record.config import RecorderConfig, parse_config
 
 COUNTER = [PYTHON, str(ROOT / "fixtures" / "counter_server.py")]
 ECHO = [PYTHON, str(ROOT / "fixtures" / "echo_server.py")]
+HANG = [PYTHON, str(ROOT / "fixtures" / "hang_server.py")]
 MEMORY = str(NODE_BIN / "mcp-server-memory")
 FILESYSTEM = str(NODE_BIN / "mcp-server-filesystem")
 

@@ -10,10 +10,10 @@ from typing import Any
 
 import anyio
 import pytest
-from instances_helpers import ECHO, MEMORY, PYTHON, memory, sandboxes, text, tool, until
+from instances_helpers import ECHO, HANG, MEMORY, PYTHON, memory, sandboxes, text, tool, until
 from recording_helpers import echo_http
 
-from replay_sim.errors import ConfigError, InstanceLost, SandboxUnavailable
+from replay_sim.errors import ConfigError, InstanceLost, SandboxUnavailable, UpstreamError
 from replay_sim.record.config import parse_config
 from replay_sim.record.instances import Instance, InstancePool
 from replay_sim.record.isolation import Isolation
@@ -151,6 +151,19 @@ async def test_a_crash_mid_call_is_instance_lost_naming_the_servers_stderr() -> 
             with pytest.raises(InstanceLost, match=r"before answering tools/call.*crashing on request"):
                 await crashing.call(*tool("crash"))
             assert not crashing.alive
+
+
+async def test_a_call_left_unanswered_past_the_timeout_is_an_upstream_error_and_the_instance_lives_on() -> (
+    None
+):
+    with anyio.fail_after(60):
+        async with InstancePool(sandboxes(hang={"command": HANG, "timeout": 0.3}), pool=0) as pool:
+            instance = await pool.acquire("hang", timeout=30)
+            with pytest.raises(
+                UpstreamError, match=r"sandbox instance hang-1: .* did not answer tools/call within 0.3s"
+            ):
+                await instance.call(*tool("hang"))
+            assert instance.alive and text(await instance.call(*tool("quick"))) != ""
 
 
 async def test_a_server_that_fails_to_start_is_unavailable_with_its_stderr_tail_and_not_restarted() -> None:
