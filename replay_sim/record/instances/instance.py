@@ -152,7 +152,12 @@ class Instance:
         return upstream
 
     async def _watch(self, process: anyio.abc.Process) -> None:
-        """Notice the process's end: unasked, it crashed (and the instance closes itself)."""
+        """Notice the process's end: unasked, it crashed (and the instance closes itself).
+
+        (``wait()`` also waits for the end of its output, which a child the server left behind could
+        hold open: in its own PID namespace none is left; without one :attr:`alive` still reads the
+        exit status itself, so calls see the crash at once, and only the refill waits.)
+        """
         await process.wait()
         if not self._closing.is_set():
             self.crashed = True

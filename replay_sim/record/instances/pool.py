@@ -170,8 +170,9 @@ class InstancePool:
                     if (instance := self._take(server)) is not None:
                         return instance
                     if self._counts[server]["failed"] != failures and not self._starting[server]:
+                        why = self._failure.get(server, "it failed to start, then started for another caller")
                         raise SandboxUnavailable(
-                            f"sandbox {server!r}: an instance could not be started: {self._failure[server]}"
+                            f"sandbox {server!r}: an instance could not be started: {why}"
                         )
                     self._start_for_waiters(server)
                     changed = self._changed
