@@ -27,7 +27,7 @@ from replay_sim.errors import ConfigError, SandboxUnavailable, UpstreamError
 from replay_sim.record.config import RecorderConfig, UpstreamSpec
 from replay_sim.record.instances.instance import Instance
 from replay_sim.record.instances.procfs import group_rss
-from replay_sim.record.instances.workspace import Launcher
+from replay_sim.record.instances.workspace import Launcher, sweep
 from replay_sim.record.isolation import Isolation
 
 __all__ = ["DEFAULT_MAX_INSTANCES", "DEFAULT_POOL", "InstancePool"]
@@ -110,6 +110,7 @@ class InstancePool:
 
     async def __aenter__(self) -> Self:
         self._launcher = await anyio.to_thread.run_sync(Launcher.detect)
+        await anyio.to_thread.run_sync(sweep, self._base)  # what replays killed outright left behind
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         if self.idle_timeout is not None:

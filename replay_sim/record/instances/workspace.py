@@ -29,10 +29,12 @@ from pathlib import Path
 
 from replay_sim.errors import UpstreamError
 from replay_sim.record.config import UpstreamSpec
+from replay_sim.record.instances.procfs import started_at
 from replay_sim.record.isolation import STATE_PLACEHOLDER, Isolation
 
-__all__ = ["Launcher", "Workspace", "prepare"]
+__all__ = ["Launcher", "Workspace", "prepare", "sweep"]
 
+_OWNER = ".replay-sim-owner"  # in an instance directory: the replay that made it
 # Bind-mounts "$2"→"$3", "$4"→"$5", … (each copy over its path) until "--", enters "$1" (the cwd,
 # looked up again so it is the copy when it lies under a mounted path), then becomes the server.
 _MOUNT_SCRIPT = (
@@ -157,10 +159,34 @@ def prepare(
             f"sandbox {server!r}: cannot make an instance directory in {str(where)!r}: {exc.strerror or exc}"
         ) from None
     try:
+        (root / _OWNER).write_text(_owner(os.getpid()))
         return _prepare(server, root, spec, launcher)
     except BaseException:
         shutil.rmtree(root, ignore_errors=True)
         raise
+
+
+def sweep(base: Path | None) -> int:
+    """Delete the instance directories in ``base`` whose replay is gone (killed before it could end them).
+
+    A directory names its owner (pid and start time); one whose owner no longer runs is deleted,
+    one without an owner or of a live replay is left. Returns how many were deleted.
+    """
+    swept = 0
+    for root in Path(base or tempfile.gettempdir()).glob("replay-sim-*"):
+        try:
+            pid, _, started = (root / _OWNER).read_text().partition(" ")
+        except OSError:
+            continue  # not an instance directory, or not ours to read
+        if pid.isdigit() and _owner(int(pid)) != f"{pid} {started}":
+            shutil.rmtree(root, ignore_errors=True)
+            swept += 1
+    return swept
+
+
+def _owner(pid: int) -> str:
+    """``pid start-time``: names one process, not a later one given the same pid."""
+    return f"{pid} {started_at(pid)}"
 
 
 def _prepare(server: str, root: Path, spec: UpstreamSpec, launcher: Launcher) -> Workspace:

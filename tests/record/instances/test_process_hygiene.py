@@ -12,6 +12,8 @@ import pytest
 from instances_helpers import MEMORY, until
 from recording_helpers import PYTHON, spawn
 
+from replay_sim.record.config import parse_config
+from replay_sim.record.instances import InstancePool
 from replay_sim.record.instances.workspace import Launcher
 
 pytestmark = pytest.mark.anyio
@@ -27,7 +29,7 @@ server = {"command": "sh", "args": ["-c", 'sleep 1000 & exec "$0"', sys.argv[1]]
           "env": {"MEMORY_FILE_PATH": "{state}/m.jsonl"}, "state": sys.argv[2]}
 
 async def main():
-    async with InstancePool(parse_config({"servers": {"memory": server}}), pool=2) as pool:
+    async with InstancePool(parse_config({"servers": {"memory": server}}), pool=2, base=sys.argv[3]) as pool:
         while pool.stats()["memory"]["warm"] < 2:
             await anyio.sleep(0.05)
         print("groups", *pool.stats()["memory"]["pids"].values(), flush=True)
@@ -54,14 +56,18 @@ def _running(groups: set[int]) -> list[str]:
 @pytest.mark.skipif(
     sys.platform != "linux" or not Launcher.detect().parent_death, reason="needs setpriv (Linux)"
 )
-async def test_killing_the_process_that_holds_a_pool_leaves_no_instance_process_or_child_behind(
+async def test_a_killed_pool_holder_leaves_no_instance_process_or_child_and_its_state_is_swept_later(
     tmp_path: Path,
 ) -> None:
     (tmp_path / "pristine").mkdir()
+    base = tmp_path / "instances"
     with anyio.fail_after(90):
-        async with spawn(PYTHON, "-c", HOLDER, MEMORY, str(tmp_path / "pristine")) as holder:
+        async with spawn(PYTHON, "-c", HOLDER, MEMORY, str(tmp_path / "pristine"), str(base)) as holder:
             groups = {int(g) for g in (await holder.wait_for(r"^groups (.*)", timeout=60)).group(1).split()}
             assert len(groups) == 2
             assert len(_running(groups)) >= 4  # each: its launcher, the server, the server's own child
             os.kill(holder.process.pid, signal.SIGKILL)
             await until(lambda: not _running(groups), timeout=30)
+    assert len(list(base.iterdir())) == 2  # the instances' copies: a killed replay could not delete them
+    async with InstancePool(parse_config({"servers": {"other": {"command": "true"}}}), base=base):
+        assert list(base.iterdir()) == []  # the next pool there deletes what a dead replay left
