@@ -69,5 +69,5 @@ async def test_a_killed_pool_holder_leaves_no_instance_process_or_child_and_its_
             os.kill(holder.process.pid, signal.SIGKILL)
             await until(lambda: not _running(groups), timeout=30)
     assert len(list(base.iterdir())) == 2  # the instances' copies: a killed replay could not delete them
-    async with InstancePool(parse_config({"servers": {"other": {"command": "true"}}}), base=base):
+    async with InstancePool(parse_config({"servers": {"other": {"command": "true"}}}), pool=0, base=base):
         assert list(base.iterdir()) == []  # the next pool there deletes what a dead replay left
