@@ -6,6 +6,8 @@ Every error names the thing it is about (server, tool, path, recording id) and w
     ├── ConfigError          a config file or option is wrong (names the file and entry)
     ├── StoreError           the SQLite store cannot be read or written (names the database path)
     ├── UpstreamError        a real MCP server failed to start or broke mid-call (names the command/URL)
+    │   └── InstanceLost     a sandbox instance of a real server died before or during a call (names it)
+    ├── SandboxUnavailable   no sandbox instance could be had in time (cap reached, start failed, busy)
     ├── InterchangeError     a JSONL file is malformed (names the file and line)
     ├── VectorIndexError     the vector index is missing, stale, unreadable or unwritable (names the path)
     ├── SnapshotError        a snapshot bundle is missing, tampered or unwritable (names the path)
@@ -32,6 +34,21 @@ class StoreError(ReplaySimError):
 
 class UpstreamError(ReplaySimError):
     """A recorded (real) MCP server could not be started or failed while answering."""
+
+
+class InstanceLost(UpstreamError):
+    """A sandbox instance of a real server exited or was killed before or during a call.
+
+    The state it held is gone with it: the episode bound to it cannot go on there.
+    """
+
+
+class SandboxUnavailable(ReplaySimError):
+    """No sandbox instance of a server could be had within the time allowed.
+
+    The message says why: the cap of live instances is reached (and which setting to raise), the
+    server failed to start (with the tail of its stderr), or an exclusive server is busy.
+    """
 
 
 class InterchangeError(ReplaySimError):

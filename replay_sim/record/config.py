@@ -18,6 +18,13 @@ Example (``server/record.example.toml`` is the annotated version)::
     reset = "git checkout -- . && git clean -fdq"   # back to the state its recordings start from
     sandbox = true         # its state can be thrown away: `replay-sim explore` may repeat any call
 
+    [servers.memory]
+    command = "mcp-server-memory"
+    env = { MEMORY_FILE_PATH = "{state}/memory.jsonl" }
+    sandbox = true
+    state = "/srv/memory-pristine"   # copied per sandbox instance; {state} is the copy's path
+    # isolation = "state"            # implied by `state` (see Isolation)
+
     [servers.remote]
     url = "http://127.0.0.1:9000/mcp"
     headers = { Authorization = "Bearer ${REMOTE_TOKEN}" }
@@ -41,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from replay_sim.errors import ConfigError
+from replay_sim.record.isolation import Isolation, isolation_problem
 from replay_sim.redaction import DEFAULT_KEY_GLOBS, REDACTED, Redactor
 
 __all__ = ["DEFAULT_TIMEOUT", "RecorderConfig", "UpstreamSpec", "load_config", "parse_config"]
@@ -49,7 +57,7 @@ _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _SERVER_KEYS = {
     "command", "args", "env", "cwd", "url", "headers", "timeout", "startup_timeout", "explore", "reset",
-    "sandbox",
+    "sandbox", "isolation", "state", "mounts",
 }  # fmt: skip
 _REDACTION_KEYS = {"keys", "patterns", "replacement"}
 DEFAULT_TIMEOUT = 60.0
@@ -84,6 +92,13 @@ class UpstreamSpec:
             tools change state (:mod:`replay_sim.record.sandbox`). A fresh session is a fresh
             process for a command; a state that outlives it (files, a database) needs ``reset``,
             and a ``url`` upstream always does.
+        isolation: For a sandbox, how its concurrent instances are kept apart (:class:`Isolation`);
+            None when not a sandbox. Left out, it is implied by ``state``, ``mounts``, ``reset``
+            and ``url`` (:meth:`Isolation.implied`).
+        state: A pristine state directory, copied for each sandbox instance; ``{state}`` in command,
+            args, env values and cwd is replaced by the copy's path (isolation ``state``).
+        mounts: Absolute paths each sandbox instance sees its own copy of, at the same path
+            (isolation ``mount``).
     """
 
     command: str | None = None
@@ -97,6 +112,9 @@ class UpstreamSpec:
     explore: bool = False
     reset: str | None = None
     sandbox: bool = False
+    isolation: Isolation | None = None
+    state: str | None = None
+    mounts: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if (self.command is None) == (self.url is None):
@@ -105,6 +123,14 @@ class UpstreamSpec:
             raise ValueError(
                 "a url upstream is a sandbox only with a reset command (its state outlives a session)"
             )
+        if problem := isolation_problem(self):
+            raise ValueError(problem)
+        if self.sandbox and self.isolation is None:
+            implied = Isolation.implied(
+                url=self.url is not None, state=self.state is not None, mounts=bool(self.mounts),
+                reset=self.reset is not None,
+            )  # fmt: skip
+            object.__setattr__(self, "isolation", implied)
 
     def describe(self) -> str:
         """The command line or URL, for messages."""
@@ -219,6 +245,7 @@ def _server(name: str, entry: Any, where: str) -> UpstreamSpec:
         if not isinstance(value, bool):
             raise ConfigError(f"{where}: {key!r} must be true or false")
     reset = _string(entry, "reset", where) if "reset" in entry else None
+    isolation = _isolation(entry, where)
     if "url" in entry:
         url = _string(entry, "url", where)
         if not url.startswith(("http://", "https://")):
@@ -230,7 +257,8 @@ def _server(name: str, entry: Any, where: str) -> UpstreamSpec:
             raise ConfigError(
                 f"{where}: 'sandbox' needs a 'reset' command for a url upstream: its state outlives a session"
             )
-        return UpstreamSpec(
+        return _spec(
+            where,
             url=url,
             headers=_strings(entry, "headers", where),
             timeout=_timeout(entry, where),
@@ -238,6 +266,7 @@ def _server(name: str, entry: Any, where: str) -> UpstreamSpec:
             explore=explore,
             reset=reset,
             sandbox=sandbox,
+            **isolation,
         )
     args = entry.get("args", [])
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
@@ -245,7 +274,8 @@ def _server(name: str, entry: Any, where: str) -> UpstreamSpec:
     if "headers" in entry:
         raise ConfigError(f"{where}: 'headers' applies to a url, not a command")
     cwd = _string(entry, "cwd", where) if "cwd" in entry else None
-    return UpstreamSpec(
+    return _spec(
+        where,
         command=_string(entry, "command", where),
         args=tuple(args),
         env=_strings(entry, "env", where),
@@ -255,7 +285,39 @@ def _server(name: str, entry: Any, where: str) -> UpstreamSpec:
         explore=explore,
         reset=reset,
         sandbox=sandbox,
+        **isolation,
     )
+
+
+def _spec(where: str, **fields: Any) -> UpstreamSpec:
+    """An :class:`UpstreamSpec`; keys it refuses together are a :class:`ConfigError` naming ``where``."""
+    try:
+        return UpstreamSpec(**fields)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def _isolation(entry: dict[str, Any], where: str) -> dict[str, Any]:
+    """The sandbox isolation keys (``isolation``, ``state``, ``mounts``), checked one by one.
+
+    Raises:
+        ConfigError: A key has the wrong type or value, or they do not fit together (names the key).
+    """
+    out: dict[str, Any] = {}
+    if "isolation" in entry:
+        value = entry["isolation"]
+        kinds = ", ".join(repr(k.value) for k in Isolation)
+        if not isinstance(value, str) or value not in {k.value for k in Isolation}:
+            raise ConfigError(f"{where}: 'isolation' must be one of {kinds}, got {value!r}")
+        out["isolation"] = Isolation(value)
+    if "state" in entry:
+        out["state"] = _string(entry, "state", where)
+    if "mounts" in entry:
+        mounts = entry["mounts"]
+        if not isinstance(mounts, list) or not mounts or not all(isinstance(m, str) and m for m in mounts):
+            raise ConfigError(f"{where}: 'mounts' must be a non-empty list of absolute paths")
+        out["mounts"] = tuple(mounts)
+    return out
 
 
 def _string(entry: dict[str, Any], key: str, where: str) -> str:
