@@ -387,7 +387,13 @@ def _corrupt_column(path: Path, table: str, column: str, where: str) -> None:
             lambda s: s.listings("git"),
             "the tools/list listing of 'git' is corrupt: its result",
         ),
-        ("meta", "value", "key = 'note'", lambda s: s.meta("note"), "meta value 'note' is corrupt: its"),
+        (
+            "meta",
+            "value",
+            "key = 'note'",
+            lambda s: s.meta("note"),
+            "meta value 'note' is corrupt: its value",
+        ),
     ],
 )
 def test_a_row_whose_json_is_corrupt_is_an_error_naming_the_row_and_the_store(
