@@ -128,6 +128,12 @@ def _index_hash(files: dict[str, str]) -> str:
 
 def _file_hashes(folder: Path) -> dict[str, str]:
     hashes: dict[str, str] = {}
+    for path in folder.rglob("*"):
+        if path.is_symlink():  # its target may lie outside the bundle, and change after it is hashed
+            raise SnapshotError(
+                f"{folder}: {path.relative_to(folder).as_posix()} is a symbolic link; a bundle holds its "
+                "files itself — the bundle was tampered with, re-freeze it"
+            )
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
         hashes[path.relative_to(folder).as_posix()] = hashlib.sha256(path.read_bytes()).hexdigest()
     return hashes
