@@ -22,7 +22,7 @@ from replay_sim.store import Store
 from replay_sim.store import snapshot as bundle
 from replay_sim.store.snapshot import Snapshot
 
-__all__ = ["build_snapshot_index", "freeze", "match_config", "open_snapshot"]
+__all__ = ["build_snapshot_index", "freeze", "match_config", "open_snapshot", "verify"]
 
 
 def build_snapshot_index(
@@ -77,7 +77,7 @@ def match_config(snapshot: Snapshot) -> MatchConfig:
     return MatchConfig.from_dict(snapshot.matching_config, str(snapshot.manifest_path))
 
 
-def open_snapshot(path: str | Path) -> Snapshot:
+def verify(path: str | Path) -> Snapshot:
     """Verify a bundle and the files its index reads: a snapshot serves only what its id covers.
 
     :func:`replay_sim.store.snapshot.verify` checks every file of the bundle against the id; this
@@ -104,3 +104,8 @@ def open_snapshot(path: str | Path) -> Snapshot:
                 "re-freeze it"
             )
     return opened
+
+
+def open_snapshot(path: str | Path) -> Snapshot:
+    """Verify a bundle (:func:`verify`) and return it, ready to serve (the replay server's entry point)."""
+    return verify(path)
