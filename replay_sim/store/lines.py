@@ -151,9 +151,10 @@ class _Line:
         if not isinstance(value, str) or not value:
             raise self.fail(field, f"must be a non-empty string, got {_kind(value)}")
 
-    def model(self, field: str, model: type[Any]) -> None:
+    def model(self, field: str, model: type[Any], value: Any = None) -> None:
+        """Check the field (or a value inside it) against an MCP type, as serving reads it."""
         try:
-            model.model_validate(self.obj[field])
+            model.model_validate(self.obj[field] if value is None else value)
         except ValidationError as exc:
             error = exc.errors()[0]
             at = ".".join(str(part) for part in error["loc"])
@@ -164,7 +165,15 @@ class _Line:
 
 def _check_server(line: _Line) -> None:
     line.object("info", required=True)
-    line.model("info", mcp_types.Implementation)
+    info = line.obj["info"]
+    for field in ("name", "version", "title", "description", "websiteUrl"):
+        if info.get(field) is not None and not isinstance(info[field], str):
+            raise line.fail("info", f"its {field!r} must be a string, got {_kind(info[field])}")
+    if info.get("icons") is not None:
+        if not isinstance(info["icons"], list):
+            raise line.fail("info", f"its 'icons' must be an array, got {_kind(info['icons'])}")
+        for icon in info["icons"]:
+            line.model("info", mcp_types.Icon, icon)
     line.object("capabilities")
     if line.obj.get("capabilities") is not None:
         line.model("capabilities", mcp_types.ServerCapabilities)

@@ -211,7 +211,14 @@ def _with(base: dict[str, object], **changes: object) -> str:
     ("line", "message"),
     [
         (_with({"type": "server", "server": "t"}, info="mcp-git"), "field 'info': must be an object"),
-        (_with({"type": "server", "server": "t", "info": {"name": "g"}}), "field 'info': not an MCP"),
+        (
+            _with({"type": "server", "server": "t", "info": {"name": 7}}),
+            "field 'info': its 'name' must be a string",
+        ),
+        (
+            _with({"type": "server", "server": "t", "info": {"name": "g", "icons": [{"src": 1}]}}),
+            "field 'info': not an MCP Icon",
+        ),
         (
             _with({"type": "server", "server": "t", "info": {"name": "g", "version": "1"}}, capabilities=[]),
             "field 'capabilities': must be an object",
