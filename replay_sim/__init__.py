@@ -41,11 +41,11 @@ from replay_sim.resolve.embedding import CachedEmbedder, Embedder, SentenceTrans
 from replay_sim.resolve.resolution import Candidate, FieldDiff, Resolution, Tier
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.resolve.runtime import configure_runtime
-from replay_sim.resolve.snapshot import freeze
+from replay_sim.resolve.snapshot import freeze, open_snapshot, verify
 from replay_sim.resolve.vectors import VectorIndex
 from replay_sim.store import Origin, Recording, ServerRecord, Store
 from replay_sim.store.interchange import export_jsonl, import_jsonl, merge
-from replay_sim.store.snapshot import Snapshot, open_snapshot, verify
+from replay_sim.store.snapshot import Snapshot
 
 __all__ = [
     "EPISODE_HEADER",

@@ -230,6 +230,10 @@ def serve_command(
             raise click.UsageError(
                 "--ray serves a frozen snapshot over HTTP: give --snapshot PATH, not --stdio"
             )
+        if index_dir is not None:
+            raise click.UsageError(
+                "--ray serves the snapshot with its own index, which its id covers: drop --index-dir"
+            )
         from replay_sim.scale.deploy import ScaleSettings, run  # Ray is imported only here
 
         if token is None and not is_loopback(host):

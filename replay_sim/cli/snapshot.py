@@ -33,8 +33,9 @@ def freeze_command(db: Path, out: Path, match_config: MatchConfig | None) -> Non
 @snapshot_group.command("verify")
 @click.argument("path", type=_bundle)
 def verify_command(path: Path) -> None:
-    """Check every file and the content hash of a bundle against its manifest."""
-    click.echo(f"{snapshot.verify(path).id} ok")
+    """Check every file and the content hash of a bundle against its manifest, and that its index
+    reads only files of the bundle."""
+    click.echo(f"{served.verify(path).id} ok")
 
 
 @snapshot_group.command("inspect")

@@ -21,8 +21,8 @@ from replay_sim.replay.replay import Replay
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.resolve.snapshot import match_config as frozen_match_config
+from replay_sim.resolve.snapshot import open_snapshot
 from replay_sim.store import DEFAULT_DB, Store
-from replay_sim.store.snapshot import open_snapshot
 
 __all__ = ["open_replay"]
 
@@ -57,7 +57,8 @@ def open_replay(
         llm_url: OpenAI-compatible endpoint (miss policy ``synthesize``).
         llm_model: Model name for ``llm_url``.
         llm_api_key: Bearer token for ``llm_url``, if it needs one.
-        index_dir: Where the vector index lives (default: the resolver's; a snapshot's own).
+        index_dir: Where the vector index lives (default: the resolver's). A snapshot is served
+            with its own index, which its id covers: another one is refused.
         match_config: Thresholds and per-tool overrides (a snapshot brings the one it was frozen with).
         latency: How long answers are held: ``none`` (default), ``recorded``, ``fixed:MS``, ``scale:F``.
         faults: Which tool calls fail on purpose, and how (default: none).
@@ -69,8 +70,9 @@ def open_replay(
         The replay, ready for :func:`~replay_sim.replay.app.create_app` or :meth:`Replay.serve_stdio`.
 
     Raises:
-        ConfigError: Inconsistent options (a writing miss policy on a read-only snapshot, ``live``
-            without ``forward``, a malformed latency, an unknown miss detail …).
+        ConfigError: Inconsistent options (a writing miss policy on a read-only snapshot, another
+            index than a snapshot's own, ``live`` without ``forward``, a malformed latency, an
+            unknown miss detail …).
         SnapshotError: The snapshot is missing or tampered with.
         StoreError: The store does not exist or cannot be opened.
     """
@@ -86,6 +88,11 @@ def open_replay(
         if policy in (MissPolicyName.LIVE, MissPolicyName.SYNTHESIZE):
             raise ConfigError(f"--miss {policy} records new answers, but snapshot {snapshot} is read-only")
         opened = open_snapshot(snapshot)
+        if index_dir is not None and Path(index_dir).resolve() != opened.index_dir.resolve():
+            raise ConfigError(
+                f"snapshot {snapshot} is served with its own index ({opened.index_dir}), which its id "
+                f"{opened.id} covers; drop --index-dir {index_dir}, or serve --db with that index"
+            )
         frozen_with = frozen_match_config(opened)
         if match_config is not None and match_config != frozen_with:
             raise ConfigError(
@@ -94,7 +101,7 @@ def open_replay(
             )
         snapshot_id, match_config = opened.id, frozen_with
         store = Store(opened.store_path, readonly=True)
-        resolver_options["index_dir"] = Path(index_dir) if index_dir else opened.index_dir
+        resolver_options["index_dir"] = opened.index_dir
     else:
         # A mistyped path must not replay an empty store: refuse to create one.
         store = Store(db if db is not None else DEFAULT_DB, create=False)

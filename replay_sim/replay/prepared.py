@@ -23,7 +23,7 @@ from mcp.server.runner import ServerRunner
 from mcp_types import JSONRPCResponse
 
 from replay_sim.canonical import call_identity
-from replay_sim.errors import EpisodeError
+from replay_sim.errors import EpisodeError, StoreError
 from replay_sim.protocol import MATCH_META_KEY
 from replay_sim.replay.episodes import Episode
 from replay_sim.replay.histories import needs_history
@@ -114,8 +114,23 @@ class Prepared:
             style: The wire's serialiser.
 
         Returns:
-            The result's JSON bytes, or None when the SDK path must answer.
+            The result's JSON bytes, or None when the SDK path must answer (as it does when the
+            store cannot be read: its answer is the error naming the recording and the store).
         """
+        try:
+            return self._answer(server, method, params, scope, version, style)
+        except StoreError:
+            return None
+
+    def _answer(
+        self,
+        server: str,
+        method: str,
+        params: dict[str, Any],
+        scope: Hashable | None,
+        version: str,
+        style: Style,
+    ) -> bytes | None:
         replay = self.replay
         started = time.perf_counter()
         call = {k: v for k, v in params.items() if k != "_meta"}

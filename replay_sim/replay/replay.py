@@ -27,7 +27,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from replay_sim.canonical import call_identity
-from replay_sim.errors import ConfigError, EpisodeError, ReplaySimError
+from replay_sim.errors import ConfigError, EpisodeError, ReplaySimError, StoreError
 from replay_sim.protocol import MATCH_META_KEY, declared
 from replay_sim.redaction import RULES_META_KEY, Redactor
 from replay_sim.replay.connections import connection_key, stdio_client
@@ -256,7 +256,8 @@ class Replay:
 
         Raises:
             MCPError: The recording is a JSON-RPC error, the real server would refuse the call that
-                way, or a miss of a method whose failures are protocol errors.
+                way, a miss of a method whose failures are protocol errors, or the store cannot be
+                read (a corrupt recording: the error names it and the store).
         """
         started = time.perf_counter()
         params = {k: v for k, v in (ctx.params or {}).items() if k != "_meta"}
@@ -272,9 +273,14 @@ class Replay:
             reply, why = self.injector.fail(server, name, fault)
             answer = Answer(name, Resolution(Tier.MISS, 0.0, reason=why), reply, fault=fault)
         else:
-            answer = await self.resolve(server, method, params, trail)
-            if answer.resolution.recording is not None:
-                answer = await self._converse(ctx, server, method, params, answer, trail or ())
+            try:
+                answer = await self.resolve(server, method, params, trail)
+                if answer.resolution.recording is not None:
+                    answer = await self._converse(ctx, server, method, params, answer, trail or ())
+            except StoreError as exc:  # a corrupt row: a JSON-RPC error naming it, not a bare 500
+                raise MCPError(
+                    types.INTERNAL_ERROR, f"replay-sim cannot answer from the store: {exc}"
+                ) from exc
             if answer.pending:  # the client retries the call with its answers: that is the call
                 assert isinstance(answer.reply, dict)
                 return answer.reply

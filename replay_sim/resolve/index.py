@@ -24,7 +24,7 @@ from replay_sim.errors import VectorIndexError
 from replay_sim.resolve.vectors import HNSW_THRESHOLD, FaissIndex
 from replay_sim.store import Store
 
-__all__ = ["DEFAULT_INDEX_DIR", "MANIFEST", "IndexSet", "call_text", "fields_token"]
+__all__ = ["DEFAULT_INDEX_DIR", "MANIFEST", "IndexSet", "call_text", "fields_token", "partition_file"]
 
 DEFAULT_INDEX_DIR = Path("index")
 MANIFEST = "manifest.json"
@@ -47,6 +47,25 @@ def fields_token(fields: Collection[str] | None) -> str:
 
 def _partition_file(key: tuple[str, str]) -> str:
     return hashlib.sha256("\x1f".join(key).encode()).hexdigest()[:20] + PARTITION_SUFFIX
+
+
+def partition_file(manifest: Path, entry: dict[str, Any]) -> str:
+    """The file a manifest's partition entry names, checked: the name its server and tool give it.
+
+    A partition lives in the index folder under that one name, so a manifest naming any other
+    file — ``../../outside.faiss``, an absolute path — never makes the index read it.
+
+    Raises:
+        VectorIndexError: The entry names another file (names the manifest and the entry).
+    """
+    key = (str(entry.get("server")), str(entry.get("tool")))
+    expected = _partition_file(key)
+    if entry.get("file") != expected:
+        raise VectorIndexError(
+            f"{manifest}: partition {key[0]}/{key[1]} names file {entry.get('file')!r}, not its own "
+            f"{expected!r} in the index folder; rebuild the index with `replay-sim index build`"
+        )
+    return expected
 
 
 class IndexSet:
@@ -162,7 +181,7 @@ class IndexSet:
             manifest["last_key"],
         )
         for entry in manifest["partitions"]:
-            file = Path(directory) / entry["file"]
+            file = Path(directory) / partition_file(path, entry)
             if not file.is_file():
                 raise VectorIndexError(
                     f"{file}: partition of {entry['server']}/{entry['tool']} is missing; rebuild the index"

@@ -6,20 +6,23 @@ how an index is built or what a matching config means; this module supplies both
 
 from __future__ import annotations
 
+import json
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+from replay_sim.errors import SnapshotError, VectorIndexError
 from replay_sim.resolve.build import build_index
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.embedding import CachedEmbedder, default_embedder
+from replay_sim.resolve.index import MANIFEST, partition_file
 from replay_sim.resolve.schemas import RecordedSchemas
 from replay_sim.resolve.tooleffects import keep_effects
 from replay_sim.store import Store
 from replay_sim.store import snapshot as bundle
 from replay_sim.store.snapshot import Snapshot
 
-__all__ = ["build_snapshot_index", "freeze", "match_config"]
+__all__ = ["build_snapshot_index", "freeze", "match_config", "open_snapshot", "verify"]
 
 
 def build_snapshot_index(
@@ -72,3 +75,37 @@ def match_config(snapshot: Snapshot) -> MatchConfig:
         ConfigError: The manifest's matching config is malformed (names the manifest).
     """
     return MatchConfig.from_dict(snapshot.matching_config, str(snapshot.manifest_path))
+
+
+def verify(path: str | Path) -> Snapshot:
+    """Verify a bundle and the files its index reads: a snapshot serves only what its id covers.
+
+    :func:`replay_sim.store.snapshot.verify` checks every file of the bundle against the id; this
+    also checks that each partition the index manifest names is one of those files (its own name in
+    the bundle's ``index/``), so no file outside the bundle decides an answer.
+
+    Raises:
+        SnapshotError: The bundle is missing or tampered with, or its index names a file it does
+            not hold (names the bundle and the file).
+    """
+    opened = bundle.verify(path)
+    manifest = opened.index_dir / MANIFEST
+    try:
+        partitions = json.loads(manifest.read_text(encoding="utf-8")).get("partitions", [])
+        files = [partition_file(manifest, entry) for entry in partitions]
+    except (OSError, ValueError, AttributeError) as exc:
+        raise SnapshotError(f"{manifest}: unreadable index manifest ({exc}); re-freeze the bundle") from exc
+    except VectorIndexError as exc:
+        raise SnapshotError(f"{opened.path}: {exc}; the bundle was tampered with — re-freeze it") from exc
+    for name in files:
+        if f"{bundle.INDEX_DIR}/{name}" not in opened.manifest["files"]:
+            raise SnapshotError(
+                f"{opened.path}: its index names {bundle.INDEX_DIR}/{name}, which the bundle does not hold; "
+                "re-freeze it"
+            )
+    return opened
+
+
+def open_snapshot(path: str | Path) -> Snapshot:
+    """Verify a bundle (:func:`verify`) and return it, ready to serve (the replay server's entry point)."""
+    return verify(path)

@@ -44,12 +44,12 @@ from replay_sim.replay.admission import Limits
 from replay_sim.replay.miss import MissPolicyName
 from replay_sim.replay.provenance import MissDetail
 from replay_sim.resolve.runtime import configure_runtime
+from replay_sim.resolve.snapshot import open_snapshot
 from replay_sim.scale.gateway import DEFAULT_MAX_BODY, Gateway, ReplicaGone
 from replay_sim.scale.registry import Holders
 from replay_sim.scale.replica import ReplayReplica
 from replay_sim.scale.router import live_replicas
 from replay_sim.scale.wire import Envelope
-from replay_sim.store.snapshot import open_snapshot
 
 __all__ = ["APP_NAME", "ScaleSettings", "app_builder", "build_app", "run"]
 

@@ -155,16 +155,14 @@ class Database:
         and would save at most the 0.1 s between opening the store and the first call.
         """
         try:
-            tables = sorted(r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'"))
-            if not tables:
+            found = conn.execute("SELECT type, name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'")
+            objects = sorted(f"{name} ({kind})" if kind != "table" else name for kind, name in found)
+            if not objects:
                 return  # a new (or empty) file: the schema is created
-            versioned = (
-                "meta" in tables and conn.execute("SELECT 1 FROM meta WHERE key='schema_version'").fetchone()
-            )
-            if not versioned:
+            if not _is_store(conn):
                 raise StoreError(
-                    f"{self.path}: a SQLite file but not a replay-sim store (its tables: "
-                    f"{', '.join(tables[:8])}{', …' if len(tables) > 8 else ''}); "
+                    f"{self.path}: a SQLite file but not a replay-sim store (it holds: "
+                    f"{', '.join(objects[:8])}{', …' if len(objects) > 8 else ''}); "
                     "give a replay-sim store or a new path with --db"
                 )
             problem = conn.execute("PRAGMA integrity_check(1)").fetchone()[0]
@@ -283,6 +281,31 @@ class Database:
     def data_version(self) -> int:
         """A number that changes when *another* connection commits to the file (``PRAGMA data_version``)."""
         return int(self._query("PRAGMA data_version")[0][0])
+
+
+_STORE_TABLES = {
+    "meta": {"key", "value"},
+    "servers": {"name", "info", "capabilities"},
+    "listings": {"server", "method", "result"},
+    "sessions": {"id", "server", "started_at"},
+    "calls": {"id", "server", "method", "name", "arguments", "params", "key", "result", "error", "session"},
+}
+"""The tables every replay-sim store has held since its first schema, with columns each must have."""
+
+
+def _is_store(conn: sqlite3.Connection) -> bool:
+    """Whether a SQLite file holds replay-sim's tables and a ``schema_version`` (not just any of them).
+
+    Someone else's file may have a ``meta`` table with a ``schema_version`` of its own, or views
+    only: it is refused unchanged rather than given replay-sim's tables.
+    """
+    for table, columns in _STORE_TABLES.items():
+        kind = conn.execute("SELECT type FROM sqlite_master WHERE name=?", (table,)).fetchone()
+        if kind is None or kind[0] != "table":
+            return False
+        if not columns <= {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}:
+            return False
+    return conn.execute("SELECT 1 FROM meta WHERE key='schema_version'").fetchone() is not None
 
 
 def drop_embedding_cache(path: str | Path) -> None:

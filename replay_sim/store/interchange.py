@@ -1,20 +1,22 @@
 """JSONL interchange: ``replay-sim import`` and ``export`` (the format is a contract, see DESIGN.md).
 
-One object per line, ``type`` first: ``server``, ``listing`` and ``call`` lines. Export writes
+One object per line, ``type`` first: ``server``, ``listing`` and ``call`` lines; lines end in ``\\n``
+(only: U+2028, U+2029 and U+0085 are written raw inside strings, as JSON allows). Export writes
 servers, then listings, then calls in recorded order, with a fixed key order, so that
 export → import → export is byte-identical.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
 from replay_sim.errors import InterchangeError
-from replay_sim.protocol import LISTING_METHODS
 from replay_sim.store import Origin, ServerRecord, Store
+from replay_sim.store.lines import parse_line
 
 __all__ = ["export_jsonl", "import_jsonl", "merge"]
 
@@ -78,71 +80,76 @@ def export_jsonl(store: Store, out: IO[str]) -> int:
     return count
 
 
-def _require(obj: dict[str, Any], field: str, where: str) -> Any:
-    if field not in obj:
-        raise InterchangeError(f"{where}: missing field {field!r}")
-    return obj[field]
-
-
 def import_jsonl(store: Store, path: str | Path, lines: Iterable[str] | None = None) -> dict[str, int]:
-    """Read a JSONL file into the store; every line is validated before anything is written.
+    """Read a JSONL file into the store, line by line, all of it or nothing.
+
+    The file is read as a stream (one line in memory at a time) and split on ``\\n`` only: U+2028,
+    U+2029 and U+0085 are text inside a line. Every line is checked against the format
+    (:func:`~replay_sim.store.lines.parse_line`) as it is written, in one transaction: a bad line
+    rolls back everything before it.
 
     Args:
         store: Destination store.
         path: The file (also used in error messages).
-        lines: Already-open lines, instead of reading ``path``.
+        lines: Already-open lines (without their newline), instead of reading ``path``.
 
     Returns:
         Counts of imported ``server``, ``listing`` and ``call`` lines, and of ``duplicate`` calls
         skipped because the store holds them already (importing twice changes nothing).
 
     Raises:
-        InterchangeError: A line is not JSON or lacks a required field (names file and line).
+        InterchangeError: The file cannot be read, or a line is not UTF-8, not JSON or not a line
+            of the format (names file, line and field).
     """
     path = Path(path)
-    if lines is None:
-        try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except OSError as exc:
-            raise InterchangeError(f"{path}: cannot read: {exc.strerror}") from exc
-    parsed: list[tuple[str, dict[str, Any]]] = []
-    for number, text in enumerate(lines, start=1):
-        where = f"{path}:{number}"
-        if not text.strip():
-            continue
-        try:
-            obj = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InterchangeError(f"{where}: not JSON ({exc.msg})") from exc
-        if not isinstance(obj, dict):
-            raise InterchangeError(f"{where}: expected a JSON object")
-        kind = obj.get("type")
-        _require(obj, "server", where)
-        if kind == "server":
-            _require(obj, "info", where)
-        elif kind == "listing":
-            if _require(obj, "method", where) not in LISTING_METHODS:
-                raise InterchangeError(f"{where}: {obj['method']!r} is not a listing method")
-            _require(obj, "result", where)
-        elif kind == "call":
-            _require(obj, "method", where)
-            if not isinstance(obj.get("params", {}), dict):
-                raise InterchangeError(f"{where}: params must be an object")
-            if obj.get("result") is None and obj.get("error") is None:
-                raise InterchangeError(f"{where}: a call needs a result or an error")
-        else:
-            raise InterchangeError(f"{where}: unknown line type {kind!r} (server, listing, call)")
-        parsed.append((kind, obj))
-
     counts = {"server": 0, "listing": 0, "call": 0, "duplicate": 0}
-    with store.transaction(f"import {path}"):
-        _write(store, parsed, counts)
+    writer = _Writer(store, counts)
+    with contextlib.ExitStack() as stack:
+        if lines is None:
+            lines = _read_lines(path, stack)
+        stack.enter_context(store.transaction(f"import {path}"))
+        for number, text in enumerate(lines, start=1):
+            parsed = parse_line(text, f"{path}:{number}")
+            if parsed is not None:
+                writer.write(*parsed)
     return counts
 
 
-def _write(store: Store, parsed: list[tuple[str, dict[str, Any]]], counts: dict[str, int]) -> None:
-    sessions: set[str] = set()
-    for kind, obj in parsed:
+def _read_lines(path: Path, stack: contextlib.ExitStack) -> Iterator[str]:
+    """The file's lines, split on ``\\n`` only and decoded one by one (a bad byte names its line)."""
+    try:
+        file = stack.enter_context(path.open("rb"))
+    except OSError as exc:
+        raise InterchangeError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    return _decoded(path, file)
+
+
+def _decoded(path: Path, file: IO[bytes]) -> Iterator[str]:
+    number = 0
+    while True:
+        try:
+            raw = file.readline()
+        except OSError as exc:
+            raise InterchangeError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+        if not raw:
+            return
+        number += 1
+        try:
+            yield raw.removesuffix(b"\n").decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InterchangeError(f"{path}:{number}: not UTF-8 (byte {exc.start + 1})") from None
+
+
+class _Writer:
+    """Writes checked lines to the store (in the import's transaction), counting them."""
+
+    def __init__(self, store: Store, counts: dict[str, int]) -> None:
+        self.store = store
+        self.counts = counts
+        self.sessions: set[str] = set()
+
+    def write(self, kind: str, obj: dict[str, Any]) -> None:
+        store = self.store
         if (
             kind == "call"
             and obj.get("recorded_at")
@@ -155,9 +162,9 @@ def _write(store: Store, parsed: list[tuple[str, dict[str, Any]]], counts: dict[
                 obj["recorded_at"],
             )
         ):
-            counts["duplicate"] += 1
-            continue
-        counts[kind] += 1
+            self.counts["duplicate"] += 1
+            return
+        self.counts[kind] += 1
         if kind == "server":
             store.put_server(
                 ServerRecord(
@@ -172,8 +179,8 @@ def _write(store: Store, parsed: list[tuple[str, dict[str, Any]]], counts: dict[
             store.put_listing(obj["server"], obj["method"], obj["result"])
         else:
             session = obj.get("session")
-            if session is not None and session not in sessions:
-                sessions.add(session)
+            if session is not None and session not in self.sessions:
+                self.sessions.add(session)
                 store.start_session(obj["server"], session, obj.get("recorded_at"))
             store.record_call(
                 obj["server"],

@@ -13,8 +13,10 @@ model, never read from a table the id does not cover.
 
 The store stage knows nothing of indexes or matching: :func:`freeze` is given the function that
 builds the index (replay-sim's is wired in :mod:`replay_sim.resolve.snapshot`), and a snapshot's
-matching config is plain JSON data here. Every failure to write or read a bundle is a
-:class:`~replay_sim.errors.SnapshotError` naming the path.
+matching config is plain JSON data here. :func:`verify` checks every file of the bundle (none may be
+a symbolic link); that the index reads no other file is checked where index manifests are known,
+by :func:`replay_sim.resolve.snapshot.verify`, which every server of a snapshot calls. Every failure
+to write or read a bundle is a :class:`~replay_sim.errors.SnapshotError` naming the path.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from replay_sim.store import Store, utc_now
 from replay_sim.store.database import drop_embedding_cache
 from replay_sim.store.interchange import export_lines
 
-__all__ = ["Snapshot", "SnapshotDiff", "diff", "freeze", "open_snapshot", "verify"]
+__all__ = ["Snapshot", "SnapshotDiff", "diff", "freeze", "verify"]
 
 MANIFEST = "manifest.json"
 STORE_FILE = "store.db"
@@ -128,6 +130,12 @@ def _index_hash(files: dict[str, str]) -> str:
 
 def _file_hashes(folder: Path) -> dict[str, str]:
     hashes: dict[str, str] = {}
+    for path in folder.rglob("*"):
+        if path.is_symlink():  # its target may lie outside the bundle, and change after it is hashed
+            raise SnapshotError(
+                f"{folder}: {path.relative_to(folder).as_posix()} is a symbolic link; a bundle holds its "
+                "files itself — the bundle was tampered with, re-freeze it"
+            )
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
         hashes[path.relative_to(folder).as_posix()] = hashlib.sha256(path.read_bytes()).hexdigest()
     return hashes
@@ -285,11 +293,6 @@ def verify(path: str | Path) -> Snapshot:
             "the bundle was tampered with — re-freeze it"
         )
     return Snapshot(path, manifest["id"], manifest)
-
-
-def open_snapshot(path: str | Path) -> Snapshot:
-    """Verify a bundle and return it, ready to serve (the replay server's entry point)."""
-    return verify(path)
 
 
 def _answers(path: Path) -> dict[str, str]:

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from replay_sim.canonical import call_identity, call_key
 from replay_sim.errors import StoreError
@@ -23,10 +24,38 @@ from replay_sim.store.writer import CALL_COLUMNS, CallWriter, dumps
 __all__ = ["DEFAULT_DB", "Store"]
 
 DEFAULT_DB = Path("cache/replay.db")
+T = TypeVar("T")
 
 
-def _loads(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
+class _Corrupt(Exception):
+    """A column's JSON text does not parse (turned into a :class:`StoreError` naming its row)."""
+
+
+def _loads(text: str | None, column: str = "value") -> Any:
+    try:
+        return None if text is None else json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise _Corrupt(f"its {column} is not JSON ({exc})") from None
+
+
+def _recording(r: tuple[Any, ...]) -> Recording:
+    return Recording(
+        id=r[0],
+        server=r[1],
+        method=r[2],
+        name=r[3],
+        arguments=_loads(r[4], "arguments"),
+        params=_loads(r[5], "params"),
+        key=r[6],
+        result=_loads(r[7], "result"),
+        error=_loads(r[8], "error"),
+        session=r[9],
+        seq=r[10],
+        latency_ms=r[11],
+        recorded_at=r[12],
+        origin=r[13],
+        notifications=_loads(r[14], "notifications") or [],
+    )
 
 
 class Store(CallWriter):
@@ -58,14 +87,16 @@ class Store(CallWriter):
 
     def meta(self, key: str) -> Any:
         """A JSON value stored with the recordings (e.g. the redaction rules), or None."""
-        rows = self._query("SELECT value FROM meta WHERE key=?", (key,))
-        return json.loads(rows[0][0]) if rows else None
+        return self.metas(key).get(key)
 
-    def metas(self) -> dict[str, Any]:
-        """Every JSON value stored with the recordings, by key."""
-        return {
-            key: json.loads(value) for key, value in self._query("SELECT key, value FROM meta ORDER BY key")
-        }
+    def metas(self, key: str | None = None) -> dict[str, Any]:
+        """Every JSON value stored with the recordings (or only ``key``'s), by key."""
+        if key is None:
+            rows = self._query("SELECT key, value FROM meta ORDER BY key")
+        else:
+            rows = self._query("SELECT key, value FROM meta WHERE key=?", (key,))
+        decoded = self._decoded(rows, lambda r: _loads(r[1]), lambda r: f"meta value {r[0]!r}")
+        return {k: value for (k, _), value in zip(rows, decoded, strict=True)}
 
     def set_meta(self, key: str, value: Any, *, wait: bool = True) -> None:
         """Store a JSON value with the recordings (replacing an older one).
@@ -100,7 +131,11 @@ class Store(CallWriter):
         rows = self._query(
             "SELECT name, info, capabilities, protocol_version, instructions FROM servers ORDER BY name"
         )
-        return [ServerRecord(r[0], json.loads(r[1]), json.loads(r[2]), r[3], r[4]) for r in rows]
+        return self._decoded(
+            rows,
+            lambda r: ServerRecord(r[0], _loads(r[1], "info"), _loads(r[2], "capabilities"), r[3], r[4]),
+            lambda r: f"server {r[0]!r}",
+        )
 
     def server(self, name: str) -> ServerRecord | None:
         """The recorded server called ``name``, or None."""
@@ -118,7 +153,10 @@ class Store(CallWriter):
     def listings(self, server: str) -> dict[str, dict[str, Any]]:
         """The recorded listings of ``server``, by method."""
         rows = self._query("SELECT method, result FROM listings WHERE server=? ORDER BY method", (server,))
-        return {method: json.loads(result) for method, result in rows}
+        decoded = self._decoded(
+            rows, lambda r: _loads(r[1], "result"), lambda r: f"the {r[0]} listing of {server!r}"
+        )
+        return {method: result for (method, _), result in zip(rows, decoded, strict=True)}
 
     # -- sessions and calls ---------------------------------------------------------------------
 
@@ -151,26 +189,21 @@ class Store(CallWriter):
 
     def _recordings(self, where: str = "", params: tuple[Any, ...] = ()) -> list[Recording]:
         rows = self._query(f"SELECT {CALL_COLUMNS} FROM calls {where}", params)
-        return [
-            Recording(
-                id=r[0],
-                server=r[1],
-                method=r[2],
-                name=r[3],
-                arguments=json.loads(r[4]),
-                params=json.loads(r[5]),
-                key=r[6],
-                result=_loads(r[7]),
-                error=_loads(r[8]),
-                session=r[9],
-                seq=r[10],
-                latency_ms=r[11],
-                recorded_at=r[12],
-                origin=r[13],
-                notifications=_loads(r[14]) or [],
-            )
-            for r in rows
-        ]
+        return self._decoded(rows, _recording, lambda r: f"recording #{r[0]}")
+
+    def _decoded(
+        self, rows: list[tuple[Any, ...]], decode: Callable[[tuple[Any, ...]], T], what: Callable[[Any], str]
+    ) -> list[T]:
+        """Rows decoded one by one; a column whose JSON does not parse is a StoreError naming its row."""
+        decoded: list[T] = []
+        for row in rows:
+            try:
+                decoded.append(decode(row))
+            except _Corrupt as exc:
+                raise StoreError(
+                    f"{self.path}: {what(row)} is corrupt: {exc}; restore the store from a copy or an export"
+                ) from None
+        return decoded
 
     def recording(self, recording_id: int) -> Recording | None:
         """The recording with this id, or None."""
@@ -238,7 +271,17 @@ class Store(CallWriter):
             "WHERE server=? ORDER BY id",
             (server,),
         )
-        return [(i, m, n, k, json.loads(a), _loads(r), _loads(e), s, q) for i, m, n, k, a, r, e, s, q in rows]
+        return self._decoded(
+            rows,
+            lambda r: (
+                *r[:4],
+                _loads(r[4], "arguments"),
+                _loads(r[5], "result"),
+                _loads(r[6], "error"),
+                *r[7:],
+            ),
+            lambda r: f"recording #{r[0]}",
+        )
 
     def names(self) -> set[tuple[str, str, str]]:
         """Every recorded ``(server, method, name)``: :meth:`stats`' keys, without reading the rows."""

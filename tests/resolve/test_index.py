@@ -144,3 +144,22 @@ def test_a_resolver_whose_index_folder_cannot_be_written_keeps_the_index_in_memo
     (tmp_path / "taken").write_text("a file")
     resolver = Resolver(store, embedder=embedder, index_dir=tmp_path / "taken" / "index")
     assert resolver.index().is_current(store) and resolver.index().directory is None
+
+
+@pytest.mark.parametrize("named", ["../../outside.faiss", "/tmp/outside.faiss", "other.faiss"])
+def test_an_index_manifest_naming_another_file_than_a_partitions_own_is_refused(
+    tmp_path: Path, named: str
+) -> None:
+    index = IndexSet(tmp_path / "index", "model", 4)
+    part = FaissIndex(4)
+    part.add(np.arange(1, 3), np.eye(4, dtype=np.float32)[:2])
+    index.partitions[("notes", "search")] = part
+    index.save()
+    (tmp_path / "outside.faiss").write_bytes(next((tmp_path / "index").glob("*.faiss")).read_bytes())
+    assert len(IndexSet.load(tmp_path / "index").partitions) == 1
+    manifest = tmp_path / "index" / "manifest.json"
+    entries = json.loads(manifest.read_text())
+    entries["partitions"][0]["file"] = named
+    manifest.write_text(json.dumps(entries))
+    with pytest.raises(VectorIndexError, match=rf"notes/search names file '{named}', not its own"):
+        IndexSet.load(tmp_path / "index")

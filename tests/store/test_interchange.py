@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import subprocess
 import sys
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -176,3 +178,136 @@ def test_merge_combines_stores_without_duplicates(tmp_path: Path) -> None:
     with Store(tmp_path / "c.db") as c:
         assert sorted(r.name for r in c.recordings()) == ["git_log", "git_nope", "now"]
         assert c.server("git") is not None
+
+
+def test_line_separators_inside_recorded_text_round_trip(tmp_path: Path) -> None:
+    odd = "a\u2028b\u2029c\x85d\rx\x0cy\x1c\x1d\x1e\u000bz"  # what str.splitlines splits on, all of it
+    with Store(tmp_path / "a.db") as a:
+        _populate(a)
+        a.record_call(
+            "git",
+            "tools/call",
+            {"name": "git_show", "arguments": {"rev": odd}},
+            result={"content": [{"type": "text", "text": odd}]},
+            recorded_at="2026-11-29T14:00:03Z",
+        )
+        first = _export(a)
+    (tmp_path / "a.jsonl").write_text(first, encoding="utf-8")
+    with Store(tmp_path / "b.db") as b:
+        counts = import_jsonl(b, tmp_path / "a.jsonl")
+        assert counts["call"] == 3
+        assert b.recordings(name="git_show")[0].result == {"content": [{"type": "text", "text": odd}]}
+        assert _export(b) == first
+
+
+_GOOD_CALL = {"type": "call", "server": "t", "method": "tools/call", "params": {"name": "x"}, "result": {}}
+
+
+def _with(base: dict[str, object], **changes: object) -> str:
+    return json.dumps(base | changes)
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        (_with({"type": "server", "server": "t"}, info="mcp-git"), "field 'info': must be an object"),
+        (
+            _with({"type": "server", "server": "t", "info": {"name": 7}}),
+            "field 'info': its 'name' must be a string",
+        ),
+        (
+            _with({"type": "server", "server": "t", "info": {"name": "g", "icons": [{"src": 1}]}}),
+            "field 'info': not an MCP Icon",
+        ),
+        (
+            _with({"type": "server", "server": "t", "info": {"name": "g", "version": "1"}}, capabilities=[]),
+            "field 'capabilities': must be an object",
+        ),
+        (
+            _with({"type": "listing", "server": "t", "method": "tools/list"}, result="git_log"),
+            "field 'result': must be an object",
+        ),
+        (
+            _with({"type": "listing", "server": "t", "method": "tools/list"}, result={"tools": "git_log"}),
+            "field 'result': a tools/list result holds 'tools', an array of objects",
+        ),
+        (_with(_GOOD_CALL, params={"name": "x", "arguments": "a=1"}), "field 'params.arguments'"),
+        (_with(_GOOD_CALL, params={"name": 7}), "field 'params.name': must be a string"),
+        (_with(_GOOD_CALL, params=[]), "field 'params': must be an object"),
+        (_with(_GOOD_CALL, result="ok"), "field 'result': must be an object"),
+        (_with(_GOOD_CALL, result=None, error={"code": "x"}), "field 'error': a JSON-RPC error"),
+        (_with(_GOOD_CALL, latency_ms=1e12), "field 'latency_ms': must be milliseconds from 0 to 86400000"),
+        (_with(_GOOD_CALL, latency_ms=-1), "field 'latency_ms'"),
+        (_with(_GOOD_CALL, latency_ms=True), "field 'latency_ms'"),
+        (_with(_GOOD_CALL)[:-1] + ',"latency_ms":Infinity}', "Infinity is not JSON"),
+        (_with(_GOOD_CALL)[:-1] + ',"latency_ms":1e999}', "too large for a double"),
+        (_with(_GOOD_CALL, result={"v": float("nan")}), "NaN is not JSON"),
+        (_with(_GOOD_CALL, seq=-1), "field 'seq'"),
+        (_with(_GOOD_CALL, seq=2**64), "field 'seq'"),
+        (_with(_GOOD_CALL, session=""), "field 'session': must be a non-empty string"),
+        (_with(_GOOD_CALL, recorded_at="yesterday"), "field 'recorded_at': must be an ISO-8601 time"),
+        (_with(_GOOD_CALL, origin="mine"), "field 'origin': must be one of live, import"),
+        (_with(_GOOD_CALL, notifications={"method": "x"}), "field 'notifications'"),
+        (_with(_GOOD_CALL, method="tools/list"), "field 'method': 'tools/list' is not a recorded call"),
+        (_with(_GOOD_CALL, server=["t"]), "field 'server': must be a non-empty string"),
+        (_with(_GOOD_CALL, reslt={}), "unknown field 'reslt' in a call line"),
+        ('{"type":"call","result":' + "[" * 5000 + "]" * 5000 + "}", "nested deeper than 128 levels"),
+        ('{"type":"call","result":' + "[" * 200 + "]" * 200 + "}", "nested deeper than 128 levels"),
+    ],
+)
+def test_a_line_of_the_wrong_shape_is_refused_naming_line_and_field(
+    tmp_path: Path, line: str, message: str
+) -> None:
+    path = tmp_path / "in.jsonl"
+    path.write_text(_with(_GOOD_CALL) + "\n" + line + "\n", encoding="utf-8")
+    with Store(tmp_path / "r.db") as store:
+        with pytest.raises(InterchangeError, match=rf"in\.jsonl:2: .*{re.escape(message)}"):
+            import_jsonl(store, path)
+        assert store.recordings() == [] and store.servers() == []
+
+
+def test_a_line_that_is_not_utf8_is_refused_by_its_number(tmp_path: Path) -> None:
+    path = tmp_path / "in.jsonl"
+    path.write_bytes((_with(_GOOD_CALL) + "\n").encode() * 2 + b'{"type":"\xff"}\n')
+    with Store(tmp_path / "r.db") as store, pytest.raises(InterchangeError, match=r"in\.jsonl:3: not UTF-8"):
+        import_jsonl(store, path)
+
+
+def test_a_wrongly_shaped_import_leaves_the_store_serving(tmp_path: Path) -> None:
+    good = tmp_path / "good.jsonl"
+    good.write_text(_with(_GOOD_CALL) + "\n", encoding="utf-8")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(
+        _with({"type": "server", "server": "t", "info": {"name": "t", "version": "1"}})
+        + "\n"
+        + _with({"type": "listing", "server": "t", "method": "tools/list"}, result="git_log")
+        + "\n",
+        encoding="utf-8",
+    )
+    db = str(tmp_path / "r.db")
+    subprocess.run([*REPLAY_SIM, "import", str(good), "--db", db], check=True, capture_output=True)
+    failed = subprocess.run([*REPLAY_SIM, "import", str(bad), "--db", db], capture_output=True, text=True)
+    assert failed.returncode == 1
+    assert failed.stderr.strip().count("\n") == 0, failed.stderr
+    assert "bad.jsonl:2: field 'result'" in failed.stderr
+    with Store(db, readonly=True) as store:
+        assert store.servers() == [] and store.listings("t") == {} and len(store.recordings()) == 1
+
+
+def test_import_reads_the_file_as_a_stream(tmp_path: Path) -> None:
+    text = "x" * 200_000
+    path = tmp_path / "big.jsonl"
+    with path.open("w", encoding="utf-8") as out:
+        for n in range(60):  # 12 MB of lines
+            out.write(
+                _with(_GOOD_CALL, params={"name": "x", "arguments": {"n": n}}, result={"t": text}) + "\n"
+            )
+    with Store(tmp_path / "r.db") as store:
+        tracemalloc.start()
+        try:
+            counts = import_jsonl(store, path)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert counts["call"] == 60
+    assert peak < 4_000_000, peak  # a few lines' worth, not the file's 12 MB

@@ -17,6 +17,7 @@ import pytest
 
 from replay_sim.errors import ConfigError, SnapshotError, StoreError
 from replay_sim.replay.factory import open_replay
+from replay_sim.resolve import snapshot as served_snapshot
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.snapshot import freeze, match_config
 from replay_sim.store import Store, snapshot
@@ -253,3 +254,74 @@ def test_diff_reports_snapshots_of_the_same_calls_matched_differently(tmp_path: 
     strict = freeze(db, tmp_path / "strict", config=MatchConfig.from_dict({"defaults": {"floor": 0.97}}))
     result = snapshot.diff(plain.path, strict.path)
     assert result.settings == ["matching_config"] and not result.identical
+
+
+def test_a_snapshot_served_with_another_index_folder_is_refused(
+    tmp_path: Path, frozen: snapshot.Snapshot
+) -> None:
+    other = tmp_path / "other-index"
+    other.mkdir()
+    with pytest.raises(ConfigError, match=rf"its own index .*{frozen.id}.*drop --index-dir"):
+        open_replay(snapshot=frozen.path, index_dir=other)
+    assert open_replay(snapshot=frozen.path, index_dir=frozen.index_dir).snapshot == frozen.id  # its own
+    run = subprocess.run(
+        [*REPLAY_SIM, "serve", "--snapshot", str(frozen.path), "--index-dir", str(other), "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 1 and run.stderr.count("\n") == 1, run.stderr
+    assert "drop --index-dir" in run.stderr
+
+
+def _resign(frozen: snapshot.Snapshot) -> str:
+    """Rewrite the manifest as a forger would: file hashes, index hash and id made to match the bundle."""
+    manifest = json.loads(frozen.manifest_path.read_text())
+    files = snapshot._file_hashes(frozen.path)
+    files.pop(snapshot.MANIFEST)
+    manifest["files"] = files
+    manifest["index_sha256"] = snapshot._index_hash(files)
+    manifest["id"] = snapshot._snapshot_id(
+        manifest["content_sha256"],
+        manifest["embedding_model"],
+        manifest["matching_config"],
+        manifest["meta_sha256"],
+        manifest["index_sha256"],
+    )
+    frozen.manifest_path.chmod(0o644)
+    frozen.manifest_path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return str(manifest["id"])
+
+
+def test_a_bundle_whose_index_reads_a_file_outside_it_is_refused(
+    tmp_path: Path, frozen: snapshot.Snapshot
+) -> None:
+    (part_file,) = frozen.index_dir.glob("*.faiss")
+    outside = tmp_path / "outside.faiss"
+    outside.write_bytes(part_file.read_bytes())
+    index_manifest = frozen.index_dir / "manifest.json"
+    entries = json.loads(index_manifest.read_text())
+    entries["partitions"][0]["file"] = "../../outside.faiss"
+    frozen.index_dir.chmod(0o755)
+    index_manifest.chmod(0o644)
+    index_manifest.write_text(json.dumps(entries))
+    part_file.chmod(0o644)
+    part_file.unlink()
+    _resign(frozen)  # every hash of the bundle matches: only outside.faiss is not covered by the id
+    for opening in (served_snapshot.open_snapshot, lambda path: open_replay(snapshot=path)):
+        with pytest.raises(SnapshotError, match=r"names file '\.\./\.\./outside\.faiss'.*tampered"):
+            opening(frozen.path)
+    run = _run("snapshot", "verify", str(frozen.path))
+    assert run.returncode == 1 and "outside.faiss" in run.stderr and run.stderr.count("\n") == 1
+
+
+def test_a_bundle_file_that_is_a_symbolic_link_is_refused(tmp_path: Path, frozen: snapshot.Snapshot) -> None:
+    (part_file,) = frozen.index_dir.glob("*.faiss")
+    outside = tmp_path / "outside.faiss"
+    outside.write_bytes(part_file.read_bytes())  # the same bytes: every hash still matches
+    frozen.index_dir.chmod(0o755)
+    part_file.chmod(0o644)
+    part_file.unlink()
+    part_file.symlink_to(outside)
+    with pytest.raises(SnapshotError, match=rf"{part_file.name} is a symbolic link"):
+        snapshot.verify(frozen.path)

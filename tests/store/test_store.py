@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from store_helpers import echo_call, write_from_process
@@ -313,3 +314,117 @@ def test_a_store_whose_key_index_points_at_another_calls_row_is_refused(tmp_path
             StoreError, match=r"fails its integrity check \(row \d+ missing from index calls_key\)"
         ):
             opening()
+
+
+def _view_only(path: Path) -> None:
+    path_conn = sqlite3.connect(path)
+    path_conn.execute("CREATE VIEW report AS SELECT 1 AS answer")
+    path_conn.commit()
+    path_conn.close()
+
+
+def _someone_elses_meta(path: Path) -> None:
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    conn.execute("INSERT INTO meta VALUES ('schema_version', '1')")
+    conn.commit()
+    conn.close()
+
+
+def _calls_of_another_shape(path: Path) -> None:
+    Store(path).close()
+    conn = sqlite3.connect(path)
+    conn.execute("DROP TABLE calls")
+    conn.execute("CREATE TABLE calls (id INTEGER PRIMARY KEY, what TEXT)")
+    conn.commit()
+    conn.close()
+
+
+@pytest.mark.parametrize(
+    ("make", "holds"),
+    [(_view_only, "report (view)"), (_someone_elses_meta, "meta"), (_calls_of_another_shape, "calls")],
+)
+def test_a_foreign_sqlite_file_is_refused_by_what_it_holds_and_left_unchanged(
+    tmp_path: Path, make: Any, holds: str
+) -> None:
+    other = tmp_path / "app.db"
+    make(other)
+    before = other.read_bytes()
+    for opening in (
+        lambda: Store(other),
+        lambda: Store(other, create=False),
+        lambda: Store(other, readonly=True),
+    ):
+        with pytest.raises(StoreError, match="not a replay-sim store") as refused:
+            opening()
+        assert str(other) in str(refused.value) and holds in str(refused.value)
+    assert other.read_bytes() == before
+
+
+def _corrupt_column(path: Path, table: str, column: str, where: str) -> None:
+    conn = sqlite3.connect(path)
+    conn.execute(f"UPDATE {table} SET {column} = '{{\"content\": [trunc' WHERE {where}")
+    conn.commit()
+    conn.close()
+
+
+@pytest.mark.parametrize(
+    ("table", "column", "where", "reading", "named"),
+    [
+        ("calls", "result", "id = 2", lambda s: s.recordings(), "recording #2 is corrupt: its result"),
+        (
+            "calls",
+            "arguments",
+            "id = 2",
+            lambda s: s.outcomes("git"),
+            "recording #2 is corrupt: its arguments",
+        ),
+        ("servers", "info", "name = 'git'", lambda s: s.servers(), "server 'git' is corrupt: its info"),
+        (
+            "listings",
+            "result",
+            "server = 'git'",
+            lambda s: s.listings("git"),
+            "the tools/list listing of 'git' is corrupt: its result",
+        ),
+        (
+            "meta",
+            "value",
+            "key = 'note'",
+            lambda s: s.meta("note"),
+            "meta value 'note' is corrupt: its value",
+        ),
+    ],
+)
+def test_a_row_whose_json_is_corrupt_is_an_error_naming_the_row_and_the_store(
+    tmp_path: Path, table: str, column: str, where: str, reading: Any, named: str
+) -> None:
+    path = tmp_path / "r.db"
+    with Store(path) as store:
+        store.put_server(ServerRecord("git", {"name": "git", "version": "1"}, {}))
+        store.put_listing("git", "tools/list", {"tools": []})
+        store.set_meta("note", {"a": 1})
+        for n in range(3):
+            store.record_call(
+                "git", "tools/call", {"name": "log", "arguments": {"n": n}}, result={"content": []}
+            )
+    _corrupt_column(path, table, column, where)
+    # It passes the open-time check (the file is sound); reading the row fails, naming it.
+    with Store(path, readonly=True) as store, pytest.raises(StoreError) as refused:
+        reading(store)
+    assert f"{path}: {named} is not JSON" in str(refused.value)
+
+
+def test_exporting_a_store_with_a_corrupt_row_is_a_one_line_error_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "r.db"
+    with Store(path) as store:
+        for n in range(3):
+            store.record_call(
+                "git", "tools/call", {"name": "log", "arguments": {"n": n}}, result={"content": []}
+            )
+    _corrupt_column(path, "calls", "result", "id = 3")
+    run = subprocess.run(
+        [sys.executable, "-m", "replay_sim", "export", "--db", str(path)], capture_output=True, text=True
+    )
+    assert run.returncode == 1 and run.stderr.count("\n") == 1, run.stderr
+    assert f"{path}: recording #3 is corrupt" in run.stderr
