@@ -26,6 +26,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from replay_sim import untrusted
 from replay_sim.canonical import call_identity
 from replay_sim.errors import ConfigError, EpisodeError, ReplaySimError
 from replay_sim.protocol import MATCH_META_KEY, declared
@@ -244,9 +245,11 @@ class Replay:
 
         Raises:
             MCPError: The recording is a JSON-RPC error, the real server would refuse the call that
-                way, or a miss of a method whose failures are protocol errors.
+                way, a miss of a method whose failures are protocol errors, or the request nests
+                deeper than :data:`~replay_sim.untrusted.MAX_DEPTH` (``-32600``).
         """
         started = time.perf_counter()
+        untrusted.check_request(ctx.params)
         params = {k: v for k, v in (ctx.params or {}).items() if k != "_meta"}
         try:
             history = self.histories.history(self.scope(ctx))
