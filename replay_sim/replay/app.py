@@ -26,7 +26,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from replay_sim.errors import ConfigError
 from replay_sim.listener import HostCheck, is_loopback
 from replay_sim.replay.admission import Admission, Limits
-from replay_sim.replay.api import admin_api
+from replay_sim.replay.api import admin_api, admin_token
 from replay_sim.replay.fastpath import FastPath
 from replay_sim.replay.replay import Replay
 from replay_sim.replay.router import ReplayApp
@@ -63,8 +63,9 @@ def create_app(
         The ASGI app; its admin (FastAPI) lifespan runs every server's MCP session manager.
 
     Raises:
-        ConfigError: ``host`` is beyond loopback and there is no ``token``.
+        ConfigError: ``host`` is beyond loopback and there is no ``token``, or ``token`` is blank.
     """
+    token = admin_token(token)
     if token is None and not is_loopback(host):
         raise ConfigError(
             f"the replay server bound to {host} (beyond loopback) needs an admin token: "
