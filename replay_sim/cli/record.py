@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import signal
 from collections.abc import Awaitable, Callable, Iterator
@@ -111,6 +112,7 @@ def _address(value: str) -> tuple[str, int]:
 @click.option(
     "--timeout",
     type=click.FloatRange(min=0),
+    callback=lambda _ctx, param, value: _finite(param, value),
     help=f"Seconds to wait for one upstream answer, restarted by progress on it (default "
     f"{DEFAULT_TIMEOUT:g}; 0: no limit; overrides the config's). A request that times out is "
     "answered with an error naming the upstream, and not recorded.",
@@ -237,3 +239,10 @@ def _config(
             timeout=limit,
         )
     return RecorderConfig({name or spec.default_name(): spec})  # the default redaction rules
+
+
+def _finite(param: click.Parameter, seconds: float | None) -> float | None:
+    """A number of seconds given on the command line; nan and inf pass ``FloatRange`` but are refused."""
+    if seconds is not None and not math.isfinite(seconds):
+        raise click.BadParameter(f"{seconds} is not a number of seconds (0: no limit)", param=param)
+    return seconds

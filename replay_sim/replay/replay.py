@@ -100,6 +100,9 @@ class Replay:
         faults: Which tool calls fail on purpose, and how (default: none).
         sleep: How the replay waits (injected latency, a timeout fault's hold); ``anyio.sleep``
             unless a test injects a clock.
+
+    Raises:
+        ConfigError: ``faults`` names a server or tool nothing recorded.
     """
 
     def __init__(
@@ -129,6 +132,8 @@ class Replay:
         self.metrics = metrics or Metrics()
         self.misses = MissKeeper(store, self.resolver, self.metrics)
         self.surfaces = {record.name: Surface(store, record) for record in store.servers()}
+        if faults:
+            faults.check(self._tools())
         self.injector = Injector(
             Latency.parse(latency) if isinstance(latency, str) else latency or Latency(),
             faults or Faults(),
@@ -141,6 +146,14 @@ class Replay:
         self._servers: dict[str, Server[Any]] = {}
         self.prepared = Prepared(self)
         """Exact and canonical hits served from prepared bytes (the HTTP and stdio fast paths)."""
+
+    def _tools(self) -> dict[str, set[str]]:
+        """Each recorded server's tools: listed, or called (recordings of unlisted tools count)."""
+        tools = {name: set(surface.tools) for name, surface in self.surfaces.items()}
+        for server, method, name in self.store.names():
+            if method == "tools/call" and server in tools:
+                tools[server].add(name)
+        return tools
 
     @property
     def episodes(self) -> Episodes:
