@@ -27,12 +27,12 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from replay_sim import untrusted
-from replay_sim.canonical import call_identity
+from replay_sim.canonical import call_identity, call_key
 from replay_sim.errors import ConfigError, EpisodeError, ReplaySimError
 from replay_sim.protocol import MATCH_META_KEY, declared
 from replay_sim.redaction import RULES_META_KEY, Redactor
 from replay_sim.replay.connections import connection_key, stdio_client
-from replay_sim.replay.conversation import Rounds, questions, reenact, suited
+from replay_sim.replay.conversation import Rounds, bound_to, questions, reenact, suited
 from replay_sim.replay.episodes import Episode, Episodes
 from replay_sim.replay.fastpath import StdioFastPath
 from replay_sim.replay.faults import FaultKind, Faults, Latency
@@ -378,7 +378,10 @@ class Replay:
             answer = Answer(answer.name, hit, self._reply(server, method, answer.name, hit))
         # A 2026-era request has no stream to ask on: one input_required round per question.
         modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and bool(questions(chosen.notifications))
-        rounds = self.rounds.next(chosen, ctx.params or {}) if modern else None
+        rounds = None
+        if modern:
+            key = call_key(server, method, *call_identity(method, self.redactor.redact(params)))
+            rounds = self.rounds.next(chosen, ctx.params or {}, bound_to(self.scope(ctx), key))
         if isinstance(rounds, dict):
             asking = {**rounds, "_meta": {MATCH_META_KEY: provenance(hit, self.snapshot)}}
             return Answer(answer.name, hit, asking, pending=True)
