@@ -252,6 +252,8 @@ def serve_command(
         latency=Latency.parse(latency),
         faults=faults,
     )
+    if snapshot is not None:  # verified by open_replay, or it refused
+        click.echo(f"replay-sim: verified snapshot {snapshot}: serving {replay.snapshot}", err=True)
     for problem in replay.check(strict):
         click.echo(f"replay-sim: warning: {problem}", err=True)
     if stdio:
