@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -171,3 +172,16 @@ async def test_a_2_kb_line_nested_1100_deep_gets_a_parse_error_and_the_process_l
             params, text = _echo(face, "after")
             answer = await wire.request(8, "tools/call", params)
             assert answer["id"] == 8 and answer["result"]["content"][0]["text"] == text
+
+
+@pytest.mark.parametrize("face", ["replay", "record"])
+def test_a_stdin_no_selector_can_poll_ends_the_session_cleanly(tmp_path: Path, face: str) -> None:
+    # /dev/null (or a regular file) is always readable and epoll refuses it: read, do not poll.
+    if face == "replay":
+        build_store(tmp_path / "replay.db").close()
+        command = [REPLAY_SIM, "serve", "--stdio", "--server", "demo", "--db", str(tmp_path / "replay.db")]
+    else:
+        command = [REPLAY_SIM, "record", "--db", str(tmp_path / "rec.db"), "--name", "echo", "--"]
+        command += [PYTHON, str(ECHO_SERVER)]
+    ran = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0 and "Traceback" not in ran.stderr, ran.stderr[-2000:]

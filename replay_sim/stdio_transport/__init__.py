@@ -301,8 +301,15 @@ async def native_stdio(
     async def read_in_turns(tg: anyio.abc.TaskGroup) -> None:
         """Wait for input, read it, handle its lines; again (any event loop)."""
         splitter = LineSplitter(limit)
+        pollable = True
         while True:
-            await anyio.wait_readable(wire_in)
+            if pollable:
+                try:
+                    await anyio.wait_readable(wire_in)
+                except OSError:  # a regular file or /dev/null: always readable, and no selector takes it
+                    pollable = False
+            else:
+                await anyio.lowlevel.checkpoint()
             try:
                 chunk = os.read(wire_in, _CHUNK)
             except BlockingIOError:
