@@ -156,7 +156,7 @@ def test_serve_snapshot_says_it_verified_the_bundle_and_which_id_it_serves(
     build_store(tmp_path / "r.db").close()
     frozen = freeze(tmp_path / "r.db", tmp_path / "snap")  # the warmed default embedder
     command = [*REPLAY_SIM, "serve", "--stdio", "--server", "demo", "--snapshot", str(tmp_path / "snap")]
-    ran = subprocess.run(command, input="", capture_output=True, text=True, timeout=120)  # a client that hangs up
+    ran = subprocess.run(command, input="", capture_output=True, text=True, timeout=120)  # then hangs up
     assert ran.returncode == 0, ran.stderr
     assert (
         f"replay-sim: verified snapshot {tmp_path / 'snap'}: serving {frozen.id}" in ran.stderr.splitlines()
