@@ -10,18 +10,24 @@ NPM_STAMP := fixtures/node_modules/.installed
 install: $(STAMP) $(NPM_STAMP)
 
 $(STAMP): pyproject.toml
+	@echo "==> creating $(VENV) (first run only)"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# torch first: an unpinned torch would pull a multi-GB CUDA build.
+	@echo "==> installing torch 2.13.0 (CPU build; a few minutes on a first run)"
 	$(BIN)/pip install -q torch==2.13.0
+	@echo "==> installing replay-sim and its pinned dependencies (a few minutes on a first run)"
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
+	@echo "==> Python environment ready"
 
 $(NPM_STAMP): fixtures/package.json fixtures/package-lock.json
+	@echo "==> installing the pinned npm reference MCP servers into fixtures/node_modules"
 	cd fixtures && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
 demo: install
+	@echo "==> running the demo: serving the shipped recordings (loading the embedding model takes a moment)"
 	$(BIN)/replay-sim demo --once
 
 test: install

@@ -11,7 +11,8 @@ Every error names the thing it is about (server, tool, path, recording id) and w
     ├── InterchangeError     a JSONL file is malformed (names the file and line)
     ├── VectorIndexError     the vector index is missing, stale, unreadable or unwritable (names the path)
     ├── SnapshotError        a snapshot bundle is missing, tampered or unwritable (names the path)
-    └── EpisodeError         an episode id is malformed, conflicting or unknown, or the episode cap is reached
+    ├── EpisodeError         an episode id is malformed, conflicting or unknown, or the episode cap is reached
+    └── NestingError         JSON a peer sent nests too deeply to be read (also a ValueError)
 
 Tool failures are never exceptions on the wire: the replay server answers them as
 ``CallToolResult(isError=True)``, the way a real server does.
@@ -74,3 +75,7 @@ class EpisodeError(ReplaySimError):
     def __init__(self, message: str, status: int = 400) -> None:
         super().__init__(message)
         self.status = status
+
+
+class NestingError(ReplaySimError, ValueError):
+    """JSON a peer sent nests deeper than :data:`replay_sim.untrusted.MAX_DEPTH` (answered ``-32700``)."""

@@ -231,3 +231,112 @@ async def test_a_2026_era_client_answers_recorded_questions_one_round_each(tmp_p
         text, failed, _ = await greet_with(f"{url}/mcp/survey", "pair", Answers("Ada", "Bob"))
         assert failed and "otherwise" in text and '"Bob"' in text
     store.close()
+
+
+def _survey(path: Path) -> Store:
+    """A store whose one call asked the client two questions (first and second name)."""
+    store = Store(path)
+    store.put_server(ServerRecord("survey", {"name": "survey", "version": "1"}, {"tools": {}}, "2025-11-25"))
+    tool = {"name": "pair", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": True}}
+    store.put_listing("survey", "tools/list", {"tools": [tool]})
+    questions = [_asks("First name?", "Ada"), _asks("Second name?", "Alan")]
+    store.record_call(
+        "survey",
+        "tools/call",
+        {"name": "pair", "arguments": {}},
+        result=text_result("Ada and Alan"),
+        notifications=questions,
+    )
+    return store
+
+
+@pytest.mark.anyio
+async def test_a_request_state_from_another_episode_cannot_skip_a_question(tmp_path: Path) -> None:
+    store = _survey(tmp_path / "r.db")
+    replay = Replay(store, resolver=Resolver(store, index_dir=None, semantic=False))
+    ada = types.ElicitResult(action="accept", content={"name": "Ada"})
+    alan = types.ElicitResult(action="accept", content={"name": "Alan"})
+    with serving_in_thread(create_app(replay)) as url:
+        async with Client(
+            f"{url}/episodes/ep-a/mcp/survey", cache=None, elicitation_callback=Answers()
+        ) as client:
+            first = await client.session.call_tool("pair", {}, allow_input_required=True)
+            assert isinstance(first, types.InputRequiredResult)
+            second = await client.session.call_tool(
+                "pair",
+                {},
+                request_state=first.request_state,
+                input_responses={"0": ada},
+                allow_input_required=True,
+            )
+            assert isinstance(second, types.InputRequiredResult) and second.request_state
+        # Episode B brings A's state (one question answered) and answers only the second question.
+        async with Client(
+            f"{url}/episodes/ep-b/mcp/survey", cache=None, elicitation_callback=Answers()
+        ) as client:
+            skipped = await client.session.call_tool(
+                "pair",
+                {},
+                request_state=second.request_state,
+                input_responses={"0": alan},
+                allow_input_required=True,
+            )
+            assert isinstance(skipped, types.CallToolResult) and skipped.is_error, skipped
+            assert match_of(skipped.model_dump(by_alias=True))["status"] == "miss"
+        # In A itself the state is good.
+        async with Client(
+            f"{url}/episodes/ep-a/mcp/survey", cache=None, elicitation_callback=Answers()
+        ) as client:
+            done = await client.session.call_tool(
+                "pair",
+                {},
+                request_state=second.request_state,
+                input_responses={"0": alan},
+                allow_input_required=True,
+            )
+            assert isinstance(done, types.CallToolResult) and not done.is_error, done
+    store.close()
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        "\u0663.0123456789abcdef01234567",
+        "\u00b2.0123456789abcdef01234567",
+        "01.x",
+        7,
+        None,
+        {"a": 1},
+        "1." + "f" * 24,
+    ],
+    ids=[
+        "arabic-indic digit",
+        "superscript two",
+        "leading zero",
+        "a number",
+        "null",
+        "an object",
+        "unsigned",
+    ],
+)
+def test_a_request_state_not_exactly_ours_counts_as_no_question_answered(tmp_path: Path, state: Any) -> None:
+    store = _survey(tmp_path / "r.db")
+    replay = Replay(store, resolver=Resolver(store, index_dir=None, semantic=False))
+    recording = store.recordings(server="survey")[0]
+    asked = replay.rounds.next(recording, {"requestState": state}, "episode ep-a\0key")
+    assert isinstance(asked, dict) and asked["inputRequests"]["0"]["params"]["message"] == "First name?"
+    store.close()
+
+
+def test_a_request_state_is_bound_to_its_call(tmp_path: Path) -> None:
+    store = _survey(tmp_path / "r.db")
+    replay = Replay(store, resolver=Resolver(store, index_dir=None, semantic=False))
+    recording = store.recordings(server="survey")[0]
+    ada = {"0": {"action": "accept", "content": {"name": "Ada"}}}
+    first = replay.rounds.next(recording, {"inputResponses": ada}, "episode ep-a\0call-1")
+    assert isinstance(first, dict)
+    state = first["requestState"]
+    assert replay.rounds.answered(recording, state, "episode ep-a\0call-1") == 1
+    assert replay.rounds.answered(recording, state, "episode ep-a\0call-2") == 0
+    assert replay.rounds.answered(recording, state, "episode ep-b\0call-1") == 0
+    store.close()

@@ -1,15 +1,17 @@
 """The stdio transport under bad input, through real processes: ``replay-sim serve --stdio`` and the
 recorder's stdio face (``replay-sim record -- CMD``), which share it.
 
-A line that is not JSON gets a ``-32700`` answer, a line that is not a JSON-RPC message ``-32600``,
-a line over the length cap an error naming the cap — and the session goes on. Long lines are read
-in time linear in their length, so a 20 MB line is just a request.
+A line that is not JSON (or nests deeper than 201 levels) gets a ``-32700`` answer, a line that
+is not a JSON-RPC message ``-32600``, a line over the length cap an error naming the cap — and the
+session goes on. Long lines are read in time linear in their length, so a 20 MB line is just a
+request.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -153,3 +155,33 @@ def test_the_line_splitter_frames_lines_across_chunks_and_drops_long_ones(
 ) -> None:
     splitter = LineSplitter(cap)
     assert [line for chunk in chunks for line in splitter.feed(chunk)] == expected
+
+
+@pytest.mark.parametrize("face", ["replay", "record"])
+async def test_a_2_kb_line_nested_1100_deep_gets_a_parse_error_and_the_process_lives_on(
+    tmp_path: Path, face: str
+) -> None:
+    deep = b"[" * 1_100 + b"]" * 1_100
+    line = b'{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "echo", "arguments": '
+    with anyio.fail_after(120):
+        async with stdio_peer(tmp_path, face) as wire:
+            await wire.send(line + b'{"text": ' + deep + b"}}}")
+            error = await wire.receive()
+            assert error["id"] is None and error["error"]["code"] == -32700, error
+            assert "nested deeper than 201 levels" in error["error"]["message"]
+            params, text = _echo(face, "after")
+            answer = await wire.request(8, "tools/call", params)
+            assert answer["id"] == 8 and answer["result"]["content"][0]["text"] == text
+
+
+@pytest.mark.parametrize("face", ["replay", "record"])
+def test_a_stdin_no_selector_can_poll_ends_the_session_cleanly(tmp_path: Path, face: str) -> None:
+    # /dev/null (or a regular file) is always readable and epoll refuses it: read, do not poll.
+    if face == "replay":
+        build_store(tmp_path / "replay.db").close()
+        command = [REPLAY_SIM, "serve", "--stdio", "--server", "demo", "--db", str(tmp_path / "replay.db")]
+    else:
+        command = [REPLAY_SIM, "record", "--db", str(tmp_path / "rec.db"), "--name", "echo", "--"]
+        command += [PYTHON, str(ECHO_SERVER)]
+    ran = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0 and "Traceback" not in ran.stderr, ran.stderr[-2000:]

@@ -45,6 +45,8 @@ def build_command(db: Path, index_dir: Path, match_config: MatchConfig | None) -
         with tqdm(total=0, unit="call", desc="indexing", disable=None) as bar:
 
             def progress(done: int, total: int) -> None:
+                if bar.disable:  # not a terminal (a log, CI): lines instead of a bar
+                    _progress_line(done, total)
                 bar.total = total
                 bar.update(done - bar.n)
 
@@ -56,6 +58,17 @@ def build_command(db: Path, index_dir: Path, match_config: MatchConfig | None) -
         f"index {index_dir}: {vectors} calls in {parts} partitions "
         f"({embedder.encoded} embedded, {embedder.reused} from cache)"
     )
+
+
+def _progress_line(done: int, total: int) -> None:
+    """Say how far ``index build`` is, one line at a time (stderr)."""
+    if done == 0 and total:
+        said = f"{total} calls to index (loading the embedding model may take a minute)"
+    elif done == 0:
+        said = "no new calls to index"
+    else:
+        said = f"{done}/{total} calls indexed"
+    click.echo(f"indexing: {said}", err=True)
 
 
 @cli.command("eval")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import signal
 import sys
@@ -47,27 +48,33 @@ def _headers(values: tuple[str, ...]) -> dict[str, str]:
     return headers
 
 
+_STOPPING = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP", "SIGQUIT") if hasattr(signal, name))
+"""Signals that stop the recorder the way Ctrl-C (SIGINT) does."""
+
+
 @contextmanager
-def _sigterm_as_sigint() -> Iterator[Callable[[], bool]]:
-    """Let SIGTERM (``kill``, a supervisor, an MCP client closing its server) stop the recorder the
-    way Ctrl-C does: connections close and the store is closed, which checkpoints its WAL into the
-    main file. Without this SIGTERM ends the process at once (the HTTP server re-raises it after
-    its own graceful shutdown), leaving every call in the ``-wal`` file.
+def _stops_as_sigint() -> Iterator[Callable[[], signal.Signals | None]]:
+    """Let SIGTERM (``kill``, a supervisor, an MCP client closing its server), SIGHUP (a closed
+    terminal or SSH session) and SIGQUIT stop the recorder the way Ctrl-C does: connections close
+    and the store is closed, which checkpoints its WAL into the main file. Without this they end
+    the process at once (the HTTP server re-raises SIGTERM after its own graceful shutdown),
+    leaving every call in the ``-wal`` file, so a copy of the ``.db`` alone holds none.
 
     Yields:
-        Whether a SIGTERM arrived.
+        Which of those signals arrived first (None: none did).
     """
-    received: list[int] = []
+    received: list[signal.Signals] = []
 
-    def on_sigterm(signum: int, _frame: FrameType | None) -> None:
-        received.append(signum)
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        received.append(signal.Signals(signum))
         signal.raise_signal(signal.SIGINT)  # asyncio cancels the main task: cleanup runs
 
-    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    previous = {signum: signal.signal(signum, on_signal) for signum in _STOPPING}
     try:
-        yield lambda: bool(received)
+        yield lambda: received[0] if received else None
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _address(value: str) -> tuple[str, int]:
@@ -121,6 +128,7 @@ def _address(value: str) -> tuple[str, int]:
 @click.option(
     "--timeout",
     type=click.FloatRange(min=0),
+    callback=lambda _ctx, param, value: _finite(param, value),
     help=f"Seconds to wait for one upstream answer, restarted by progress on it (default "
     f"{DEFAULT_TIMEOUT:g}; 0: no limit; overrides the config's). A request that times out is "
     "answered with an error naming the upstream, and not recorded.",
@@ -209,14 +217,16 @@ def record_command(
 
 
 def _run_until_stopped(db: Path, main: Callable[[], Awaitable[None]]) -> None:
-    """Run the recorder; a SIGTERM stops it cleanly (exit status 0), as the client hanging up does."""
-    with _sigterm_as_sigint() as terminated:
+    """Run the recorder; SIGTERM, SIGHUP or SIGQUIT stops it cleanly (exit status 0), as the client
+    hanging up does, and SIGINT too (exit status 130): the store is checkpointed either way."""
+    with _stops_as_sigint() as stopped_by:
         try:
             anyio.run(main)
         except KeyboardInterrupt:
-            if not terminated():
+            stopping = stopped_by()
+            if stopping is None:
                 raise
-            click.echo(f"replay-sim: stopped (SIGTERM); recordings saved in {db}", err=True)
+            click.echo(f"replay-sim: stopped ({stopping.name}); recordings saved in {db}", err=True)
 
 
 def _config(
@@ -251,3 +261,10 @@ def _config(
             timeout=limit,
         )
     return RecorderConfig({name or spec.default_name(): spec})  # the default redaction rules
+
+
+def _finite(param: click.Parameter, seconds: float | None) -> float | None:
+    """A number of seconds given on the command line; nan and inf pass ``FloatRange`` but are refused."""
+    if seconds is not None and not math.isfinite(seconds):
+        raise click.BadParameter(f"{seconds} is not a number of seconds (0: no limit)", param=param)
+    return seconds

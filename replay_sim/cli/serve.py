@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import secrets
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ from replay_sim.record.config import RecorderConfig, load_config
 from replay_sim.record.forward import Forwarder
 from replay_sim.redaction import Redactor
 from replay_sim.replay.admission import Limits
+from replay_sim.replay.api import admin_token
 from replay_sim.replay.factory import open_replay
 from replay_sim.replay.faults import Faults, Latency
 from replay_sim.replay.miss import MissPolicyName
@@ -25,6 +27,7 @@ from replay_sim.replay.runner import serve
 from replay_sim.resolve.calibration import MatchConfig
 
 _LIMITS = Limits()  # the defaults
+TOKEN_ENV = "REPLAY_SIM_TOKEN"
 
 
 @cli.command("serve")
@@ -46,7 +49,10 @@ _LIMITS = Limits()  # the defaults
 )
 @click.option(
     "--token",
-    envvar="REPLAY_SIM_TOKEN",
+    envvar=TOKEN_ENV,
+    callback=lambda _ctx, _param, token: admin_token(
+        token if token is not None else os.environ.get(TOKEN_ENV)
+    ),
     help="Bearer token the admin API and dashboard require (or env). Beyond loopback one is "
     "required; without it one is generated and printed.",
 )
@@ -292,6 +298,8 @@ def serve_command(
         faults=faults,
         miss_detail=miss_detail,
     )
+    if snapshot is not None:  # verified by open_replay, or it refused
+        click.echo(f"replay-sim: verified snapshot {snapshot}: serving {replay.snapshot}", err=True)
     for problem in replay.check(strict):
         click.echo(f"replay-sim: warning: {problem}", err=True)
     if stdio:

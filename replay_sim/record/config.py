@@ -38,6 +38,7 @@ what is wrong.
 from __future__ import annotations
 
 import base64
+import math
 import os
 import re
 import shlex
@@ -353,8 +354,9 @@ def _seconds(entry: dict[str, Any], key: str, where: str) -> float | None:
     if key not in entry:
         return None
     value = entry[key]
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise ConfigError(f"{where}: {key!r} must be a positive number of seconds")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        # nan and inf are TOML floats: nan crashed the recorder, inf meant no limit unsaid
+        raise ConfigError(f"{where}: {key!r} must be a positive, finite number of seconds, not {value!r}")
     return float(value)
 
 

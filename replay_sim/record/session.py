@@ -22,6 +22,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from replay_sim import untrusted
 from replay_sim.canonical import answer_text
 from replay_sim.errors import UpstreamError
 from replay_sim.protocol import CALL_METHODS, EPISODE_META_KEY, INPUT_KEY, LISTING_FIELDS, LISTING_METHODS
@@ -94,6 +95,7 @@ class Session:
     async def forward(self, ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
         """Send one downstream request upstream, record it, and return the result to hand back."""
         method = ctx.method
+        untrusted.check_request(ctx.params)  # nothing deeper is forwarded, redacted or recorded
         params, meta = split_params(ctx.params)
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and method in CALL_METHODS:
             outcome = await self._modern_call(ctx, method, params, meta)

@@ -19,6 +19,7 @@ from fastapi import APIRouter, Depends, HTTPException, Path, Query
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from replay_sim.errors import ConfigError
 from replay_sim.replay.coverage import coverage
 from replay_sim.replay.episodes_api import episodes_api
 from replay_sim.replay.metrics import truncated
@@ -26,7 +27,7 @@ from replay_sim.replay.readiness import Readiness
 from replay_sim.replay.replay import Replay
 from replay_sim.store import Recording
 
-__all__ = ["admin_api", "recording_json", "tool_effects"]
+__all__ = ["admin_api", "admin_token", "recording_json", "tool_effects"]
 
 SQLITE_MAX_ID = 2**63 - 1
 """The largest id SQLite can hold: larger ones are refused (422) rather than failing in SQLite."""
@@ -72,6 +73,23 @@ def tool_effects(replay: Replay) -> dict[str, dict[str, Any]]:
         name: {tool: v.as_dict() for tool, v in replay.resolver.lookup.effects(name).items()}
         for name in replay.names()
     }
+
+
+def admin_token(token: str | None) -> str | None:
+    """The admin API's bearer token as given, refused when blank.
+
+    ``--token "$UNSET"`` gives an empty token, which every request would match (it sends none):
+    the admin API would be open while ``serve`` says a token is required.
+
+    Raises:
+        ConfigError: The token is empty or only whitespace.
+    """
+    if token is not None and not token.strip():
+        raise ConfigError(
+            "the admin token is empty (--token '' or REPLAY_SIM_TOKEN='', an unset variable?): "
+            "give a non-empty token, or none to have one generated beyond loopback"
+        )
+    return token
 
 
 def admin_api(

@@ -26,7 +26,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from replay_sim.errors import ConfigError
 from replay_sim.listener import HostCheck, is_loopback
 from replay_sim.replay.admission import Admission, Limits
-from replay_sim.replay.api import admin_api
+from replay_sim.replay.api import admin_api, admin_token
 from replay_sim.replay.fastpath import FastPath
 from replay_sim.replay.readiness import Readiness
 from replay_sim.replay.replay import Replay
@@ -66,8 +66,9 @@ def create_app(
         every tier answers at its usual speed (``GET /api/ready``).
 
     Raises:
-        ConfigError: ``host`` is beyond loopback and there is no ``token``.
+        ConfigError: ``host`` is beyond loopback and there is no ``token``, or ``token`` is blank.
     """
+    token = admin_token(token)
     if token is None and not is_loopback(host):
         raise ConfigError(
             f"the replay server bound to {host} (beyond loopback) needs an admin token: "

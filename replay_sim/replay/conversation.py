@@ -17,8 +17,9 @@ A 2026-07-28 ("modern") request has no stream to ask on: each question goes out 
 from __future__ import annotations
 
 import hmac
+import re
 import secrets
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Hashable, Mapping, Sequence
 from typing import Any
 
 import mcp_types as types
@@ -30,7 +31,7 @@ from replay_sim.canonical import answer_text
 from replay_sim.protocol import INPUT_KEY, ask_client, error_json, is_client_request
 from replay_sim.store import Recording
 
-__all__ = ["Rounds", "questions", "reenact", "suited"]
+__all__ = ["Rounds", "bound_to", "questions", "reenact", "suited"]
 
 _CAPABILITY = {
     "sampling/createMessage": "sampling",
@@ -39,6 +40,7 @@ _CAPABILITY = {
 }
 
 _SHOWN_CHARS = 160
+_STATE = re.compile(r"(0|[1-9][0-9]{0,8})\.[0-9a-f]{24}")  # ASCII only: int() reads "٣" too
 
 
 def asked(recording: Recording) -> frozenset[str]:
@@ -73,32 +75,51 @@ class Rounds:
     Such a client cannot be asked mid-call: it gets each question in an ``input_required``
     result, as the real server asked it, and retries the call with its answer. The replay keeps no
     state between the rounds: ``requestState`` says how many questions were answered as recorded,
-    signed with a key of this process, so a client cannot skip a question by forging it.
+    signed with a key of this process over the recording, the count and what the state is bound
+    to — the episode (or connection) and the call — so a client cannot skip a question by forging
+    a state, nor by bringing one from another episode or another call. A state that is not exactly
+    ``<ASCII digits>.<24 hex digits>`` of ours counts as none: the rounds start from the first question.
     """
 
     def __init__(self) -> None:
         self._key = secrets.token_bytes(16)
 
-    def _state(self, recording: Recording, answered: int) -> str:
-        signature = hmac.new(self._key, f"{recording.id}:{answered}".encode(), "sha256").hexdigest()[:24]
-        return f"{answered}.{signature}"
+    def _state(self, recording: Recording, answered: int, bound: str) -> str:
+        message = f"{recording.id}:{answered}:{bound}".encode("utf-8", "surrogatepass")
+        return f"{answered}.{hmac.new(self._key, message, 'sha256').hexdigest()[:24]}"
 
-    def answered(self, recording: Recording, state: Any) -> int:
-        """How many of the recording's questions a ``requestState`` says were answered as recorded."""
-        count, _, _ = str(state).partition(".")
-        if not count.isdigit() or not hmac.compare_digest(str(state), self._state(recording, int(count))):
-            return 0  # none, or not ours (another process, a forgery): start from the first question
-        return int(count)
+    def answered(self, recording: Recording, state: Any, bound: str) -> int:
+        """How many of the recording's questions a ``requestState`` says were answered as recorded.
 
-    def next(self, recording: Recording, params: Mapping[str, Any]) -> dict[str, Any] | str | None:
+        Args:
+            recording: The recording whose questions are asked.
+            state: The ``requestState`` the client sent (anything).
+            bound: What the state must have been given for: the episode or connection, and the call.
+        """
+        parsed = _STATE.fullmatch(state) if isinstance(state, str) else None
+        if parsed is None:
+            return 0  # none, or not of our making
+        answered = int(parsed.group(1))
+        if not hmac.compare_digest(state, self._state(recording, answered, bound)):
+            return 0  # not ours (another process, episode or call; a forgery): start from the first question
+        return answered
+
+    def next(
+        self, recording: Recording, params: Mapping[str, Any], bound: str
+    ) -> dict[str, Any] | str | None:
         """The round a 2026-era request of ``recording``'s call is in.
+
+        Args:
+            recording: The recording served.
+            params: The request's params (``requestState``, ``inputResponses``).
+            bound: The episode or connection and the call the rounds belong to (see :func:`bound_to`).
 
         Returns:
             The ``input_required`` result asking the next question; or why the client's answer is
             not the recorded one; or None when every question was answered as recorded.
         """
         asked = questions(recording.notifications)
-        answered = self.answered(recording, params.get("requestState"))
+        answered = self.answered(recording, params.get("requestState"), bound)
         responses = params.get("inputResponses")
         if isinstance(responses, dict) and answered < len(asked):
             answer = responses.get(INPUT_KEY)
@@ -116,8 +137,20 @@ class Rounds:
         return {
             "resultType": "input_required",
             "inputRequests": {INPUT_KEY: request},
-            "requestState": self._state(recording, answered),
+            "requestState": self._state(recording, answered, bound),
         }
+
+
+def bound_to(scope: Hashable | None, call: str) -> str:
+    """What a ``requestState`` is bound to: whose history the request extends, and the call's key.
+
+    Args:
+        scope: The episode id, a connection's history key, or None (no history).
+        call: The call's exact key (:func:`~replay_sim.canonical.call_key`).
+    """
+    if scope is None or isinstance(scope, str):
+        return f"{'' if scope is None else 'episode ' + scope}\0{call}"
+    return f"connection {id(scope)}\0{call}"
 
 
 def _otherwise(question: dict[str, Any], now: str) -> str | None:

@@ -23,6 +23,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+from replay_sim import untrusted
 from replay_sim.errors import EpisodeError
 from replay_sim.protocol import episode_problem
 from replay_sim.resolve.lineage import Trail
@@ -187,6 +188,7 @@ class Episodes:
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or abs(seed) >= 2**63):
             raise EpisodeError(f"episode {episode!r}: the seed must be an integer below 2**63, not {seed!r}")
         try:
+            untrusted.check_depth(metadata)
             size = len(json.dumps(metadata, ensure_ascii=False, allow_nan=False).encode())
         except (TypeError, ValueError) as exc:
             raise EpisodeError(f"episode {episode!r}: metadata must be JSON: {exc}") from exc

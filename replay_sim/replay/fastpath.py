@@ -37,6 +37,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERS
 from pydantic import ValidationError
 from starlette.types import Message, Scope, Send
 
+from replay_sim import untrusted
 from replay_sim.errors import EpisodeError
 from replay_sim.protocol import agreed_episode
 from replay_sim.replay.prepared import FAST_METHODS, Prepared, Style, envelope
@@ -219,8 +220,8 @@ class FastPath(_Checks):
         self, name: str, episode: str | None, scope: Scope, headers: dict[str, str], body: bytes, send: Send
     ) -> bool:
         try:
-            request = json.loads(body)
-        except (ValueError, RecursionError):
+            request = untrusted.loads(body)
+        except ValueError:
             return False
         params = self._request_params(name, request)
         if params is None:

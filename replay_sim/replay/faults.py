@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import math
 import tomllib
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -216,6 +217,27 @@ class Faults:
         if isinstance(hold, bool) or not isinstance(hold, int | float):
             raise ConfigError(f"{where}: hold must be a number of seconds")
         return cls(rules, float(hold))
+
+    def check(self, tools: Mapping[str, Collection[str]]) -> None:
+        """Refuse rules naming a server or tool nothing recorded (they would inject nothing).
+
+        Args:
+            tools: Each recorded server's tools (listed or called).
+
+        Raises:
+            ConfigError: A rule names an unknown server, or a tool no such server has (the message
+                names the rule and what was recorded).
+        """
+        for key in sorted(self.rules):
+            server, _, tool = key.partition("/")
+            if server != "*" and server not in tools:
+                known = ", ".join(sorted(tools)) or "none"
+                raise ConfigError(f"faults {key!r}: no recorded server {server!r} (recorded: {known})")
+            servers = [server] if server != "*" else list(tools)
+            if tool != "*" and not any(tool in tools[name] for name in servers):
+                known = ", ".join(sorted({t for name in servers for t in tools[name]})) or "none"
+                where = f"on {server!r}" if server != "*" else "on any server"
+                raise ConfigError(f"faults {key!r}: no recorded tool {tool!r} {where} (recorded: {known})")
 
     def describe(self) -> str:
         """The rules in the ``--faults`` form, for the start-up message."""

@@ -26,12 +26,13 @@ from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from replay_sim.canonical import call_identity
+from replay_sim import untrusted
+from replay_sim.canonical import call_identity, call_key
 from replay_sim.errors import ConfigError, EpisodeError, ReplaySimError, StoreError
 from replay_sim.protocol import MATCH_META_KEY, declared
 from replay_sim.redaction import RULES_META_KEY, Redactor
 from replay_sim.replay.connections import connection_key, stdio_client
-from replay_sim.replay.conversation import Rounds, questions, reenact, suited
+from replay_sim.replay.conversation import Rounds, bound_to, questions, reenact, suited
 from replay_sim.replay.episodes import Episode, Episodes
 from replay_sim.replay.fastpath import StdioFastPath
 from replay_sim.replay.faults import FaultKind, Faults, Latency
@@ -107,6 +108,9 @@ class Replay:
         warm_wait: Seconds a call that needs what the warm-up still loads (index, model, a tool's
             matching state) waits for it; past that it is answered as a miss saying the replay is
             still loading (no history advanced, nothing kept), never held for minutes.
+
+    Raises:
+        ConfigError: ``faults`` names a server or tool nothing recorded.
     """
 
     def __init__(
@@ -140,6 +144,8 @@ class Replay:
         self.metrics = metrics or Metrics()
         self.misses = MissKeeper(store, self.resolver, self.metrics)
         self.surfaces = {record.name: Surface(store, record) for record in store.servers()}
+        if faults:
+            faults.check(self._tools())
         self.injector = Injector(
             Latency.parse(latency) if isinstance(latency, str) else latency or Latency(),
             faults or Faults(),
@@ -152,6 +158,14 @@ class Replay:
         self._servers: dict[str, Server[Any]] = {}
         self.prepared = Prepared(self)
         """Exact and canonical hits served from prepared bytes (the HTTP and stdio fast paths)."""
+
+    def _tools(self) -> dict[str, set[str]]:
+        """Each recorded server's tools: listed, or called (recordings of unlisted tools count)."""
+        tools = {name: set(surface.tools) for name, surface in self.surfaces.items()}
+        for server, method, name in self.store.names():
+            if method == "tools/call" and server in tools:
+                tools[server].add(name)
+        return tools
 
     @property
     def episodes(self) -> Episodes:
@@ -256,10 +270,12 @@ class Replay:
 
         Raises:
             MCPError: The recording is a JSON-RPC error, the real server would refuse the call that
-                way, a miss of a method whose failures are protocol errors, or the store cannot be
-                read (a corrupt recording: the error names it and the store).
+                way, a miss of a method whose failures are protocol errors, the store cannot be
+                read (a corrupt recording: the error names it and the store), or the request
+                nests deeper than :data:`~replay_sim.untrusted.MAX_DEPTH` (``-32600``).
         """
         started = time.perf_counter()
+        untrusted.check_request(ctx.params)
         params = {k: v for k, v in (ctx.params or {}).items() if k != "_meta"}
         try:
             history = self.histories.history(self.scope(ctx))
@@ -384,7 +400,10 @@ class Replay:
             answer = Answer(answer.name, hit, self._reply(server, method, answer.name, hit))
         # A 2026-era request has no stream to ask on: one input_required round per question.
         modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and bool(questions(chosen.notifications))
-        rounds = self.rounds.next(chosen, ctx.params or {}) if modern else None
+        rounds = None
+        if modern:
+            key = call_key(server, method, *call_identity(method, self.redactor.redact(params)))
+            rounds = self.rounds.next(chosen, ctx.params or {}, bound_to(self.scope(ctx), key))
         if isinstance(rounds, dict):
             asking = {**rounds, "_meta": {MATCH_META_KEY: provenance(hit, self.snapshot)}}
             return Answer(answer.name, hit, asking, pending=True)

@@ -27,12 +27,14 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
+import mcp_types as types
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.types import Message, Receive, Scope, Send
 
+from replay_sim import untrusted
 from replay_sim.errors import EpisodeError
 from replay_sim.listener import HostCheck, HostGuard
 from replay_sim.protocol import EPISODE_HEADER, EPISODE_META_KEY, EPISODES_PATH, agreed_episode
@@ -161,7 +163,11 @@ class ReplayApp:
         if post:
             messages = await _peek(receive)
             receive = _replaying(messages, receive)
-            meta = _meta(messages)
+            body = _whole_body(messages)
+            if body is not None and untrusted.too_deep(body):  # the SDK's 2026-era path would read it
+                await _refuse(send, 400, f"Parse error: {untrusted.TOO_DEEP}", code=types.PARSE_ERROR)
+                return
+            meta = _meta(body)
         header = session = version = None
         accept = ""
         for key, value in scope["headers"]:
@@ -246,16 +252,20 @@ def _replaying(messages: list[Message], receive: Receive) -> Receive:
     return replayed
 
 
-def _meta(messages: list[Message]) -> Any:
-    """The ``_meta`` of a whole body's JSON-RPC message naming an episode there (cheap when none does)."""
+def _whole_body(messages: list[Message]) -> bytes | None:
+    """A request's body, when the messages read hold all of it."""
     last = messages[-1]
     if last["type"] != "http.request" or last.get("more_body", False):
-        return None  # not the whole body: the handler checks what it names
-    body = b"".join(m.get("body", b"") for m in messages)
-    if _EPISODE_KEY not in body:
         return None
+    return b"".join(m.get("body", b"") for m in messages)
+
+
+def _meta(body: bytes | None) -> Any:
+    """The ``_meta`` of a whole body's JSON-RPC message naming an episode there (cheap when none does)."""
+    if body is None or _EPISODE_KEY not in body:
+        return None  # not the whole body: the handler checks what it names
     try:
-        decoded = json.loads(body)
+        decoded = untrusted.loads(body)
     except ValueError:
         return None  # the SDK answers a body that is not JSON
     for item in decoded if isinstance(decoded, list) else [decoded]:

@@ -71,7 +71,8 @@ def build_index(
         embedder: Embeds call texts; the packaged model, cached in the store, when None.
         directory: Index folder; None keeps the index in memory. Partition files its new manifest
             no longer names are removed.
-        progress: Called as ``progress(done, total)`` after each batch.
+        progress: Called as ``progress(done, total)`` once the calls to embed are known (``done``
+            0) and after each batch.
         hnsw_threshold: Partition size above which HNSW is used.
         batch: Recordings embedded per batch.
 
@@ -106,6 +107,8 @@ def build_index(
     for server, tool in sorted(redo):
         todo += [r for r in store.recordings(server, method="tools/call", name=tool) if r.id <= upto]
     total, done = len(todo), 0
+    if progress is not None:
+        progress(0, total)  # before the first batch, which loads the model (a minute on a slow machine)
     for start in range(0, total, batch):
         chunk = todo[start : start + batch]
         vectors = embedder.encode([call_text(r.arguments, free_text(r.server, r.name)) for r in chunk])

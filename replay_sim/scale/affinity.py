@@ -25,12 +25,12 @@ tested on its own.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
+from replay_sim import untrusted
 from replay_sim.protocol import EPISODE_HEADER, episode_id
 
 __all__ = [
@@ -149,7 +149,7 @@ def _created_id(body: bytes) -> str | None:
     if not body or len(body) > MAX_PEEK_BYTES:
         return None
     try:
-        asked = json.loads(body)
+        asked = untrusted.loads(body)
     except ValueError:
         return None
     value = asked.get("id") if isinstance(asked, dict) else None
@@ -161,7 +161,7 @@ def _meta(body: bytes) -> Any:
     if not body or len(body) > MAX_PEEK_BYTES or b"_meta" not in body:
         return None
     try:
-        message = json.loads(body)
+        message = untrusted.loads(body)
     except ValueError:
         return None
     for item in message if isinstance(message, list) else [message]:

@@ -13,6 +13,7 @@ from typing import Any
 
 from starlette.types import Message
 
+from replay_sim import untrusted
 from replay_sim.scale.affinity import MAX_PEEK_BYTES, Affinity
 
 __all__ = ["CONFLICT_CODE", "LOST_CODE", "conflict", "error_messages", "lost", "unavailable"]
@@ -75,7 +76,7 @@ def _request_id(body: bytes) -> Any:
     if not body or len(body) > MAX_PEEK_BYTES:
         return None
     try:
-        message = json.loads(body)
+        message = untrusted.loads(body)
     except ValueError:
         return None
     return message.get("id") if isinstance(message, dict) else None

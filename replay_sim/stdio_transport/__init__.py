@@ -5,7 +5,8 @@ request), which alone costs the recording proxy most of its latency budget. This
 non-blocking duplicates of fds 0 and 1 on the event loop. Like the SDK's, it points fd 0 at the
 null device and fd 1 at stderr while serving, so stray output of handlers cannot corrupt the wire.
 
-Bad input is answered, never left hanging: a line that is not JSON gets a ``-32700`` parse error
+Bad input is answered, never left hanging (:func:`read_line`): a line that is not JSON, or JSON
+nested deeper than :data:`~replay_sim.untrusted.MAX_DEPTH` levels, gets a ``-32700`` parse error
 (id null), JSON that is not a JSON-RPC message ``-32600`` (with its id when it has one). Lines are
 framed in time linear in their length (:class:`LineSplitter`), and capped: a line longer than
 :data:`DEFAULT_MAX_LINE` bytes (32 MiB, or ``REPLAY_SIM_MAX_LINE_BYTES``) is dropped as it arrives —
@@ -44,6 +45,8 @@ from mcp.shared.message import SessionMessage
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
+from replay_sim import untrusted
+from replay_sim.errors import NestingError
 from replay_sim.stdio_transport.lines import LineSplitter, TooLong
 from replay_sim.stdio_transport.writer import Writer
 
@@ -56,6 +59,7 @@ __all__ = [
     "TooLong",
     "Writer",
     "native_stdio",
+    "read_line",
     "request_of",
 ]
 
@@ -177,7 +181,9 @@ def _refusal(line: bytes | TooLong, max_line: int) -> SessionMessage:
             f"stdio server (set {MAX_LINE_ENV} to raise it); it was not read",
         )
     try:
-        data = json.loads(line)
+        data = untrusted.loads(line)
+    except NestingError as exc:
+        return _error(None, types.PARSE_ERROR, f"Parse error: {exc}")
     except ValueError as exc:
         return _error(None, types.PARSE_ERROR, f"Parse error: not JSON ({exc})")
     id_ = data.get("id") if isinstance(data, dict) else None
@@ -186,6 +192,29 @@ def _refusal(line: bytes | TooLong, max_line: int) -> SessionMessage:
         types.INVALID_REQUEST,
         "Invalid Request: not a JSON-RPC 2.0 request, notification or response",
     )
+
+
+def read_line(line: bytes | TooLong, max_line: int) -> tuple[SessionMessage, bool]:
+    """What a request line is: its JSON-RPC message for the server, or the error answering it.
+
+    Never raises, whatever the line holds (any bytes, any nesting, any size).
+
+    Args:
+        line: A line read (without its newline), or a line dropped for its length.
+        max_line: The cap it was read under (named in the error answering a dropped line).
+
+    Returns:
+        ``(message, True)``: the message, for the server; ``(error, False)``: the ``-32700`` or
+        ``-32600`` error answering the line.
+    """
+    if isinstance(line, bytes):
+        try:
+            message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+        except ValidationError:
+            pass
+        else:
+            return SessionMessage(message), True
+    return _refusal(line, max_line), False
 
 
 @asynccontextmanager
@@ -252,15 +281,8 @@ async def native_stdio(
 
     async def serve_line(line: bytes | TooLong) -> None:
         """Hand a line the shortcut did not answer to the server, or answer that it is no message."""
-        if isinstance(line, bytes):
-            try:
-                message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
-            except ValidationError:
-                pass
-            else:
-                await read_writer.send(SessionMessage(message))
-                return
-        await answers.send(_refusal(line, limit))
+        message, for_server = read_line(line, limit)
+        await (read_writer if for_server else answers).send(message)
 
     async def reader(tg: anyio.abc.TaskGroup) -> None:
         async with read_writer, answers:
@@ -279,8 +301,15 @@ async def native_stdio(
     async def read_in_turns(tg: anyio.abc.TaskGroup) -> None:
         """Wait for input, read it, handle its lines; again (any event loop)."""
         splitter = LineSplitter(limit)
+        pollable = True
         while True:
-            await anyio.wait_readable(wire_in)
+            if pollable:
+                try:
+                    await anyio.wait_readable(wire_in)
+                except OSError:  # a regular file or /dev/null: always readable, and no selector takes it
+                    pollable = False
+            else:
+                await anyio.lowlevel.checkpoint()
             try:
                 chunk = os.read(wire_in, _CHUNK)
             except BlockingIOError:

@@ -6,7 +6,13 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+from click.testing import CliRunner
+from replay_helpers import build_store
+
+from replay_sim.cli import cli
+from replay_sim.resolve.snapshot import freeze
 from replay_sim.store import Store
 
 REPLAY_SIM = [sys.executable, "-m", "replay_sim"]
@@ -120,7 +126,8 @@ def test_index_build_into_an_unwritable_folder_is_a_one_line_error(tmp_path: Pat
     (tmp_path / "taken").write_text("a file")
     failed = _run("index", "build", "--db", str(db), "--index-dir", str(tmp_path / "taken" / "index"))
     assert failed.returncode == 1
-    assert failed.stderr.count("\n") == 1 and "Traceback" not in failed.stderr, failed.stderr
+    said = [line for line in failed.stderr.splitlines() if not line.startswith("indexing: ")]  # progress
+    assert len(said) == 1 and "Traceback" not in failed.stderr, failed.stderr
     assert f"{tmp_path / 'taken' / 'index'}: cannot write the index" in failed.stderr
 
 
@@ -129,3 +136,29 @@ def test_export_into_a_missing_folder_is_a_one_line_error(tmp_path: Path) -> Non
     failed = _run("export", "--db", str(tmp_path / "r.db"), "-o", str(tmp_path / "no" / "out.jsonl"))
     assert failed.returncode == 1 and failed.stderr.count("\n") == 1, failed.stderr
     assert f"{tmp_path / 'no' / 'out.jsonl'}: No such file or directory" in failed.stderr
+
+
+def test_index_build_says_what_it_is_doing_when_not_on_a_terminal(tmp_path: Path, embedder: Any) -> None:
+    build_store(tmp_path / "r.db").close()
+    arguments = ["index", "build", "--db", str(tmp_path / "r.db"), "--index-dir", str(tmp_path / "index")]
+    result = CliRunner().invoke(cli, arguments)  # the output is no terminal, as in a log or CI
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.stderr.splitlines() if line.startswith("indexing: ")]
+    calls = Store(tmp_path / "r.db").recordings(method="tools/call")
+    assert (
+        lines[0] == f"indexing: {len(calls)} calls to index (loading the embedding model may take a minute)"
+    )
+    assert lines[-1] == f"indexing: {len(calls)}/{len(calls)} calls indexed"
+
+
+def test_serve_snapshot_says_it_verified_the_bundle_and_which_id_it_serves(
+    tmp_path: Path, embedder: Any
+) -> None:
+    build_store(tmp_path / "r.db").close()
+    frozen = freeze(tmp_path / "r.db", tmp_path / "snap")  # the warmed default embedder
+    command = [*REPLAY_SIM, "serve", "--stdio", "--server", "demo", "--snapshot", str(tmp_path / "snap")]
+    ran = subprocess.run(command, input="", capture_output=True, text=True, timeout=120)  # then hangs up
+    assert ran.returncode == 0, ran.stderr
+    assert (
+        f"replay-sim: verified snapshot {tmp_path / 'snap'}: serving {frozen.id}" in ran.stderr.splitlines()
+    )

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
+from recording_helpers import REPLAY_SIM
 
 from replay_sim.errors import ConfigError
 from replay_sim.record.config import load_config
@@ -62,7 +64,22 @@ def test_the_shipped_example_config_parses() -> None:
         ("[servers.a]\ncommand = 'x'\ncomand = 'typo'", r"\[servers\.a\]: unknown key\(s\) \['comand'\]"),
         ("[servers.a]\nurl = 'ftp://h/mcp'", r"\[servers\.a\]: 'url' must start with http"),
         ("[servers.a]\nurl = 'http://h/mcp'\nargs = []", r"\[servers\.a\]: 'args' applies to a command"),
-        ("[servers.a]\ncommand = 'x'\ntimeout = -1", r"\[servers\.a\]: 'timeout' must be a positive number"),
+        (
+            "[servers.a]\ncommand = 'x'\ntimeout = -1",
+            r"\[servers\.a\]: 'timeout' must be a positive, finite number",
+        ),
+        (
+            "[servers.a]\ncommand = 'x'\ntimeout = nan",
+            r"\[servers\.a\]: 'timeout' must be a positive, finite",
+        ),
+        (
+            "[servers.a]\ncommand = 'x'\ntimeout = inf",
+            r"\[servers\.a\]: 'timeout' must be a positive, finite",
+        ),
+        (
+            "[servers.a]\ncommand = 'x'\nstartup_timeout = nan",
+            r"\[servers\.a\]: 'startup_timeout' must be a positive, finite",
+        ),
         ("[servers.a]\ncommand = 'x'\nexplore = 'yes'", r"\[servers\.a\]: 'explore' must be true or false"),
         ("[servers.a]\ncommand = 'x'\nsandbox = 1", r"\[servers\.a\]: 'sandbox' must be true or false"),
         (
@@ -95,3 +112,24 @@ def test_a_bad_config_names_the_file_the_entry_and_the_problem(
 def test_a_missing_config_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"missing\.toml: cannot read"):
         load_config(tmp_path / "missing.toml")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "said"),
+    [
+        (["--config", "CONFIG"], "'timeout' must be a positive, finite number of seconds, not nan"),
+        (["--timeout", "nan", "--name", "t", "--", "true"], "nan is not a number of seconds"),
+        (["--timeout", "inf", "--name", "t", "--", "true"], "inf is not a number of seconds"),
+    ],
+    ids=["config nan", "option nan", "option inf"],
+)
+def test_record_refuses_a_timeout_of_nan_or_inf_naming_the_field(
+    tmp_path: Path, arguments: list[str], said: str
+) -> None:
+    config = tmp_path / "record.toml"
+    config.write_text("[servers.a]\ncommand = 'true'\ntimeout = nan\n")
+    command = [REPLAY_SIM, "record", "--db", str(tmp_path / "rec.db")]
+    command += [str(config) if a == "CONFIG" else a for a in arguments]
+    ran = subprocess.run(command, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert ran.returncode != 0 and said in ran.stderr and "Traceback" not in ran.stderr, ran.stderr
+    assert "'timeout'" in ran.stderr or "'--timeout'" in ran.stderr

@@ -92,20 +92,32 @@ def _main_file_alone(db: Path, tmp_path: Path) -> list[str]:
         conn.close()
 
 
-async def test_a_sigterm_stops_the_http_recorder_with_everything_in_the_main_file(tmp_path: Path) -> None:
+# What each terminating signal exits with: Ctrl-C keeps its 130; the others stop as a hang-up does.
+_EXIT = {signal.SIGTERM: 0, signal.SIGHUP: 0, signal.SIGQUIT: 0, signal.SIGINT: 130}
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+async def test_a_terminating_signal_stops_the_http_recorder_with_everything_in_the_main_file(
+    tmp_path: Path, stop: signal.Signals
+) -> None:
     db = tmp_path / "term.db"
     with anyio.fail_after(60):
         async with proxy_http(db, "--name", "echo", "--", PYTHON, ECHO_SERVER) as (base, proxy):
             async with raw_client(f"{base}/mcp/echo") as client:
                 assert (await client.call_tool("echo", {"text": "kept"})).content[0].text == "kept"
-            proxy.process.send_signal(signal.SIGTERM)  # the README's `kill %1`
-            assert await proxy.process.wait() == 0
-            await proxy.wait_for("stopped")
+            proxy.process.send_signal(stop)  # SIGTERM: the README's `kill %1`; SIGHUP: a closed terminal
+            assert await proxy.process.wait() == _EXIT[stop]
+            await proxy.wait_for(f"stopped \\({stop.name}\\)")
     assert not (tmp_path / "term.db-wal").exists()
     assert _main_file_alone(db, tmp_path) == ["kept"]
 
 
-async def test_a_sigterm_stops_the_stdio_recorder_with_everything_in_the_main_file(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "stop", [signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGINT], ids=lambda s: s.name
+)
+async def test_a_terminating_signal_stops_the_stdio_recorder_with_everything_in_the_main_file(
+    tmp_path: Path, stop: signal.Signals
+) -> None:
     db = tmp_path / "term.db"
     command = [REPLAY_SIM, "record", "--db", str(db), "--name", "echo", "--", PYTHON, str(ECHO_SERVER)]
     call = {"name": "echo", "arguments": {"text": "kept"}}
@@ -126,7 +138,7 @@ async def test_a_sigterm_stops_the_stdio_recorder_with_everything_in_the_main_fi
                 if '"id":2' in received.replace(" ", "") and received.endswith("\n"):
                     break
             assert '"kept"' in received
-            process.send_signal(signal.SIGTERM)
-            assert await process.wait() == 0
+            process.send_signal(stop)
+            assert await process.wait() == _EXIT[stop]
     assert not (tmp_path / "term.db-wal").exists()
     assert _main_file_alone(db, tmp_path) == ["kept"]

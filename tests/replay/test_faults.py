@@ -6,6 +6,7 @@ no test waits on (or asserts about) the wall clock. The dropped connection is ch
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -138,6 +139,29 @@ def test_a_bad_faults_table_or_hold_is_refused(tmp_path: Path) -> None:
 
 
 # -- drawing -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("spec", "said"),
+    [
+        ("nope/echo=0.5", "no recorded server 'nope' (recorded: demo, other)"),
+        ("nope/*=0.5", "no recorded server 'nope'"),
+        ("demo/slowping=0.5", "no recorded tool 'slowping' on 'demo' (recorded: "),
+        ("*/nope=0.5", "no recorded tool 'nope' on any server"),
+    ],
+)
+def test_faults_naming_a_server_or_tool_nothing_recorded_are_refused(
+    tmp_path: Path, spec: str, said: str
+) -> None:
+    with pytest.raises(ConfigError, match=re.escape(f"faults {spec.split('=')[0]!r}: {said}")):
+        _replay(tmp_path / "r.db", faults=Faults.parse([spec]))
+
+
+@pytest.mark.parametrize(
+    "spec", ["demo/echo=0.5", "other/slowping=0.5", "*/slowping=0.5", "demo/*=0.5", "0.5"]
+)
+def test_faults_naming_recorded_tools_listed_or_only_called_are_accepted(tmp_path: Path, spec: str) -> None:
+    assert _replay(tmp_path / "r.db", faults=Faults.parse([spec])).injector.faults
 
 
 def test_faults_are_a_pure_function_of_basis_seed_tool_and_call_index() -> None:
@@ -302,6 +326,11 @@ def test_a_dropped_connection_over_http_closes_it_without_an_answer_and_the_serv
         (["--latency", "slow"], "fixed:MS"),
         (["--faults", "2"], "from 0 to 1"),
         (["--faults", "demo/echo=0.1:explode"], "unknown fault kinds"),
+        (
+            ["--faults", "nope/echo=0.5"],
+            "faults 'nope/echo': no recorded server 'nope' (recorded: demo, other)",
+        ),
+        (["--faults", "demo/ech=0.5"], "faults 'demo/ech': no recorded tool 'ech' on 'demo'"),
     ],
 )
 def test_serve_refuses_a_bad_latency_or_fault_spec_in_one_line(

@@ -217,6 +217,27 @@ def test_an_app_bound_beyond_loopback_without_a_token_is_refused(tmp_path: Path)
         create_app(make_replay(tmp_path / "open.db"), host="0.0.0.0")
 
 
+@pytest.mark.parametrize(
+    ("arguments", "env"),
+    [
+        (["--token", ""], {}),  # --token "$UNSET"
+        (["--token", "  "], {}),
+        (["--host", "0.0.0.0"], {"REPLAY_SIM_TOKEN": ""}),  # click takes an empty variable for unset
+    ],
+    ids=["empty", "whitespace", "empty env"],
+)
+def test_an_empty_admin_token_is_refused_at_start_in_one_line(
+    tmp_path: Path, arguments: list[str], env: dict[str, str]
+) -> None:
+    make_replay(tmp_path / "cli.db").store.close()
+    command = [str(BIN / "replay-sim"), "serve", "--db", str(tmp_path / "cli.db"), "--port", "0", *arguments]
+    done = subprocess.run(command, capture_output=True, text=True, env=os.environ | env, timeout=60)
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines() == [done.stderr.strip()] and "admin token is empty" in done.stderr
+    with pytest.raises(ConfigError, match="admin token is empty"):
+        create_app(make_replay(tmp_path / "lib.db"), token=" ")
+
+
 def test_serve_says_where_it_listens_and_that_the_admin_api_needs_its_token(tmp_path: Path) -> None:
     make_replay(tmp_path / "cli.db").store.close()
     env = os.environ | {"REPLAY_SIM_TOKEN": "from-env"}
