@@ -31,7 +31,7 @@ from replay_sim.replay.admission import Limits
 from replay_sim.replay.app import create_app
 from replay_sim.replay.factory import open_replay
 from replay_sim.replay.faults import FaultKind, Faults, Latency
-from replay_sim.replay.miss import MissPolicy, MissPolicyName
+from replay_sim.replay.policies.miss import MissPolicy, MissPolicyName
 from replay_sim.replay.provenance import Match, match_of
 from replay_sim.replay.replay import Replay
 from replay_sim.replay.serving import EpisodeHandle, ReplayServer, Serving, serving

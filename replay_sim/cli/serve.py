@@ -17,7 +17,7 @@ from replay_sim.redaction import Redactor
 from replay_sim.replay.admission import Limits
 from replay_sim.replay.factory import open_replay
 from replay_sim.replay.faults import Faults, Latency
-from replay_sim.replay.miss import MissPolicyName
+from replay_sim.replay.policies.miss import MissPolicyName
 from replay_sim.replay.runner import serve
 from replay_sim.resolve.calibration import MatchConfig
 

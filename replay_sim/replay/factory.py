@@ -15,7 +15,7 @@ from typing import Any
 from replay_sim.errors import ConfigError
 from replay_sim.redaction import RULES_META_KEY, Redactor
 from replay_sim.replay.faults import Faults, Latency
-from replay_sim.replay.miss import Forward, MissPolicyName, MissSettings
+from replay_sim.replay.policies.miss import Forward, MissPolicyName, MissSettings
 from replay_sim.replay.replay import Replay
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.resolver import Resolver

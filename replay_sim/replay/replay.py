@@ -40,8 +40,8 @@ from replay_sim.replay.histories import scope as history_scope
 from replay_sim.replay.injection import Injector
 from replay_sim.replay.keeper import MissKeeper
 from replay_sim.replay.metrics import Metrics
-from replay_sim.replay.miss import Miss, MissPolicy, MissPolicyName, MissSettings
-from replay_sim.replay.policies import make_policy
+from replay_sim.replay.policies.miss import Miss, MissPolicy, MissPolicyName, MissSettings
+from replay_sim.replay.policies.registry import make_policy
 from replay_sim.replay.prepared import Prepared
 from replay_sim.replay.provenance import FAULT_STATUS, Reply, provenance, render, status_of
 from replay_sim.replay.responses import stream_now

@@ -39,7 +39,7 @@ from starlette.types import Message
 
 from replay_sim.errors import ConfigError
 from replay_sim.replay.admission import Limits
-from replay_sim.replay.miss import MissPolicyName
+from replay_sim.replay.policies.miss import MissPolicyName
 from replay_sim.resolve.runtime import configure_runtime
 from replay_sim.scale.gateway import DEFAULT_MAX_BODY, Gateway, ReplicaGone
 from replay_sim.scale.registry import Holders

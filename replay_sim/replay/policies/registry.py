@@ -5,9 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from replay_sim.errors import ConfigError
-from replay_sim.replay.live import LivePolicy
-from replay_sim.replay.miss import ErrorPolicy, MissPolicy, MissPolicyName, MissSettings, NearestPolicy
-from replay_sim.replay.synthesize import SynthesizePolicy
+from replay_sim.replay.policies.live import LivePolicy
+from replay_sim.replay.policies.miss import (
+    ErrorPolicy,
+    MissPolicy,
+    MissPolicyName,
+    MissSettings,
+    NearestPolicy,
+)
+from replay_sim.replay.policies.synthesize import SynthesizePolicy
 
 __all__ = ["MISS_POLICIES", "make_policy"]
 

@@ -3,9 +3,10 @@
 A policy turns the resolver's miss into a :class:`~replay_sim.resolve.resolver.Resolution`: the miss itself
 (``error``: the replay server answers with a diagnosable error), the nearest candidate
 (``nearest``), or a new recording it stored first (``live`` forwards to the real server, see
-:mod:`~replay_sim.replay.live`; ``synthesize`` asks an LLM, see :mod:`~replay_sim.replay.synthesize`).
+:mod:`~replay_sim.replay.policies.live`; ``synthesize`` asks an LLM, see
+:mod:`~replay_sim.replay.policies.synthesize`).
 This module holds what every policy shares and the two that need nothing but the store; policies
-are looked up by name in :data:`~replay_sim.replay.policies.MISS_POLICIES`.
+are looked up by name in :data:`~replay_sim.replay.policies.registry.MISS_POLICIES`.
 """
 
 from __future__ import annotations
