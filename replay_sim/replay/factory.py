@@ -14,8 +14,10 @@ from typing import Any
 
 from replay_sim.errors import ConfigError
 from replay_sim.redaction import RULES_META_KEY, Redactor
+from replay_sim.replay.episodes import DEFAULT_EPISODE_IDLE_TIMEOUT
 from replay_sim.replay.faults import Faults, Latency
 from replay_sim.replay.policies.miss import Forward, MissPolicyName, MissSettings
+from replay_sim.replay.policies.sandbox import SandboxPool
 from replay_sim.replay.replay import Replay
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.resolver import Resolver
@@ -33,6 +35,9 @@ def open_replay(
     miss: str = MissPolicyName.ERROR,
     redactor: Redactor | None = None,
     forward: Forward | None = None,
+    sandboxes: SandboxPool | None = None,
+    sandbox_timeout: float = 30.0,
+    sandbox_idle: float | None = DEFAULT_EPISODE_IDLE_TIMEOUT,
     llm_url: str | None = None,
     llm_model: str | None = None,
     llm_api_key: str | None = None,
@@ -52,6 +57,11 @@ def open_replay(
             incoming calls, so a call carrying a secret finds its redacted recording.
         forward: How the ``live`` miss policy reaches the real servers. When it is an async context
             manager too (as ``Forwarder`` is), it is entered around serving: it holds the connections.
+        sandboxes: Where the ``sandbox`` miss policy takes instances of the real servers (the
+            record side's pool, ``replay_sim.cli.sandboxes.sandbox_pool``). When it is an async
+            context manager too, it is entered around serving: it holds the instances.
+        sandbox_timeout: Seconds a call may wait for a sandbox instance before it is a miss saying so.
+        sandbox_idle: Seconds after which an idle episode's instance is closed (None: never).
         llm_url: OpenAI-compatible endpoint (miss policy ``synthesize``).
         llm_model: Model name for ``llm_url``.
         llm_api_key: Bearer token for ``llm_url``, if it needs one.
@@ -65,7 +75,7 @@ def open_replay(
 
     Raises:
         ConfigError: Inconsistent options (a writing miss policy on a read-only snapshot, ``live``
-            without ``forward``, a malformed latency …).
+            without ``forward``, ``sandbox`` without ``sandboxes``, a malformed latency …).
         SnapshotError: The snapshot is missing or tampered with.
         StoreError: The store does not exist or cannot be opened.
     """
@@ -92,11 +102,15 @@ def open_replay(
         store = Store(db if db is not None else DEFAULT_DB, create=False)
         if index_dir is not None:
             resolver_options["index_dir"] = Path(index_dir)
-    connections = forward if isinstance(forward, AbstractAsyncContextManager) else None
+    held = sandboxes if sandboxes is not None else forward
+    connections = held if isinstance(held, AbstractAsyncContextManager) else None
     settings = MissSettings(
         store=store,
         forward=forward,
         connections=connections,
+        sandboxes=sandboxes,
+        sandbox_timeout=sandbox_timeout,
+        sandbox_idle=sandbox_idle,
         llm_url=llm_url,
         llm_model=llm_model,
         llm_api_key=llm_api_key,

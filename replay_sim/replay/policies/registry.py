@@ -13,6 +13,7 @@ from replay_sim.replay.policies.miss import (
     MissSettings,
     NearestPolicy,
 )
+from replay_sim.replay.policies.sandbox import SandboxPolicy
 from replay_sim.replay.policies.synthesize import SynthesizePolicy
 
 __all__ = ["MISS_POLICIES", "make_policy"]
@@ -21,6 +22,7 @@ MISS_POLICIES: dict[MissPolicyName, Callable[[MissSettings], MissPolicy]] = {
     MissPolicyName.ERROR: ErrorPolicy,
     MissPolicyName.NEAREST: NearestPolicy,
     MissPolicyName.LIVE: LivePolicy,
+    MissPolicyName.SANDBOX: SandboxPolicy,
     MissPolicyName.SYNTHESIZE: SynthesizePolicy,
 }
 """Miss policies by name."""
