@@ -82,6 +82,8 @@ class ChildStdio:
         self._writing = anyio.Lock()
         self._stdin: Any = None
         self._closed = False
+        self.process: Any = None
+        """The server process once started (anyio's ``Process``: ``pid``, ``returncode``, ``wait()``)."""
         self.delivered = 0
         """Lines handed to the SDK's dispatcher so far (notifications among them are handled in tasks)."""
         self.on_read: Callable[[], None] | None = None
@@ -108,6 +110,7 @@ class ChildStdio:
             cwd=params.cwd,
         )
         self._stdin = process.stdin
+        self.process = process
         read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
         write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
         writer_done = anyio.Event()

@@ -18,6 +18,13 @@ Example (``server/record.example.toml`` is the annotated version)::
     reset = "git checkout -- . && git clean -fdq"   # back to the state its recordings start from
     sandbox = true         # its state can be thrown away: `replay-sim explore` may repeat any call
 
+    [servers.memory]
+    command = "mcp-server-memory"
+    env = { MEMORY_FILE_PATH = "{state}/memory.jsonl" }
+    sandbox = true
+    state = "/srv/memory-pristine"   # copied per sandbox instance; {state} is the copy's path
+    # isolation = "state"            # implied by `state` (see Isolation)
+
     [servers.remote]
     url = "http://127.0.0.1:9000/mcp"
     headers = { Authorization = "Bearer ${REMOTE_TOKEN}" }
@@ -37,25 +44,61 @@ import shlex
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from replay_sim.errors import ConfigError
 from replay_sim.redaction import DEFAULT_KEY_GLOBS, REDACTED, Redactor
 
-__all__ = ["DEFAULT_TIMEOUT", "RecorderConfig", "UpstreamSpec", "load_config", "parse_config"]
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "STATE_PLACEHOLDER",
+    "Isolation",
+    "RecorderConfig",
+    "UpstreamSpec",
+    "load_config",
+    "parse_config",
+]
 
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _SERVER_KEYS = {
     "command", "args", "env", "cwd", "url", "headers", "timeout", "startup_timeout", "explore", "reset",
-    "sandbox",
+    "sandbox", "isolation", "state", "mounts",
 }  # fmt: skip
 _REDACTION_KEYS = {"keys", "patterns", "replacement"}
 DEFAULT_TIMEOUT = 60.0
 """Seconds an upstream may take to answer one request (or to report progress on it) by default:
 the request timeout of the TypeScript MCP SDK's clients, so a proxied client gets an answer before
 most would give up on their own."""
+STATE_PLACEHOLDER = "{state}"
+"""Replaced by a sandbox instance's own copy of the ``state`` directory in command, args, env and cwd."""
+
+
+class Isolation(StrEnum):
+    """How concurrent sandbox instances of one server are kept from seeing each other's state."""
+
+    PROCESS = "process"
+    """The state lives in the process: a fresh process is a fresh state."""
+    STATE = "state"
+    """The state lives in a directory the server is told (``{state}``): each instance gets a copy."""
+    MOUNT = "mount"
+    """The server's calls carry absolute paths: each instance sees its own copy of each path in ``mounts``
+    (a private mount namespace)."""
+    EXCLUSIVE = "exclusive"
+    """None of these: one live instance at a time, each after the server's ``reset`` command."""
+
+    @classmethod
+    def implied(cls, *, url: bool, state: bool, mounts: bool, reset: bool) -> Isolation:
+        """The isolation a sandbox gets when its config names none: the safe one for what it declares."""
+        if url:
+            return cls.EXCLUSIVE  # one long-lived server: nothing but its reset makes a fresh state
+        if state:
+            return cls.STATE
+        if mounts:
+            return cls.MOUNT
+        return cls.EXCLUSIVE if reset else cls.PROCESS  # a reset says the state outlives the process
 
 
 @dataclass(frozen=True)
@@ -84,6 +127,13 @@ class UpstreamSpec:
             tools change state (:mod:`replay_sim.record.sandbox`). A fresh session is a fresh
             process for a command; a state that outlives it (files, a database) needs ``reset``,
             and a ``url`` upstream always does.
+        isolation: For a sandbox, how its concurrent instances are kept apart (:class:`Isolation`);
+            None when not a sandbox. Left out, it is implied by ``state``, ``mounts``, ``reset``
+            and ``url`` (:meth:`Isolation.implied`).
+        state: A pristine state directory, copied for each sandbox instance; ``{state}`` in command,
+            args, env values and cwd is replaced by the copy's path (isolation ``state``).
+        mounts: Absolute paths each sandbox instance sees its own copy of, at the same path
+            (isolation ``mount``).
     """
 
     command: str | None = None
@@ -97,6 +147,9 @@ class UpstreamSpec:
     explore: bool = False
     reset: str | None = None
     sandbox: bool = False
+    isolation: Isolation | None = None
+    state: str | None = None
+    mounts: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if (self.command is None) == (self.url is None):
@@ -105,6 +158,54 @@ class UpstreamSpec:
             raise ValueError(
                 "a url upstream is a sandbox only with a reset command (its state outlives a session)"
             )
+        if problem := self._isolation_problem():
+            raise ValueError(problem)
+        if self.sandbox and self.isolation is None:
+            implied = Isolation.implied(
+                url=self.url is not None, state=self.state is not None, mounts=bool(self.mounts),
+                reset=self.reset is not None,
+            )  # fmt: skip
+            object.__setattr__(self, "isolation", implied)
+
+    def _isolation_problem(self) -> str | None:
+        """What is wrong with the sandbox isolation settings (one line naming the field), or None."""
+        kind, placeholder = self.isolation, self._placeholder_fields()
+        if not self.sandbox:
+            given = [k for k, v in (("isolation", kind), ("state", self.state), ("mounts", self.mounts)) if v]
+            if given:
+                return f"{given[0]!r} applies to a sandbox: add sandbox = true"
+        if self.state is None and placeholder:
+            return f"{placeholder[0]!r} uses {{state}} but no 'state' directory is given"
+        if self.state is not None:
+            if not os.path.isabs(self.state):
+                return f"'state' must be an absolute path (the pristine state directory), got {self.state!r}"
+            if kind not in (None, Isolation.STATE):
+                return f"'state' needs isolation = \"state\", not {kind.value!r}"
+            if not placeholder:
+                return "'state' is copied per instance but no command, args, env or cwd uses {state}"
+        if self.mounts:
+            if kind not in (None, Isolation.MOUNT):
+                return f"'mounts' needs isolation = \"mount\", not {kind.value!r}"
+            for path in self.mounts:
+                if not os.path.isabs(path) or os.path.normpath(path) == "/":
+                    return f"'mounts' entries must be absolute paths below /, got {path!r}"
+            if len(set(self.mounts)) != len(self.mounts):
+                return "'mounts' lists a path twice"
+        if kind is Isolation.STATE and self.state is None:
+            return "isolation = \"state\" needs a 'state' directory"
+        if kind is Isolation.MOUNT and not self.mounts:
+            return "isolation = \"mount\" needs 'mounts', the absolute paths each instance gets a copy of"
+        if kind is not None and kind is not Isolation.EXCLUSIVE and self.url is not None:
+            return f'isolation = {kind.value!r} needs a command: a url upstream can only be "exclusive"'
+        if kind is Isolation.EXCLUSIVE and self.reset is None:
+            return "isolation = \"exclusive\" needs a 'reset' command (run before each instance)"
+        return None
+
+    def _placeholder_fields(self) -> list[str]:
+        """The fields whose values use ``{state}``."""
+        fields = [("command", [self.command or ""]), ("args", self.args), ("env", self.env.values())]
+        fields.append(("cwd", [self.cwd or ""]))
+        return [name for name, values in fields if any(STATE_PLACEHOLDER in v for v in values)]
 
     def describe(self) -> str:
         """The command line or URL, for messages."""
@@ -219,6 +320,7 @@ def _server(name: str, entry: Any, where: str) -> UpstreamSpec:
         if not isinstance(value, bool):
             raise ConfigError(f"{where}: {key!r} must be true or false")
     reset = _string(entry, "reset", where) if "reset" in entry else None
+    isolation = _isolation(entry, where)
     if "url" in entry:
         url = _string(entry, "url", where)
         if not url.startswith(("http://", "https://")):
@@ -230,7 +332,8 @@ def _server(name: str, entry: Any, where: str) -> UpstreamSpec:
             raise ConfigError(
                 f"{where}: 'sandbox' needs a 'reset' command for a url upstream: its state outlives a session"
             )
-        return UpstreamSpec(
+        return _spec(
+            where,
             url=url,
             headers=_strings(entry, "headers", where),
             timeout=_timeout(entry, where),
@@ -238,6 +341,7 @@ def _server(name: str, entry: Any, where: str) -> UpstreamSpec:
             explore=explore,
             reset=reset,
             sandbox=sandbox,
+            **isolation,
         )
     args = entry.get("args", [])
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
@@ -245,7 +349,8 @@ def _server(name: str, entry: Any, where: str) -> UpstreamSpec:
     if "headers" in entry:
         raise ConfigError(f"{where}: 'headers' applies to a url, not a command")
     cwd = _string(entry, "cwd", where) if "cwd" in entry else None
-    return UpstreamSpec(
+    return _spec(
+        where,
         command=_string(entry, "command", where),
         args=tuple(args),
         env=_strings(entry, "env", where),
@@ -255,7 +360,39 @@ def _server(name: str, entry: Any, where: str) -> UpstreamSpec:
         explore=explore,
         reset=reset,
         sandbox=sandbox,
+        **isolation,
     )
+
+
+def _spec(where: str, **fields: Any) -> UpstreamSpec:
+    """An :class:`UpstreamSpec`; keys it refuses together are a :class:`ConfigError` naming ``where``."""
+    try:
+        return UpstreamSpec(**fields)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def _isolation(entry: dict[str, Any], where: str) -> dict[str, Any]:
+    """The sandbox isolation keys (``isolation``, ``state``, ``mounts``), checked one by one.
+
+    Raises:
+        ConfigError: A key has the wrong type or value, or they do not fit together (names the key).
+    """
+    out: dict[str, Any] = {}
+    if "isolation" in entry:
+        value = entry["isolation"]
+        kinds = ", ".join(repr(k.value) for k in Isolation)
+        if value not in {k.value for k in Isolation}:
+            raise ConfigError(f"{where}: 'isolation' must be one of {kinds}, got {value!r}")
+        out["isolation"] = Isolation(value)
+    if "state" in entry:
+        out["state"] = _string(entry, "state", where)
+    if "mounts" in entry:
+        mounts = entry["mounts"]
+        if not isinstance(mounts, list) or not mounts or not all(isinstance(m, str) and m for m in mounts):
+            raise ConfigError(f"{where}: 'mounts' must be a non-empty list of absolute paths")
+        out["mounts"] = tuple(mounts)
+    return out
 
 
 def _string(entry: dict[str, Any], key: str, where: str) -> str:

@@ -1,0 +1,210 @@
+"""One sandbox instance: a real server started for one owner, in a state of its own, ended with its state.
+
+An :class:`Instance` is what the replay's ``sandbox`` miss policy calls a ``SandboxInstance``: it
+starts the server of a recorder config entry in its :class:`~replay_sim.record.instances.isolation.Workspace`
+(fresh process, own copy of its state or of its mounted paths; after the server's ``reset`` for
+isolation ``exclusive``), speaks MCP to it over stdio as the recorder does
+(:class:`~replay_sim.record.upstream.Upstream`: handshake, raw pass-through, timeouts), and returns
+each answer in the shape of the ``live`` policy's forward, redacted by the config's rules. When its
+process exits unasked (a crash, a kill) it is no longer :attr:`~Instance.alive` and every call raises
+:class:`~replay_sim.errors.InstanceLost`. :meth:`Instance.close` ends its process group and deletes
+its workspace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+import anyio.to_thread
+import mcp_types as types
+from mcp.shared.exceptions import MCPError
+
+from replay_sim.errors import InstanceLost, UpstreamError
+from replay_sim.record.config import Isolation, UpstreamSpec
+from replay_sim.record.instances.isolation import Launcher, Workspace, prepare
+from replay_sim.record.instances.procfs import group_rss
+from replay_sim.record.rerun import reset
+from replay_sim.record.upstream import Upstream
+from replay_sim.redaction import Redactor
+
+__all__ = ["Instance"]
+
+_KEPT_NOTIFICATIONS = ("notifications/progress", "notifications/message")
+
+
+class Instance:
+    """A real server's instance owned by one caller (a ``SandboxInstance``).
+
+    Run it in a task group with :meth:`run` (the pool does); it is usable once ``on_started`` was
+    called, until :meth:`close` or its process's end.
+
+    Args:
+        server: The recorded server name it runs.
+        id: A unique id (``"memory-3"``).
+        spec: The server's recorder config entry (a sandbox).
+        redactor: The recorder config's rules (the spec's env and header values are added).
+        launcher: How its process is launched here.
+        capabilities: Client capabilities declared to the server at ``initialize`` (wire JSON).
+        base: Where its workspace directory is made (None: the system's temporary directory).
+    """
+
+    def __init__(
+        self,
+        server: str,
+        id: str,
+        spec: UpstreamSpec,
+        *,
+        redactor: Redactor,
+        launcher: Launcher,
+        capabilities: Mapping[str, Any] | None = None,
+        base: Path | None = None,
+    ) -> None:
+        self.server = server
+        self.id = id
+        self.spec = spec
+        self.crashed = False
+        """Whether its process ended unasked (a crash or a kill), not by :meth:`close`."""
+        self._redactor = redactor.with_secrets(spec.secrets())
+        self._launcher = launcher
+        self._capabilities = dict(capabilities or {})
+        self._base = base
+        self._upstream: Upstream | None = None
+        self._workspace: Workspace | None = None
+        self._process: Any = None
+        self._notes: list[dict[str, Any]] = []
+        self._tail = ""
+        self._calling = anyio.Lock()
+        self._closing = anyio.Event()
+        self._done = anyio.Event()
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def run(self, on_started: Callable[[], None] = lambda: None) -> None:
+        """Start the instance, call ``on_started``, hold it until :meth:`close` or its process ends.
+
+        Its workspace is deleted when this returns (also when cancelled).
+
+        Raises:
+            UpstreamError: It could not be started (reset failed, state not copied, the server did
+                not start or initialise: names the server, its command and its stderr tail).
+        """
+        try:
+            if self.spec.isolation is Isolation.EXCLUSIVE:
+                await reset(self.server, self.spec)
+            self._workspace = await anyio.to_thread.run_sync(
+                prepare, self.server, self.id, self.spec, self._launcher, self._base
+            )
+            upstream = Upstream(self._workspace.spec, self._collect, self._capabilities)
+            async with anyio.create_task_group() as tg:
+                await tg.start(upstream.run)
+                self._upstream = upstream
+                if upstream.child is not None:
+                    self._process = upstream.child.process
+                    tg.start_soon(self._watch, self._process)
+                on_started()
+                await self._closing.wait()
+                await upstream.close()
+                tg.cancel_scope.cancel()
+        finally:
+            self._closing.set()
+            workspace, self._workspace = self._workspace, None
+            if workspace is not None:
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(workspace.remove)
+            self._done.set()
+
+    async def _watch(self, process: anyio.abc.Process) -> None:
+        """Notice the process's end: unasked, it crashed (and the instance closes itself)."""
+        await process.wait()
+        if not self._closing.is_set():
+            self.crashed = True
+            if self._upstream is not None:
+                self._tail = self._upstream.stderr_tail()  # read before the connection closes it
+            self._closing.set()
+
+    async def close(self) -> None:
+        """End its process group and delete its state; idempotent."""
+        self._closing.set()
+        await self._done.wait()
+
+    @property
+    def alive(self) -> bool:
+        """Whether it can still answer: started, not closed, its process running."""
+        upstream = self._upstream
+        if upstream is None or self._closing.is_set() or not upstream.alive:
+            return False
+        return self._process is None or self._process.returncode is None
+
+    @property
+    def pid(self) -> int | None:
+        """Its process's id, also its process group's (None for a URL server)."""
+        return None if self._process is None else int(self._process.pid)
+
+    def memory_bytes(self) -> int | None:
+        """Resident memory of its process tree (its process group), None when unknown or ended."""
+        pid = self.pid
+        if pid is None or not self.alive:
+            return None
+        return group_rss([pid]).get(pid)
+
+    # -- calls ------------------------------------------------------------------------------
+
+    async def call(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """Send one MCP request and return its answer as the ``live`` policy's forward does.
+
+        Calls to one instance are sent one at a time, so the notifications that arrive while one is
+        in flight belong to it.
+
+        Returns:
+            ``{"params", "result", "error", "notifications", "latency_ms"}``: wire JSON, redacted.
+
+        Raises:
+            InstanceLost: The instance had ended (crashed, killed, closed) or its connection broke
+                during the call.
+            UpstreamError: The server neither answered nor reported progress within its timeout.
+        """
+        async with self._calling:
+            upstream = self._upstream
+            if upstream is None or not self.alive:
+                raise self._lost(method)
+            self._notes = []
+            request_id = upstream.next_request_id()
+            out = {**params, "_meta": {"progressToken": request_id}}
+            try:
+                answer = await upstream.exchange(method, out, request_id=request_id)
+            except MCPError as exc:  # timed out
+                raise UpstreamError(f"sandbox instance {self.id}: {exc.error.message}") from exc
+            if answer.error is not None and answer.error["code"] == types.CONNECTION_CLOSED:
+                raise self._lost(method)
+            redact = self._redactor.redact
+            return {
+                "params": redact(params),
+                "result": redact(answer.result),
+                "error": redact(answer.error),
+                "notifications": redact(list(self._notes)),
+                "latency_ms": round(answer.latency_ms, 3),
+            }
+
+    def _lost(self, method: str) -> InstanceLost:
+        if self.crashed:
+            how = f"exited unasked (exit status {self._process.returncode})"
+        elif self._closing.is_set():
+            how = "was closed"
+        else:
+            how = "closed its connection"
+        tail = self._tail or (self._upstream.stderr_tail() if self._upstream is not None else "")
+        detail = f"; its stderr ends: {' | '.join(tail.splitlines()[-5:])}" if tail else ""
+        return InstanceLost(
+            f"sandbox instance {self.id} of server {self.server!r} {how} before answering {method}: "
+            f"its state is gone, so its episode cannot go on there{detail}"
+        )
+
+    async def _collect(self, method: str, params: dict[str, Any]) -> None:
+        if method in _KEPT_NOTIFICATIONS:
+            self._notes.append(
+                {"method": method, "params": {k: v for k, v in params.items() if k != "progressToken"}}
+            )

@@ -1,0 +1,213 @@
+"""Where a sandbox instance runs: its own copy of its state or mounted paths, and a launch that dies with us.
+
+:func:`prepare` makes an instance's :class:`Workspace` — a private directory holding its copy of the
+server's pristine ``state`` directory (isolation ``state``; ``{state}`` in command, args, env values
+and cwd names the copy) or of each path in ``mounts`` (isolation ``mount``) — and the command line
+that launches it through a :class:`Launcher`:
+
+- ``setpriv --pdeathsig KILL`` (util-linux), so the process is killed when the replay dies, even by
+  SIGKILL: the kernel's parent-death signal;
+- where the kernel lets us (root, or CAP_SYS_ADMIN), ``unshare --pid --fork --kill-child``: the
+  server runs as process 1 of its own PID namespace, whose end takes every process the server
+  started with it — no grandchild outlives the instance;
+- for ``mount`` isolation, ``unshare --mount --propagation private`` too, and a shell step that
+  bind-mounts each copy over its path before it runs the server, so each instance sees its own copy
+  at the same absolute path and no other process sees it at all.
+
+The process is a process group of its own (the SDK's spawn), which :meth:`Instance.close` ends whole.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from replay_sim.errors import UpstreamError
+from replay_sim.record.config import STATE_PLACEHOLDER, Isolation, UpstreamSpec
+
+__all__ = ["Launcher", "Workspace", "prepare"]
+
+# Bind-mounts "$2"→"$3", "$4"→"$5", … (each copy over its path) until "--", enters "$1" (the cwd,
+# looked up again so it is the copy when it lies under a mounted path), then becomes the server.
+_MOUNT_SCRIPT = (
+    'cwd=$1; shift; while [ "$1" != -- ]; do mount --bind "$1" "$2" || exit 125; shift 2; done; shift; '
+    'if [ -n "$cwd" ]; then cd "$cwd" || exit 125; fi; exec "$@"'
+)
+
+
+@dataclass(frozen=True)
+class Launcher:
+    """The wrappers an instance's command is run through, as found on this machine.
+
+    Attributes:
+        setpriv: ``setpriv`` (sets the parent-death signal), or None where it is missing.
+        unshare: ``unshare``, or None where it is missing.
+        namespaces: Whether ``unshare`` may make PID and mount namespaces here (root or CAP_SYS_ADMIN).
+    """
+
+    setpriv: str | None
+    unshare: str | None
+    namespaces: bool
+
+    @classmethod
+    @functools.cache
+    def detect(cls) -> Launcher:
+        """What this machine offers (probed once per process: one short ``unshare`` run)."""
+        setpriv, unshare = shutil.which("setpriv"), shutil.which("unshare")
+        namespaces = False
+        if unshare is not None:
+            probe = [
+                unshare,
+                "--pid",
+                "--fork",
+                "--kill-child",
+                "--mount",
+                "--propagation",
+                "private",
+                "true",
+            ]
+            try:
+                namespaces = (
+                    subprocess.run(probe, capture_output=True, timeout=10, check=False).returncode == 0
+                )
+            except (OSError, subprocess.TimeoutExpired):
+                namespaces = False
+        return cls(setpriv, unshare, namespaces)
+
+    @property
+    def parent_death(self) -> bool:
+        """Whether an instance dies with the replay process even when that is killed outright."""
+        return self.setpriv is not None
+
+    def argv(self, command: list[str], *, cwd: str | None, binds: list[tuple[str, str]]) -> list[str]:
+        """The command line that runs ``command`` as an instance (``binds``: copy → path, mount only).
+
+        Raises:
+            UpstreamError: ``binds`` are asked for where mount namespaces cannot be made.
+        """
+        if binds and not self.namespaces:
+            raise UpstreamError(
+                "isolation 'mount' needs private mount namespaces (`unshare --mount`, util-linux, run as "
+                "root or with CAP_SYS_ADMIN), which this machine does not allow; use 'state' or 'exclusive'"
+            )
+        argv = list(command)
+        if binds:
+            pairs = [part for pair in binds for part in pair]
+            argv = ["sh", "-c", _MOUNT_SCRIPT, "replay-sim-mount", cwd or "", *pairs, "--", *argv]
+        if self.namespaces:
+            assert self.unshare is not None
+            mount = ["--mount", "--propagation", "private"] if binds else []
+            argv = [self.unshare, "--pid", "--fork", "--kill-child=SIGKILL", *mount, "--", *argv]
+        if self.setpriv is not None:
+            argv = [self.setpriv, "--pdeathsig", "KILL", "--", *argv]
+        return argv
+
+
+@dataclass(frozen=True)
+class _Launched(UpstreamSpec):
+    """The spec an instance's upstream is started from: the wrapped command, described as configured."""
+
+    shown: str = ""
+
+    def describe(self) -> str:
+        return self.shown or super().describe()
+
+
+@dataclass
+class Workspace:
+    """One instance's private directory and how to launch it there.
+
+    Attributes:
+        root: The directory holding the instance's copies (deleted by :meth:`remove`).
+        spec: The upstream to start: the server's command, wrapped and with ``{state}`` replaced.
+    """
+
+    root: Path
+    spec: UpstreamSpec
+
+    def remove(self) -> None:
+        """Delete the instance's copies (its state)."""
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def prepare(
+    server: str, instance_id: str, spec: UpstreamSpec, launcher: Launcher, base: Path | None
+) -> Workspace:
+    """Make instance ``instance_id``'s workspace: copies of its state, and its launch (blocking: file copies).
+
+    Args:
+        server: The recorded server name (for messages).
+        instance_id: The instance's id (names its directory).
+        spec: The server's spec from the recorder config (a sandbox with a command, or a URL).
+        launcher: How instances are launched here.
+        base: Where instance directories are made (None: the system's temporary directory).
+
+    Raises:
+        UpstreamError: A pristine ``state`` directory or a mounted path is missing or cannot be
+            copied, or mount isolation is not possible here (names the server and the path).
+    """
+    root = Path(tempfile.mkdtemp(prefix=f"replay-sim-{instance_id}-", dir=base))
+    try:
+        return _prepare(server, root, spec, launcher)
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)
+        raise
+
+
+def _prepare(server: str, root: Path, spec: UpstreamSpec, launcher: Launcher) -> Workspace:
+    if spec.command is None:  # a URL, isolation "exclusive": nothing of its own to copy or wrap
+        return Workspace(root, spec)
+    command, args, env, cwd = spec.command, list(spec.args), dict(spec.env), spec.cwd
+    if spec.isolation is Isolation.STATE and spec.state is not None:
+        state = root / "state"
+        _copy(server, "state", Path(spec.state), state)
+        command, args, env, cwd = _substitute(str(state), command, args, env, cwd)
+    binds: list[tuple[str, str]] = []
+    if spec.isolation is Isolation.MOUNT:
+        for number, path in enumerate(spec.mounts):
+            copy = root / "mounts" / str(number) / (Path(path).name or "root")
+            _copy(server, "mounts", Path(path), copy)
+            binds.append((str(copy), os.path.normpath(path)))
+    try:
+        argv = launcher.argv([command, *args], cwd=cwd and os.path.abspath(cwd), binds=binds)
+    except UpstreamError as exc:
+        raise UpstreamError(f"sandbox {server!r}: {exc}") from None
+    launched = _Launched(
+        command=argv[0], args=tuple(argv[1:]), env=env, cwd=cwd, timeout=spec.timeout,
+        startup_timeout=spec.startup_timeout, shown=spec.describe(),
+    )  # fmt: skip
+    return Workspace(root, launched)
+
+
+def _copy(server: str, key: str, source: Path, target: Path) -> None:
+    """Copy a file or directory tree (symlinks kept as links, modes and times kept)."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_dir():
+            shutil.copytree(source, target, symlinks=True)
+        elif source.exists():
+            shutil.copy2(source, target)
+        else:
+            raise FileNotFoundError(2, "no such file or directory")
+    except (OSError, shutil.Error) as exc:
+        detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise UpstreamError(
+            f"sandbox {server!r}: cannot copy {key} {str(source)!r} for an instance: {detail}; "
+            f"fix '{key}' in its [servers.{server}] table"
+        ) from None
+
+
+def _substitute(
+    state: str, command: str, args: list[str], env: dict[str, str], cwd: str | None
+) -> tuple[str, list[str], dict[str, str], str | None]:
+    """``{state}`` replaced by ``state`` in command, args, env values and cwd."""
+
+    def sub(value: str) -> str:
+        return value.replace(STATE_PLACEHOLDER, state)
+
+    return sub(command), [sub(a) for a in args], {k: sub(v) for k, v in env.items()}, cwd and sub(cwd)

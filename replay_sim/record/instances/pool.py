@@ -1,0 +1,325 @@
+"""A pool of sandbox instances: warm ones ready per server, a cap on live ones, and acquire with a bound.
+
+:class:`InstancePool` is what the replay's ``sandbox`` miss policy calls a ``SandboxPool``. It keeps
+``pool`` started instances ready for each sandbox server of a recorder config (started in the
+background, refilled as they are taken, replaced when one dies), never more than ``max_instances``
+live instances across servers (warm ones included: a warm instance of another server is ended to
+make room), and an ``exclusive`` server (:class:`~replay_sim.record.config.Isolation`) at one live
+instance at a time. :meth:`InstancePool.acquire` hands each instance to one caller only, or raises
+:class:`~replay_sim.errors.SandboxUnavailable` within its timeout saying why: the cap reached and
+what to raise, the server's start failure with its stderr tail, the exclusive server busy.
+
+Use it as an async context manager around serving: its instances live in its task group.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter, deque
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Self
+
+import anyio
+import anyio.abc
+
+from replay_sim.errors import ConfigError, SandboxUnavailable, UpstreamError
+from replay_sim.record.config import Isolation, RecorderConfig, UpstreamSpec
+from replay_sim.record.instances.instance import Instance
+from replay_sim.record.instances.isolation import Launcher
+from replay_sim.record.instances.procfs import group_rss
+
+__all__ = ["DEFAULT_MAX_INSTANCES", "DEFAULT_POOL", "InstancePool"]
+
+DEFAULT_POOL = 1
+"""Warm instances kept ready per sandbox server by default."""
+DEFAULT_MAX_INSTANCES = 32
+"""Live instances across servers by default (warm ones included)."""
+_CRASH_LOOP = 3
+"""Warm instances of a server that may die unasked in a row before the pool stops refilling it."""
+
+
+class InstancePool:
+    """Warm, capped instances of a recorder config's sandbox servers (a ``SandboxPool``).
+
+    Args:
+        config: The recorder config: its servers with ``sandbox = true`` are served, each with its
+            isolation; answers are redacted with its rules.
+        pool: Warm instances kept ready per server (0: start each on demand).
+        max_instances: Live instances at most, across servers, warm ones included.
+        servers: The sandbox servers to serve (default: all of them).
+        capabilities: Client capabilities declared to each server at ``initialize`` (wire JSON).
+        base: Where instance directories are made (default: the system's temporary directory).
+
+    Raises:
+        ConfigError: A named server is not a sandbox of the config, or a count is out of range.
+    """
+
+    def __init__(
+        self,
+        config: RecorderConfig,
+        *,
+        pool: int = DEFAULT_POOL,
+        max_instances: int = DEFAULT_MAX_INSTANCES,
+        servers: Iterable[str] | None = None,
+        capabilities: Mapping[str, Any] | None = None,
+        base: str | Path | None = None,
+    ) -> None:
+        sandboxes = {name: spec for name, spec in config.servers.items() if spec.sandbox}
+        chosen = sorted(sandboxes) if servers is None else list(servers)
+        for name in chosen:
+            if name not in sandboxes:
+                known = ", ".join(sorted(sandboxes)) or "none"
+                raise ConfigError(
+                    f"sandbox: {name!r} is not a sandbox in the recorder config (sandboxes: {known}); "
+                    f"set sandbox = true in its [servers.{name}] table"
+                )
+        if pool < 0 or max_instances < 1:
+            raise ConfigError(
+                f"sandbox pool: pool must be ≥ 0 and max_instances ≥ 1 (got {pool}, {max_instances})"
+            )
+        self.config = config
+        self.pool = pool
+        self.max_instances = max_instances
+        self._specs: dict[str, UpstreamSpec] = {name: sandboxes[name] for name in chosen}
+        self._capabilities = dict(capabilities or {})
+        self._base = None if base is None else Path(base)
+        self._launcher: Launcher | None = None
+        self._warm: dict[str, deque[Instance]] = {name: deque() for name in self._specs}
+        self._live: dict[str, set[Instance]] = {name: set() for name in self._specs}  # started or starting
+        self._starting: Counter[str] = Counter()
+        self._waiting: Counter[str] = Counter()
+        self._counts: dict[str, Counter[str]] = {name: Counter() for name in self._specs}
+        self._failure: dict[str, str] = {}
+        self._crash_run: Counter[str] = Counter()
+        self._evicting = 0
+        self._ids = itertools.count(1)
+        self._changed = anyio.Event()
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._closed = False
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        self._launcher = await anyio.to_thread.run_sync(Launcher.detect)
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        self._refill()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+        if self._tg is not None:
+            tg, self._tg = self._tg, None
+            await tg.__aexit__(None, None, None)
+
+    async def aclose(self) -> None:
+        """End every instance (warm and handed out) and delete their state; idempotent.
+
+        Callable from any task; the pool's own task group ends when its ``async with`` does.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        self._notify()
+        everything = [i for live in self._live.values() for i in live]
+        async with anyio.create_task_group() as closing:
+            for instance in everything:
+                closing.start_soon(instance.close)
+        if self._tg is not None:
+            self._tg.cancel_scope.cancel()  # instances still starting
+
+    # -- the SandboxPool interface ----------------------------------------------------------
+
+    def servers(self) -> frozenset[str]:
+        """The recorded server names this pool runs instances of."""
+        return frozenset(self._specs)
+
+    async def acquire(self, server: str, *, timeout: float) -> Instance:
+        """A fresh instance of ``server`` at its initial state, the caller's alone until it closes it.
+
+        Raises:
+            SandboxUnavailable: None could be had within ``timeout`` seconds: the cap of live
+                instances is reached, ``server`` failed to start (with its stderr tail), its
+                exclusive instance is held by another caller, or ``server`` is not a sandbox here.
+        """
+        if server not in self._specs:
+            known = ", ".join(sorted(self._specs)) or "none"
+            raise SandboxUnavailable(f"sandbox: no sandbox server {server!r} (sandboxes: {known})")
+        if self._tg is None or self._closed:
+            raise SandboxUnavailable(
+                f"sandbox {server!r}: the instance pool is not running (enter it, or it was shut down)"
+            )
+        failures = self._counts[server]["failed"]
+        self._waiting[server] += 1
+        try:
+            with anyio.move_on_after(max(timeout, 0)):
+                while True:
+                    if self._closed:
+                        raise SandboxUnavailable(f"sandbox {server!r}: the instance pool is shutting down")
+                    if (instance := self._take(server)) is not None:
+                        return instance
+                    if self._counts[server]["failed"] != failures and not self._starting[server]:
+                        raise SandboxUnavailable(
+                            f"sandbox {server!r}: an instance could not be started: {self._failure[server]}"
+                        )
+                    self._start_for_waiters(server)
+                    changed = self._changed
+                    await changed.wait()
+        finally:
+            self._waiting[server] -= 1
+        raise SandboxUnavailable(self._why_not(server, timeout))
+
+    def stats(self) -> dict[str, Any]:
+        """Per server: isolation, live/warm/in-use/starting instances, counters, memory per live instance.
+
+        Counters: ``started`` (instances that came up), ``ended`` (closed by their owner or the
+        pool), ``crashed`` (ended unasked), ``failed`` (did not start; ``last_failure`` says why).
+        """
+        running = [i for live in self._live.values() for i in live if i.pid is not None and i.alive]
+        memory = group_rss([i.pid for i in running if i.pid is not None])
+        out: dict[str, Any] = {}
+        for server, spec in self._specs.items():
+            live = [i for i in self._live[server] if i.alive]
+            counts = self._counts[server]
+            out[server] = {
+                "isolation": str(spec.isolation),
+                "live": len(live),
+                "warm": len(self._warm[server]),
+                "in_use": len(live) - sum(1 for i in self._warm[server] if i.alive),
+                "starting": self._starting[server],
+                "started": counts["started"],
+                "ended": counts["ended"],
+                "crashed": counts["crashed"],
+                "failed": counts["failed"],
+                "last_failure": self._failure.get(server),
+                "memory_bytes": {i.id: memory.get(i.pid) for i in live if i.pid is not None},
+                "parent_death_signal": bool(self._launcher and self._launcher.parent_death),
+            }
+        return out
+
+    # -- keeping instances ------------------------------------------------------------------
+
+    def _take(self, server: str) -> Instance | None:
+        """A warm, live instance of ``server``, now handed out (the pool refills behind it)."""
+        warm = self._warm[server]
+        while warm:
+            instance = warm.popleft()
+            if instance.alive:
+                self._crash_run[server] = 0
+                self._refill()
+                return instance
+        return None
+
+    def _start_for_waiters(self, server: str) -> None:
+        """Start instances for the callers waiting on ``server`` that no starting instance will serve."""
+        needed = self._waiting[server] - self._starting[server] - len(self._warm[server])
+        for _ in range(needed):
+            if not self._room(server):
+                return
+            self._start(server)
+
+    def _room(self, server: str) -> bool:
+        """Whether one more instance of ``server`` may start now (ending a spare warm one if that helps)."""
+        if self._specs[server].isolation is Isolation.EXCLUSIVE and self._live[server]:
+            return False
+        if self._total() < self.max_instances:
+            return True
+        if self._evicting == 0:  # at the cap: a warm instance nobody waits for makes room
+            for other, warm in self._warm.items():
+                if warm and len(warm) > self._waiting[other]:
+                    self._evicting += 1
+                    self._spawn(self._evict, warm.pop())
+                    break
+        return False
+
+    async def _evict(self, instance: Instance) -> None:
+        try:
+            await instance.close()
+        finally:
+            self._evicting -= 1
+
+    def _refill(self) -> None:
+        """Start warm instances up to ``pool`` per server, within the cap (not for a failing server)."""
+        if self._closed or self._tg is None:
+            return
+        for server, spec in self._specs.items():
+            if self._crash_run[server] >= _CRASH_LOOP or server in self._failure:
+                continue  # a failing server is started again only when a caller asks for it
+            while len(self._warm[server]) + self._starting[server] < self.pool:
+                exclusive = spec.isolation is Isolation.EXCLUSIVE
+                if self._total() >= self.max_instances or (exclusive and self._live[server]):
+                    break
+                self._start(server)
+
+    def _start(self, server: str) -> None:
+        instance = Instance(
+            server, f"{server}-{next(self._ids)}", self._specs[server], redactor=self.config.redactor,
+            launcher=self._launcher or Launcher.detect(), capabilities=self._capabilities, base=self._base,
+        )  # fmt: skip
+        self._live[server].add(instance)
+        self._starting[server] += 1
+        self._spawn(self._hold, instance)
+
+    async def _hold(self, instance: Instance) -> None:
+        """Run one instance for its whole life, keeping the books as it starts and ends."""
+        server, started = instance.server, False
+
+        def ready() -> None:
+            nonlocal started
+            started = True
+            self._starting[server] -= 1
+            self._counts[server]["started"] += 1
+            self._failure.pop(server, None)
+            self._warm[server].append(instance)
+            self._notify()
+
+        try:
+            await instance.run(ready)
+        except Exception as exc:  # a start failure (UpstreamError) or an unforeseen one: never the pool's end
+            self._failure[server] = (
+                str(exc) if isinstance(exc, UpstreamError) else f"{type(exc).__name__}: {exc}"
+            )
+            self._counts[server]["failed"] += 1
+        finally:
+            if not started:
+                self._starting[server] -= 1
+            elif instance.crashed:
+                self._counts[server]["crashed"] += 1
+                if instance in self._warm[server]:
+                    self._crash_run[server] += 1
+            else:
+                self._counts[server]["ended"] += 1
+            if instance in self._warm[server]:
+                self._warm[server].remove(instance)
+            self._live[server].discard(instance)
+            self._notify()
+            self._refill()
+
+    def _spawn(self, job: Any, instance: Instance) -> None:
+        assert self._tg is not None
+        self._tg.start_soon(job, instance, name=f"sandbox instance {instance.id}")
+
+    def _total(self) -> int:
+        return sum(len(live) for live in self._live.values())
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    def _why_not(self, server: str, timeout: float) -> str:
+        within = f"sandbox {server!r}: no instance within {timeout:g}s: "
+        if self._specs[server].isolation is Isolation.EXCLUSIVE and self._live[server]:
+            return within + (
+                "its isolation is 'exclusive' (one instance at a time) and another episode holds it; "
+                "give it 'state' or 'mounts' isolation so instances can run side by side"
+            )
+        if self._total() >= self.max_instances and not self._starting[server]:
+            return within + (
+                f"all {self.max_instances} sandbox instances are live (max_instances); raise "
+                "`--max-sandboxes`, or end episodes sooner (their instances end with them)"
+            )
+        return within + (
+            f"an instance is still starting (startup_timeout {self._specs[server].startup_timeout:g}s); "
+            "allow a longer acquire timeout, or keep instances warm (`--sandbox-pool N`)"
+        )

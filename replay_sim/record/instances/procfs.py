@@ -1,0 +1,44 @@
+"""What Linux's /proc says about a sandbox instance's processes: their resident memory, per process group.
+
+An instance runs as its own process group (its launcher's pid is the group id), so the memory an
+instance holds is the sum of the resident sets of the processes in that group, children included.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection
+from pathlib import Path
+
+__all__ = ["group_rss"]
+
+_PROC = Path("/proc")
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def group_rss(groups: Collection[int]) -> dict[int, int]:
+    """Resident memory in bytes of the processes in each of ``groups`` (process group ids).
+
+    One pass over /proc. A group with no process left is absent; so is everything where /proc is
+    not Linux's (then the caller reports memory as unknown).
+    """
+    wanted = set(groups)
+    totals: dict[int, int] = {}
+    if not wanted or not _PROC.is_dir():
+        return totals
+    for entry in os.scandir(_PROC):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(entry.path, "stat").read_bytes()
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        # After the command name in parentheses (which may itself hold spaces and parentheses):
+        # state ppid pgrp session ... and the resident set in pages is the 22nd field from there.
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) < 22:
+            continue
+        group = int(fields[2])
+        if group in wanted:
+            totals[group] = totals.get(group, 0) + int(fields[21]) * _PAGE
+    return totals
