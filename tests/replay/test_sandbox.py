@@ -7,6 +7,7 @@ their state in the process).
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -14,10 +15,10 @@ import anyio
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
-from recording_helpers import step
+from recording_helpers import REPLAY_SIM, raw_client, raw_request, stdio, step
 from sandbox_helpers import live_instances, match, record, sandboxed, text, until, write_config
 
-from replay_sim.protocol import LOST_CODE
+from replay_sim.protocol import LOST_CODE, MATCH_META_KEY
 from replay_sim.store import Origin, Store
 
 pytestmark = pytest.mark.anyio
@@ -169,3 +170,22 @@ async def test_an_instance_that_dies_makes_its_episode_lost(tmp_path: Path) -> N
                 await client.call_tool("echo", {"text": "hello"})  # recorded, but not from this state
             assert later.value.error.code == LOST_CODE
         assert sim.replay.episodes.get("doomed").sandbox["lost"] == 1
+
+
+async def test_serve_over_stdio_with_miss_sandbox_answers_from_an_instance_and_keeps_the_answer(
+    counter_db: Path, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path / "recorder.toml")
+    serve = stdio(
+        REPLAY_SIM, "serve", "--stdio", "--server", "counter", "--db", counter_db, "--miss", "sandbox",
+        "--config", config, "--sandbox-pool", "0", "--index-dir", tmp_path / "index",
+        env=dict(os.environ),  # this checkout's replay_sim (PYTHONPATH), not only the SDK's safe variables
+    )  # fmt: skip
+    with anyio.fail_after(120):
+        async with raw_client(serve) as client:  # the stdio client's history is the one bound
+            first = await raw_request(client, "tools/call", {"name": "double", "arguments": {"x": 21}})
+        async with raw_client(serve) as client:  # a new process: the answer was recorded
+            again = await raw_request(client, "tools/call", {"name": "double", "arguments": {"x": 21}})
+    assert first["content"] == again["content"] == [{"type": "text", "text": "42"}]
+    assert first["_meta"][MATCH_META_KEY]["status"] == "sandbox"
+    assert again["_meta"][MATCH_META_KEY]["status"] == "exact"
