@@ -158,6 +158,11 @@ class Replay:
     def miss_log(self, log: MissLog | None) -> None:
         self.misses.log = log
 
+    def sandbox_stats(self) -> dict[str, Any] | None:
+        """What the ``sandbox`` miss policy did and its pool's figures (None under another policy)."""
+        stats = getattr(self.policy, "stats", None)
+        return stats() if callable(stats) else None
+
     def close(self) -> None:
         """Close the store (idempotent); the replay answers nothing after."""
         self.store.close()

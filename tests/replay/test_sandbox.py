@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 import anyio
+import httpx2
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
@@ -128,6 +129,15 @@ async def test_an_episode_ended_by_delete_closes_its_instance(counter_db: Path, 
         async with Client(episode.url("counter")) as client:
             await client.call_tool("put", {"key": "new", "value": "v"})
         assert live_instances(sim, "counter") == 1
+        async with httpx2.AsyncClient() as http:
+            metrics = (await http.get(f"{sim.url}/metrics")).text
+            stats = (await http.get(f"{sim.url}/api/stats")).json()["sandbox"]
+            summary = (await http.get(f"{sim.url}/api/episodes/ending")).json()
+        assert "replay_sim_sandbox_instances_total 1" in metrics
+        assert 'replay_sim_sandbox_live_instances{server="counter"} 1' in metrics
+        assert stats["bound"] == 1 and stats["answers"] == 1 and stats["pool"]["counter"]["live"] == 1
+        assert summary["sandbox"] == {"instances": 1, "replayed": 0, "answers": 1, "lost": 0}
+        assert summary["tiers"] == {"sandbox": 1}
         episode.close()
         await until(lambda: live_instances(sim, "counter") == 0)
         assert sim.replay.policy.stats()["bound"] == 0
