@@ -14,11 +14,13 @@ from pathlib import Path
 import anyio
 import httpx2
 import pytest
+from click.testing import CliRunner
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 from recording_helpers import REPLAY_SIM, raw_client, raw_request, stdio, step
 from sandbox_helpers import live_instances, match, record, sandboxed, text, until, write_config
 
+from replay_sim.cli import cli
 from replay_sim.protocol import LOST_CODE, MATCH_META_KEY
 from replay_sim.store import Origin, Store
 
@@ -103,6 +105,9 @@ async def test_a_second_episode_making_the_same_calls_is_answered_from_what_the_
         ("put", {"key": "k1", "value": "a"}),
         *[(tool, arguments) for tool, arguments in calls[1:]],
     ]
+    shown = CliRunner().invoke(cli, ["stats", "--db", str(counter_db)])
+    assert shown.exit_code == 0 and "added by rollouts" in shown.output
+    assert "counter\t4 calls of 2 tools/resources/prompts" in shown.output
 
 
 async def test_a_bound_episodes_write_the_cache_answers_still_goes_to_its_instance(
