@@ -22,7 +22,9 @@ from sandbox_helpers import live_instances, match, record, sandboxed, text, unti
 
 from replay_sim.cli import cli
 from replay_sim.protocol import LOST_CODE, MATCH_META_KEY
+from replay_sim.resolve.snapshot import freeze
 from replay_sim.store import Origin, Store
+from replay_sim.store.snapshot import verify
 
 pytestmark = pytest.mark.anyio
 
@@ -204,3 +206,33 @@ async def test_serve_over_stdio_with_miss_sandbox_answers_from_an_instance_and_k
     assert first["content"] == again["content"] == [{"type": "text", "text": "42"}]
     assert first["_meta"][MATCH_META_KEY]["status"] == "sandbox"
     assert again["_meta"][MATCH_META_KEY]["status"] == "exact"
+
+
+async def test_a_snapshot_served_with_sandboxes_keeps_their_answers_in_a_side_store(
+    counter_db: Path, tmp_path: Path
+) -> None:
+    bundle = tmp_path / "snap"
+    await anyio.to_thread.run_sync(freeze, counter_db, bundle)
+    config = write_config(tmp_path / "recorder.toml")
+    async with (
+        sandboxed(None, config, tmp_path, snapshot=bundle) as sim,
+        Client(sim.episode("frozen").url("counter")) as client,
+    ):
+        assert match(await client.call_tool("put", {"key": "k1", "value": "a"}))["status"] == "exact"
+        write = await client.call_tool("put", {"key": "k3", "value": "z"})
+        assert match(write)["status"] == "sandbox" and match(write)["snapshot"] == sim.replay.snapshot
+        # The snapshot cannot hold the new state: from here the episode's instance answers, reads too.
+        assert [text(await client.call_tool("get", {"key": k})) for k in ("k3", "k1", "k2")] == [
+            "z",
+            "a",
+            "(unset)",
+        ]
+    side = tmp_path / "snap.sandbox.db"
+    with Store(side) as store:
+        kept = [(r.name, r.arguments, r.origin) for r in store.recordings()]
+    assert kept[:2] == [
+        ("put", {"key": "k1", "value": "a"}, "sandbox"),
+        ("put", {"key": "k3", "value": "z"}, "sandbox"),
+    ]
+    assert len(kept) == 5
+    assert verify(bundle).id == sim.replay.snapshot  # the bundle itself is untouched
