@@ -234,6 +234,9 @@ def serve_command(
             allowed_hosts=allowed_hosts,
             token=token,
             miss=miss,
+            config=None if config is None else str(config),
+            sandbox_pool=sandbox_pool,
+            max_sandboxes=max_sandboxes,
             limits=Limits(
                 session_idle_timeout=session_idle_timeout,
                 max_sessions=max_sessions,

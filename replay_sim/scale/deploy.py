@@ -38,6 +38,7 @@ from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
 from starlette.types import Message
 
 from replay_sim.errors import ConfigError
+from replay_sim.record.instances import DEFAULT_MAX_INSTANCES, DEFAULT_POOL
 from replay_sim.replay.admission import Limits
 from replay_sim.replay.policies.miss import MissPolicyName
 from replay_sim.resolve.runtime import configure_runtime
@@ -81,7 +82,12 @@ class ScaleSettings:
         port: Its port.
         allowed_hosts: More Host names clients reach the replicas by (see ``serve --allowed-host``).
         token: The admin API's bearer token (required beyond loopback).
-        miss: Miss policy: ``error`` or ``nearest`` (a snapshot is read-only).
+        miss: Miss policy: ``error``, ``nearest`` or ``sandbox`` (a snapshot is read-only: sandbox
+            answers go to a side store next to each replica's bundle).
+        config: The recorder config declaring the sandbox servers (``miss="sandbox"``); every
+            replica builds its own instance pool from it and owns the instances of its episodes.
+        sandbox_pool: Started instances kept ready per sandbox server, per replica.
+        max_sandboxes: Live instances at most per replica.
         limits: Each replica's sessions, concurrency and body read time.
         max_body: The largest request body a replica accepts.
     """
@@ -98,6 +104,9 @@ class ScaleSettings:
     allowed_hosts: tuple[str, ...] = ()
     token: str | None = None
     miss: str = MissPolicyName.ERROR.value
+    config: str | None = None
+    sandbox_pool: int = DEFAULT_POOL
+    max_sandboxes: int = DEFAULT_MAX_INSTANCES
     limits: Limits = field(default_factory=Limits)
     max_body: int = DEFAULT_MAX_BODY
 
@@ -117,7 +126,12 @@ class ScaleSettings:
                 "autoscaling needs 1 <= --autoscale-min <= --replicas <= --autoscale-max, got "
                 f"{low} <= {self.replicas} <= {high}"
             )
-        if self.miss not in (MissPolicyName.ERROR, MissPolicyName.NEAREST):
+        if self.miss == MissPolicyName.SANDBOX:
+            if self.config is None:
+                raise ConfigError(
+                    "--miss sandbox needs --config FILE, the recorder config declaring sandboxes"
+                )
+        elif self.miss not in (MissPolicyName.ERROR, MissPolicyName.NEAREST):
             raise ConfigError(f"--miss {self.miss} records new answers; replicas serve a read-only snapshot")
 
 
@@ -211,6 +225,13 @@ def build_app(settings: ScaleSettings) -> serve.Application:
         )
     app_options = {
         "miss": settings.miss,
+        "sandboxes": None
+        if settings.config is None
+        else {
+            "config": str(Path(settings.config).resolve()),
+            "pool": settings.sandbox_pool,
+            "max_instances": settings.max_sandboxes,
+        },
         "host": settings.host,
         "allowed_hosts": tuple(settings.allowed_hosts),
         "token": settings.token,
