@@ -38,8 +38,13 @@ async def record(db: Path, server: str, script: Script, env: dict[str, str] | No
     await run_script(proxy_stdio(db, server, [PYTHON, SERVERS[server]], *options), script)
 
 
-def write_config(path: Path, env: dict[str, dict[str, str]] | None = None) -> Path:
-    """A recorder config declaring both fixture servers sandboxes (in-process state: a fresh process)."""
+def write_config(
+    path: Path, env: dict[str, dict[str, str]] | None = None, own_miss: tuple[str, ...] = ()
+) -> Path:
+    """A recorder config declaring both fixture servers sandboxes (in-process state: a fresh process).
+
+    ``own_miss``: the servers whose table says ``miss = "sandbox"``.
+    """
     lines = []
     for name, script in SERVERS.items():
         lines += [
@@ -50,7 +55,7 @@ def write_config(path: Path, env: dict[str, dict[str, str]] | None = None) -> Pa
         if env and name in env:
             pairs = ", ".join(f"{k} = {json.dumps(v)}" for k, v in env[name].items())
             lines.append(f"env = {{ {pairs} }}")
-        lines += ["sandbox = true", ""]
+        lines += ["sandbox = true", *(['miss = "sandbox"'] if name in own_miss else []), ""]
     path.write_text("\n".join(lines))
     return path
 

@@ -261,13 +261,16 @@ def serve_command(
         if recorder_config is None:
             raise ConfigError("--miss live needs --config FILE, the recorder config naming the real servers")
         forward = Forwarder(recorder_config)
+    if miss == MissPolicyName.SANDBOX and recorder_config is None:
+        raise ConfigError("--miss sandbox needs --config FILE, the recorder config declaring sandbox servers")
     sandboxes = None
-    if miss == MissPolicyName.SANDBOX:
-        if recorder_config is None:
-            raise ConfigError(
-                "--miss sandbox needs --config FILE, the recorder config declaring sandbox servers"
-            )
-        sandboxes = build_sandbox_pool(recorder_config, pool=sandbox_pool, max_instances=max_sandboxes)
+    own = [] if recorder_config is None else [n for n, s in recorder_config.servers.items() if s.miss]
+    if recorder_config is not None and (miss == MissPolicyName.SANDBOX or own):
+        # Every sandbox with --miss sandbox; else those whose config says miss = "sandbox".
+        servers = None if miss == MissPolicyName.SANDBOX else own
+        sandboxes = build_sandbox_pool(
+            recorder_config, pool=sandbox_pool, max_instances=max_sandboxes, servers=servers
+        )
     replay = open_replay(
         db,
         snapshot=snapshot,

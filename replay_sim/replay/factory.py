@@ -58,8 +58,9 @@ def open_replay(
         forward: How the ``live`` miss policy reaches the real servers. When it is an async context
             manager too (as ``Forwarder`` is), it is entered around serving: it holds the connections.
         sandboxes: Where the ``sandbox`` miss policy takes instances of the real servers (the
-            record side's pool, ``replay_sim.cli.sandboxes.sandbox_pool``). When it is an async
-            context manager too, it is entered around serving: it holds the instances.
+            record side's pool, ``replay_sim.cli.sandboxes.sandbox_pool``); entered around serving
+            when it is an async context manager. Given with another ``miss``, its servers' misses
+            are still answered by sandboxes, the others' by ``miss``.
         sandbox_timeout: Seconds a call may wait for a sandbox instance before it is a miss saying so.
         sandbox_idle: Seconds after which an idle episode's instance is closed (None: never).
         llm_url: OpenAI-compatible endpoint (miss policy ``synthesize``).
@@ -102,8 +103,7 @@ def open_replay(
         store = Store(db if db is not None else DEFAULT_DB, create=False)
         if index_dir is not None:
             resolver_options["index_dir"] = Path(index_dir)
-    held = sandboxes if sandboxes is not None else forward
-    connections = held if isinstance(held, AbstractAsyncContextManager) else None
+    connections = forward if isinstance(forward, AbstractAsyncContextManager) else None
     settings = MissSettings(
         store=store,
         forward=forward,

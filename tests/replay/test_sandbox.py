@@ -21,7 +21,9 @@ from recording_helpers import REPLAY_SIM, raw_client, raw_request, stdio, step
 from sandbox_helpers import live_instances, match, record, sandboxed, text, until, write_config
 
 from replay_sim.cli import cli
+from replay_sim.errors import ConfigError
 from replay_sim.protocol import LOST_CODE, MATCH_META_KEY
+from replay_sim.record.config import load_config
 from replay_sim.resolve.snapshot import freeze
 from replay_sim.store import Origin, Store
 from replay_sim.store.snapshot import verify
@@ -189,12 +191,15 @@ async def test_an_instance_that_dies_makes_its_episode_lost(tmp_path: Path) -> N
         assert sim.replay.episodes.get("doomed").sandbox["lost"] == 1
 
 
+@pytest.mark.parametrize("chosen_by", ["--miss sandbox", 'miss = "sandbox" in the recorder config'])
 async def test_serve_over_stdio_with_miss_sandbox_answers_from_an_instance_and_keeps_the_answer(
-    counter_db: Path, tmp_path: Path
+    counter_db: Path, tmp_path: Path, chosen_by: str
 ) -> None:
-    config = write_config(tmp_path / "recorder.toml")
+    by_flag = chosen_by.startswith("--")
+    config = write_config(tmp_path / "recorder.toml", own_miss=() if by_flag else ("counter",))
     serve = stdio(
-        REPLAY_SIM, "serve", "--stdio", "--server", "counter", "--db", counter_db, "--miss", "sandbox",
+        REPLAY_SIM, "serve", "--stdio", "--server", "counter", "--db", counter_db,
+        "--miss", "sandbox" if by_flag else "error",
         "--config", config, "--sandbox-pool", "0", "--index-dir", tmp_path / "index",
         env=dict(os.environ),  # this checkout's replay_sim (PYTHONPATH), not only the SDK's safe variables
     )  # fmt: skip
@@ -236,3 +241,13 @@ async def test_a_snapshot_served_with_sandboxes_keeps_their_answers_in_a_side_st
     ]
     assert len(kept) == 5
     assert verify(bundle).id == sim.replay.snapshot  # the bundle itself is untouched
+
+
+def test_a_server_can_only_choose_the_sandbox_policy_and_only_as_a_sandbox(tmp_path: Path) -> None:
+    config = tmp_path / "recorder.toml"
+    config.write_text('[servers.counter]\ncommand = "python"\nmiss = "live"\nsandbox = true\n')
+    with pytest.raises(ConfigError, match="'miss' can only be \"sandbox\" per server"):
+        load_config(config)
+    config.write_text('[servers.counter]\ncommand = "python"\nmiss = "sandbox"\n')
+    with pytest.raises(ConfigError, match='miss = "sandbox" needs sandbox = true'):
+        load_config(config)

@@ -29,7 +29,7 @@ MISS_POLICIES: dict[MissPolicyName, Callable[[MissSettings], MissPolicy]] = {
 
 
 def make_policy(name: str | MissPolicyName, settings: MissSettings) -> MissPolicy:
-    """Build the named miss policy.
+    """Build the named miss policy (behind the ``sandbox`` policy's servers when a pool is given).
 
     Raises:
         ConfigError: Unknown policy name, or settings the policy needs are missing.
@@ -39,4 +39,8 @@ def make_policy(name: str | MissPolicyName, settings: MissSettings) -> MissPolic
     except ValueError:
         known = ", ".join(MissPolicyName)
         raise ConfigError(f"unknown miss policy {name!r}; choose one of {known}") from None
-    return factory(settings)
+    policy = factory(settings)
+    if settings.sandboxes is not None and not isinstance(policy, SandboxPolicy):
+        # Servers declared `miss = "sandbox"` in the recorder config: theirs, the rest the named policy's.
+        return SandboxPolicy(settings, fallback=policy)
+    return policy

@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import time
 import weakref
-from contextlib import AsyncExitStack
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from pathlib import Path
 from typing import Any, Protocol, Self
 
@@ -156,20 +156,22 @@ class SandboxPolicy:
 
     async def __aenter__(self) -> Self:
         self._loop = asyncio.get_running_loop()
+        if isinstance(self.pool, AbstractAsyncContextManager):  # its instances live in its task group
+            await self._stack.enter_async_context(self.pool)
         self._tg = await self._stack.enter_async_context(anyio.create_task_group())
         self._tg.start_soon(self._reap)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         assert self._tg is not None
-        self._tg.cancel_scope.cancel()
-        await self._stack.aclose()
+        self._tg.cancel_scope.cancel()  # the reaper
         self._tg = self._loop = None
         bindings, self._bindings = list(self._bindings.values()), {}
         with anyio.CancelScope(shield=True):
             for binding in bindings:
                 await binding.unbind()
             await self.pool.aclose()
+            await self._stack.aclose()
         if self._side is not None:
             self._side.close()
 
