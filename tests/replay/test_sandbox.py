@@ -7,6 +7,7 @@ their state in the process).
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 from pathlib import Path
@@ -251,3 +252,23 @@ def test_a_server_can_only_choose_the_sandbox_policy_and_only_as_a_sandbox(tmp_p
     config.write_text('[servers.counter]\ncommand = "python"\nmiss = "sandbox"\n')
     with pytest.raises(ConfigError, match='miss = "sandbox" needs sandbox = true'):
         load_config(config)
+
+
+async def test_a_history_scoped_to_an_mcp_session_binds_per_session_and_its_end_closes_the_instance(
+    counter_db: Path, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path / "recorder.toml")
+    async with sandboxed(counter_db, config, tmp_path) as sim:
+        async with (
+            Client(sim.endpoint("counter"), mode="legacy") as one,
+            Client(sim.endpoint("counter"), mode="legacy") as two,
+        ):  # handshake-era sessions, no episode: each session is its own history
+            await one.call_tool("put", {"key": "mine", "value": "one"})
+            await two.call_tool("put", {"key": "mine", "value": "two"})
+            assert text(await one.call_tool("get", {"key": "mine"})) == "one"
+            assert text(await two.call_tool("get", {"key": "mine"})) == "two"
+            assert live_instances(sim, "counter") == 2
+        # The sessions ended: their histories are freed (the SDK's session objects hold cycles: the
+        # collector frees them, at once here), and with them their instances.
+        gc.collect()
+        await until(lambda: live_instances(sim, "counter") == 0)

@@ -171,7 +171,7 @@ class SandboxPolicy:
             for binding in bindings:
                 await binding.unbind()
             await self.pool.aclose()
-            await self._stack.aclose()
+        await self._stack.aclose()  # the pool's own task group: exited where it was entered
         if self._side is not None:
             self._side.close()
 
