@@ -272,3 +272,30 @@ async def test_a_history_scoped_to_an_mcp_session_binds_per_session_and_its_end_
         # collector frees them, at once here), and with them their instances.
         gc.collect()
         await until(lambda: live_instances(sim, "counter") == 0)
+
+
+async def test_an_instance_idle_past_its_bound_is_closed_and_its_episode_lost(
+    counter_db: Path, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path / "recorder.toml")
+    async with (
+        sandboxed(counter_db, config, tmp_path, sandbox_idle=0.5) as sim,
+        Client(sim.episode("idle").url("counter")) as client,
+    ):
+        await client.call_tool("put", {"key": "new", "value": "v"})
+        await until(lambda: live_instances(sim, "counter") == 0)  # nothing asked it for 0.5 s
+        with pytest.raises(MCPError) as lost:  # its state went with it: never an answer from another
+            await client.call_tool("get", {"key": "new"})
+        assert lost.value.error.code == LOST_CODE and "closed after 0.5 s idle" in lost.value.error.message
+
+
+async def test_a_request_with_no_history_is_answered_by_a_fresh_instance_only_for_a_read(
+    counter_db: Path, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path / "recorder.toml")
+    async with sandboxed(counter_db, config, tmp_path) as sim, Client(sim.endpoint("counter")) as client:
+        read = await client.call_tool("get", {"key": "nobody-wrote"})  # 2026-era: no session, no episode
+        assert text(read) == "(unset)" and match(read)["status"] == "sandbox"
+        write = await client.call_tool("put", {"key": "k9", "value": "v"})  # its effect could not be kept
+        assert write.is_error and match(write)["status"] == "miss" and "episode" in text(write)
+        await until(lambda: live_instances(sim, "counter") == 0)  # the read's instance was closed at once
