@@ -21,6 +21,7 @@ def sandbox_pool(
     *,
     pool: int = DEFAULT_POOL,
     max_instances: int = DEFAULT_MAX_INSTANCES,
+    idle_timeout: float | None = None,
     servers: Iterable[str] | None = None,
 ) -> InstancePool:
     """The pool of instances of ``config``'s sandbox servers (enter it with ``async with`` while serving).
@@ -29,6 +30,8 @@ def sandbox_pool(
         config: The recorder config (``sandbox = true`` servers, their isolation, redaction rules).
         pool: Warm instances kept ready per server (``--sandbox-pool N``).
         max_instances: Live instances at most across servers (``--max-sandboxes N``).
+        idle_timeout: Seconds a handed-out instance may go without a call before it is ended
+            (a safety net behind the episodes' own idle expiry; None: never).
         servers: Only these sandbox servers (default: all of them).
 
     Raises:
@@ -39,4 +42,6 @@ def sandbox_pool(
             "--miss sandbox needs a recorder config with at least one server declared `sandbox = true` "
             f"(its servers: {', '.join(sorted(config.servers))})"
         )
-    return InstancePool(config, pool=pool, max_instances=max_instances, servers=servers)
+    return InstancePool(
+        config, pool=pool, max_instances=max_instances, idle_timeout=idle_timeout, servers=servers
+    )

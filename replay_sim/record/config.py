@@ -44,22 +44,14 @@ import shlex
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from replay_sim.errors import ConfigError
+from replay_sim.record.isolation import Isolation, isolation_problem
 from replay_sim.redaction import DEFAULT_KEY_GLOBS, REDACTED, Redactor
 
-__all__ = [
-    "DEFAULT_TIMEOUT",
-    "STATE_PLACEHOLDER",
-    "Isolation",
-    "RecorderConfig",
-    "UpstreamSpec",
-    "load_config",
-    "parse_config",
-]
+__all__ = ["DEFAULT_TIMEOUT", "RecorderConfig", "UpstreamSpec", "load_config", "parse_config"]
 
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -73,33 +65,6 @@ DEFAULT_TIMEOUT = 60.0
 """Seconds an upstream may take to answer one request (or to report progress on it) by default:
 the request timeout of the TypeScript MCP SDK's clients, so a proxied client gets an answer before
 most would give up on their own."""
-STATE_PLACEHOLDER = "{state}"
-"""Replaced by a sandbox instance's own copy of the ``state`` directory in command, args, env and cwd."""
-
-
-class Isolation(StrEnum):
-    """How concurrent sandbox instances of one server are kept from seeing each other's state."""
-
-    PROCESS = "process"
-    """The state lives in the process: a fresh process is a fresh state."""
-    STATE = "state"
-    """The state lives in a directory the server is told (``{state}``): each instance gets a copy."""
-    MOUNT = "mount"
-    """The server's calls carry absolute paths: each instance sees its own copy of each path in ``mounts``
-    (a private mount namespace)."""
-    EXCLUSIVE = "exclusive"
-    """None of these: one live instance at a time, each after the server's ``reset`` command."""
-
-    @classmethod
-    def implied(cls, *, url: bool, state: bool, mounts: bool, reset: bool) -> Isolation:
-        """The isolation a sandbox gets when its config names none: the safe one for what it declares."""
-        if url:
-            return cls.EXCLUSIVE  # one long-lived server: nothing but its reset makes a fresh state
-        if state:
-            return cls.STATE
-        if mounts:
-            return cls.MOUNT
-        return cls.EXCLUSIVE if reset else cls.PROCESS  # a reset says the state outlives the process
 
 
 @dataclass(frozen=True)
@@ -162,7 +127,7 @@ class UpstreamSpec:
             raise ValueError(
                 "a url upstream is a sandbox only with a reset command (its state outlives a session)"
             )
-        if problem := self._isolation_problem():
+        if problem := isolation_problem(self):
             raise ValueError(problem)
         if self.sandbox and self.isolation is None:
             implied = Isolation.implied(
@@ -170,46 +135,6 @@ class UpstreamSpec:
                 reset=self.reset is not None,
             )  # fmt: skip
             object.__setattr__(self, "isolation", implied)
-
-    def _isolation_problem(self) -> str | None:
-        """What is wrong with the sandbox isolation settings (one line naming the field), or None."""
-        kind, placeholder = self.isolation, self._placeholder_fields()
-        if not self.sandbox:
-            given = [k for k, v in (("isolation", kind), ("state", self.state), ("mounts", self.mounts)) if v]
-            if given:
-                return f"{given[0]!r} applies to a sandbox: add sandbox = true"
-        if self.state is None and placeholder:
-            return f"{placeholder[0]!r} uses {{state}} but no 'state' directory is given"
-        if self.state is not None:
-            if not os.path.isabs(self.state):
-                return f"'state' must be an absolute path (the pristine state directory), got {self.state!r}"
-            if kind not in (None, Isolation.STATE):
-                return f"'state' needs isolation = \"state\", not {kind.value!r}"
-            if not placeholder:
-                return "'state' is copied per instance but no command, args, env or cwd uses {state}"
-        if self.mounts:
-            if kind not in (None, Isolation.MOUNT):
-                return f"'mounts' needs isolation = \"mount\", not {kind.value!r}"
-            for path in self.mounts:
-                if not os.path.isabs(path) or os.path.normpath(path) == "/":
-                    return f"'mounts' entries must be absolute paths below /, got {path!r}"
-            if len(set(self.mounts)) != len(self.mounts):
-                return "'mounts' lists a path twice"
-        if kind is Isolation.STATE and self.state is None:
-            return "isolation = \"state\" needs a 'state' directory"
-        if kind is Isolation.MOUNT and not self.mounts:
-            return "isolation = \"mount\" needs 'mounts', the absolute paths each instance gets a copy of"
-        if kind is not None and kind is not Isolation.EXCLUSIVE and self.url is not None:
-            return f'isolation = {kind.value!r} needs a command: a url upstream can only be "exclusive"'
-        if kind is Isolation.EXCLUSIVE and self.reset is None:
-            return "isolation = \"exclusive\" needs a 'reset' command (run before each instance)"
-        return None
-
-    def _placeholder_fields(self) -> list[str]:
-        """The fields whose values use ``{state}``."""
-        fields = [("command", [self.command or ""]), ("args", self.args), ("env", self.env.values())]
-        fields.append(("cwd", [self.cwd or ""]))
-        return [name for name, values in fields if any(STATE_PLACEHOLDER in v for v in values)]
 
     def describe(self) -> str:
         """The command line or URL, for messages."""
@@ -403,7 +328,7 @@ def _isolation(entry: dict[str, Any], where: str) -> dict[str, Any]:
     if "isolation" in entry:
         value = entry["isolation"]
         kinds = ", ".join(repr(k.value) for k in Isolation)
-        if value not in {k.value for k in Isolation}:
+        if not isinstance(value, str) or value not in {k.value for k in Isolation}:
             raise ConfigError(f"{where}: 'isolation' must be one of {kinds}, got {value!r}")
         out["isolation"] = Isolation(value)
     if "state" in entry:

@@ -4,7 +4,7 @@ The record side of the replay's ``sandbox`` miss policy (issue 18): :class:`Inst
 the replay's ``SandboxPool`` and :class:`Instance` its ``SandboxInstance``. The replay never imports
 this package; the CLI builds the pool (:func:`replay_sim.cli.sandboxes.sandbox_pool`) and injects it.
 
-- :mod:`.isolation` — an instance's workspace (its copy of ``state`` or of ``mounts``) and launch
+- :mod:`.workspace` — an instance's workspace (its copy of ``state`` or of ``mounts``) and launch
   (parent-death signal, PID and mount namespaces);
 - :mod:`.instance` — one instance: start, call, crash detection, close;
 - :mod:`.pool` — warm instances per server, the cap, acquire with a bound, stats;

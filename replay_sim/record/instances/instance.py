@@ -1,7 +1,7 @@
 """One sandbox instance: a real server started for one owner, in a state of its own, ended with its state.
 
 An :class:`Instance` is what the replay's ``sandbox`` miss policy calls a ``SandboxInstance``: it
-starts the server of a recorder config entry in its :class:`~replay_sim.record.instances.isolation.Workspace`
+starts the server of a recorder config entry in its :class:`~replay_sim.record.instances.workspace.Workspace`
 (fresh process, own copy of its state or of its mounted paths; after the server's ``reset`` for
 isolation ``exclusive``), speaks MCP to it over stdio as the recorder does
 (:class:`~replay_sim.record.upstream.Upstream`: handshake, raw pass-through, timeouts), and returns
@@ -13,7 +13,10 @@ its workspace.
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Callable, Mapping
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +27,10 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
 from replay_sim.errors import InstanceLost, UpstreamError
-from replay_sim.record.config import Isolation, UpstreamSpec
-from replay_sim.record.instances.isolation import Launcher, Workspace, prepare
+from replay_sim.record.config import UpstreamSpec
 from replay_sim.record.instances.procfs import group_rss
+from replay_sim.record.instances.workspace import Launcher, Workspace, prepare
+from replay_sim.record.isolation import Isolation
 from replay_sim.record.rerun import reset
 from replay_sim.record.upstream import Upstream
 from replay_sim.redaction import Redactor
@@ -68,15 +72,21 @@ class Instance:
         self.spec = spec
         self.crashed = False
         """Whether its process ended unasked (a crash or a kill), not by :meth:`close`."""
+        self.ended_because: str | None = None
+        """Why it was ended when not by its owner (``no call for 300s, its idle timeout``)."""
+        self.idle_since: float | None = anyio.current_time()
+        """Since when (``anyio.current_time()``) no call has been in flight; None during a call."""
         self._redactor = redactor.with_secrets(spec.secrets())
         self._launcher = launcher
         self._capabilities = dict(capabilities or {})
         self._base = base
         self._upstream: Upstream | None = None
+        self._pending: Upstream | None = None  # the connection being started
         self._workspace: Workspace | None = None
         self._process: Any = None
         self._notes: list[dict[str, Any]] = []
         self._tail = ""
+        self._starting: anyio.CancelScope | None = None
         self._calling = anyio.Lock()
         self._closing = anyio.Event()
         self._done = anyio.Event()
@@ -92,23 +102,22 @@ class Instance:
             UpstreamError: It could not be started (reset failed, state not copied, the server did
                 not start or initialise: names the server, its command and its stderr tail).
         """
+        failure: UpstreamError | None = None
         try:
-            if self.spec.isolation is Isolation.EXCLUSIVE:
-                await reset(self.server, self.spec)
-            self._workspace = await anyio.to_thread.run_sync(
-                prepare, self.server, self.id, self.spec, self._launcher, self._base
-            )
-            upstream = Upstream(self._workspace.spec, self._collect, self._capabilities)
             async with anyio.create_task_group() as tg:
-                await tg.start(upstream.run)
-                self._upstream = upstream
-                if upstream.child is not None:
-                    self._process = upstream.child.process
-                    tg.start_soon(self._watch, self._process)
-                on_started()
-                await self._closing.wait()
-                await upstream.close()
-                tg.cancel_scope.cancel()
+                with anyio.CancelScope() as self._starting:
+                    if self._closing.is_set():  # closed before it ran
+                        self._starting.cancel()
+                    try:
+                        upstream = await self._start(tg)
+                    except UpstreamError as exc:  # raised below, not wrapped in the task group's group
+                        failure = exc
+                    else:
+                        self._upstream = upstream
+                self._starting = None
+                if self._upstream is not None:
+                    await self._hold(tg, self._upstream, on_started)
+                tg.cancel_scope.cancel()  # (a failed or cancelled start leaves nothing to hold)
         finally:
             self._closing.set()
             workspace, self._workspace = self._workspace, None
@@ -116,9 +125,39 @@ class Instance:
                 with anyio.CancelScope(shield=True):
                     await anyio.to_thread.run_sync(workspace.remove)
             self._done.set()
+        if failure is not None:
+            raise failure
+
+    async def _hold(
+        self, tg: anyio.abc.TaskGroup, upstream: Upstream, on_started: Callable[[], None]
+    ) -> None:
+        """Watch its process, report it started, and end its process group once closed (or crashed)."""
+        if upstream.child is not None:
+            self._process = upstream.child.process
+            tg.start_soon(self._watch, self._process)
+        on_started()
+        await self._closing.wait()
+        _kill(upstream)
+        await upstream.close()
+
+    async def _start(self, tg: anyio.abc.TaskGroup) -> Upstream:
+        """Reset (exclusive), make the workspace, start the server in ``tg``; its initialised connection."""
+        if self.spec.isolation is Isolation.EXCLUSIVE:
+            await reset(self.server, self.spec)
+        self._workspace = await anyio.to_thread.run_sync(
+            prepare, self.server, self.id, self.spec, self._launcher, self._base
+        )
+        upstream = self._pending = Upstream(self._workspace.spec, self._collect, self._capabilities)
+        await tg.start(upstream.run)
+        return upstream
 
     async def _watch(self, process: anyio.abc.Process) -> None:
-        """Notice the process's end: unasked, it crashed (and the instance closes itself)."""
+        """Notice the process's end: unasked, it crashed (and the instance closes itself).
+
+        (``wait()`` also waits for the end of its output, which a child the server left behind could
+        hold open: in its own PID namespace none is left; without one :attr:`alive` still reads the
+        exit status itself, so calls see the crash at once, and only the refill waits.)
+        """
         await process.wait()
         if not self._closing.is_set():
             self.crashed = True
@@ -126,9 +165,19 @@ class Instance:
                 self._tail = self._upstream.stderr_tail()  # read before the connection closes it
             self._closing.set()
 
-    async def close(self) -> None:
-        """End its process group and delete its state; idempotent."""
+    async def close(self, because: str | None = None) -> None:
+        """End its process group and delete its state; idempotent (one still starting is stopped).
+
+        Args:
+            because: Why, when it is not its owner's doing (said by a later call's :class:`InstanceLost`).
+        """
+        if because is not None and not self._closing.is_set():
+            self.ended_because = because
         self._closing.set()
+        if self._starting is not None:
+            if self._pending is not None:
+                _kill(self._pending)  # spawned and initialising: no use waiting for it
+            self._starting.cancel()
         await self._done.wait()
 
     @property
@@ -138,6 +187,11 @@ class Instance:
         if upstream is None or self._closing.is_set() or not upstream.alive:
             return False
         return self._process is None or self._process.returncode is None
+
+    @property
+    def directory(self) -> Path | None:
+        """Its workspace: the directory holding its copies of state or mounted paths (None once deleted)."""
+        return None if self._workspace is None else self._workspace.root
 
     @property
     def pid(self) -> int | None:
@@ -171,6 +225,7 @@ class Instance:
             upstream = self._upstream
             if upstream is None or not self.alive:
                 raise self._lost(method)
+            self.idle_since = None
             self._notes = []
             request_id = upstream.next_request_id()
             out = {**params, "_meta": {"progressToken": request_id}}
@@ -178,6 +233,8 @@ class Instance:
                 answer = await upstream.exchange(method, out, request_id=request_id)
             except MCPError as exc:  # timed out
                 raise UpstreamError(f"sandbox instance {self.id}: {exc.error.message}") from exc
+            finally:
+                self.idle_since = anyio.current_time()
             if answer.error is not None and answer.error["code"] == types.CONNECTION_CLOSED:
                 raise self._lost(method)
             redact = self._redactor.redact
@@ -193,7 +250,7 @@ class Instance:
         if self.crashed:
             how = f"exited unasked (exit status {self._process.returncode})"
         elif self._closing.is_set():
-            how = "was closed"
+            how = f"was ended ({self.ended_because})" if self.ended_because else "was closed"
         else:
             how = "closed its connection"
         tail = self._tail or (self._upstream.stderr_tail() if self._upstream is not None else "")
@@ -208,3 +265,11 @@ class Instance:
             self._notes.append(
                 {"method": method, "params": {k: v for k, v in params.items() if k != "progressToken"}}
             )
+
+
+def _kill(upstream: Upstream) -> None:
+    """End a server's process group at once: its state is thrown away, so no grace period is owed."""
+    process = None if upstream.child is None else upstream.child.process
+    if process is not None and process.returncode is None:
+        with suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)  # its own group (the SDK's spawn): children too

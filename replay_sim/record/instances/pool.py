@@ -24,10 +24,11 @@ import anyio
 import anyio.abc
 
 from replay_sim.errors import ConfigError, SandboxUnavailable, UpstreamError
-from replay_sim.record.config import Isolation, RecorderConfig, UpstreamSpec
+from replay_sim.record.config import RecorderConfig, UpstreamSpec
 from replay_sim.record.instances.instance import Instance
-from replay_sim.record.instances.isolation import Launcher
 from replay_sim.record.instances.procfs import group_rss
+from replay_sim.record.instances.workspace import Launcher, sweep
+from replay_sim.record.isolation import Isolation
 
 __all__ = ["DEFAULT_MAX_INSTANCES", "DEFAULT_POOL", "InstancePool"]
 
@@ -47,6 +48,9 @@ class InstancePool:
             isolation; answers are redacted with its rules.
         pool: Warm instances kept ready per server (0: start each on demand).
         max_instances: Live instances at most, across servers, warm ones included.
+        idle_timeout: Seconds a handed-out instance may go without a call before the pool ends it
+            (its owner's next call gets :class:`~replay_sim.errors.InstanceLost`), so an owner that
+            never closes its instance does not hold a place under the cap for ever (None: never).
         servers: The sandbox servers to serve (default: all of them).
         capabilities: Client capabilities declared to each server at ``initialize`` (wire JSON).
         base: Where instance directories are made (default: the system's temporary directory).
@@ -61,6 +65,7 @@ class InstancePool:
         *,
         pool: int = DEFAULT_POOL,
         max_instances: int = DEFAULT_MAX_INSTANCES,
+        idle_timeout: float | None = None,
         servers: Iterable[str] | None = None,
         capabilities: Mapping[str, Any] | None = None,
         base: str | Path | None = None,
@@ -74,19 +79,22 @@ class InstancePool:
                     f"sandbox: {name!r} is not a sandbox in the recorder config (sandboxes: {known}); "
                     f"set sandbox = true in its [servers.{name}] table"
                 )
-        if pool < 0 or max_instances < 1:
+        if pool < 0 or max_instances < 1 or (idle_timeout is not None and idle_timeout <= 0):
             raise ConfigError(
-                f"sandbox pool: pool must be ≥ 0 and max_instances ≥ 1 (got {pool}, {max_instances})"
+                "sandbox pool: pool must be ≥ 0, max_instances ≥ 1 and idle_timeout > 0 seconds "
+                f"(got {pool}, {max_instances}, {idle_timeout})"
             )
         self.config = config
         self.pool = pool
         self.max_instances = max_instances
+        self.idle_timeout = idle_timeout
         self._specs: dict[str, UpstreamSpec] = {name: sandboxes[name] for name in chosen}
         self._capabilities = dict(capabilities or {})
         self._base = None if base is None else Path(base)
         self._launcher: Launcher | None = None
         self._warm: dict[str, deque[Instance]] = {name: deque() for name in self._specs}
         self._live: dict[str, set[Instance]] = {name: set() for name in self._specs}  # started or starting
+        self._owned: set[Instance] = set()  # handed out, not ended
         self._starting: Counter[str] = Counter()
         self._waiting: Counter[str] = Counter()
         self._counts: dict[str, Counter[str]] = {name: Counter() for name in self._specs}
@@ -102,8 +110,11 @@ class InstancePool:
 
     async def __aenter__(self) -> Self:
         self._launcher = await anyio.to_thread.run_sync(Launcher.detect)
+        await anyio.to_thread.run_sync(sweep, self._base)  # what replays killed outright left behind
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
+        if self.idle_timeout is not None:
+            self._tg.start_soon(self._expire_idle, self.idle_timeout, name="sandbox idle expiry")
         self._refill()
         return self
 
@@ -160,8 +171,9 @@ class InstancePool:
                     if (instance := self._take(server)) is not None:
                         return instance
                     if self._counts[server]["failed"] != failures and not self._starting[server]:
+                        why = self._failure.get(server, "it failed to start, then started for another caller")
                         raise SandboxUnavailable(
-                            f"sandbox {server!r}: an instance could not be started: {self._failure[server]}"
+                            f"sandbox {server!r}: an instance could not be started: {why}"
                         )
                     self._start_for_waiters(server)
                     changed = self._changed
@@ -171,10 +183,11 @@ class InstancePool:
         raise SandboxUnavailable(self._why_not(server, timeout))
 
     def stats(self) -> dict[str, Any]:
-        """Per server: isolation, live/warm/in-use/starting instances, counters, memory per live instance.
+        """Per server: isolation, live/warm/in-use/starting instances, counters, memory and pid per instance.
 
         Counters: ``started`` (instances that came up), ``ended`` (closed by their owner or the
-        pool), ``crashed`` (ended unasked), ``failed`` (did not start; ``last_failure`` says why).
+        pool), ``expired`` (ended by the pool after ``idle_timeout``), ``crashed`` (ended unasked),
+        ``failed`` (did not start; ``last_failure`` says why).
         """
         running = [i for live in self._live.values() for i in live if i.pid is not None and i.alive]
         memory = group_rss([i.pid for i in running if i.pid is not None])
@@ -190,10 +203,12 @@ class InstancePool:
                 "starting": self._starting[server],
                 "started": counts["started"],
                 "ended": counts["ended"],
+                "expired": counts["expired"],
                 "crashed": counts["crashed"],
                 "failed": counts["failed"],
                 "last_failure": self._failure.get(server),
                 "memory_bytes": {i.id: memory.get(i.pid) for i in live if i.pid is not None},
+                "pids": {i.id: i.pid for i in live if i.pid is not None},
                 "parent_death_signal": bool(self._launcher and self._launcher.parent_death),
             }
         return out
@@ -207,6 +222,8 @@ class InstancePool:
             instance = warm.popleft()
             if instance.alive:
                 self._crash_run[server] = 0
+                self._owned.add(instance)
+                instance.idle_since = anyio.current_time()
                 self._refill()
                 return instance
         return None
@@ -239,6 +256,22 @@ class InstancePool:
         finally:
             self._evicting -= 1
 
+    async def _expire_idle(self, idle: float) -> None:
+        """End handed-out instances no call has used for ``idle`` seconds (never one mid-call)."""
+        while True:
+            now = anyio.current_time()
+            due = now + idle
+            for instance in list(self._owned):
+                since = instance.idle_since
+                if since is None:
+                    continue
+                if since + idle <= now:
+                    self._owned.discard(instance)
+                    self._spawn(_end_idle, instance)
+                else:
+                    due = min(due, since + idle)
+            await anyio.sleep(due - now)
+
     def _refill(self) -> None:
         """Start warm instances up to ``pool`` per server, within the cap (not for a failing server)."""
         if self._closed or self._tg is None:
@@ -248,7 +281,9 @@ class InstancePool:
                 continue  # a failing server is started again only when a caller asks for it
             while len(self._warm[server]) + self._starting[server] < self.pool:
                 exclusive = spec.isolation is Isolation.EXCLUSIVE
-                if self._total() >= self.max_instances or (exclusive and self._live[server]):
+                if self._total() + self._unserved() >= self.max_instances or (
+                    exclusive and self._live[server]
+                ):
                     break
                 self._start(server)
 
@@ -289,7 +324,8 @@ class InstancePool:
                 if instance in self._warm[server]:
                     self._crash_run[server] += 1
             else:
-                self._counts[server]["ended"] += 1
+                self._counts[server]["expired" if instance.ended_because else "ended"] += 1
+            self._owned.discard(instance)
             if instance in self._warm[server]:
                 self._warm[server].remove(instance)
             self._live[server].discard(instance)
@@ -299,6 +335,13 @@ class InstancePool:
     def _spawn(self, job: Any, instance: Instance) -> None:
         assert self._tg is not None
         self._tg.start_soon(job, instance, name=f"sandbox instance {instance.id}")
+
+    def _unserved(self) -> int:
+        """Callers waiting that no warm or starting instance will serve: a place freed goes to them first."""
+        return sum(
+            max(0, waiting - self._starting[server] - len(self._warm[server]))
+            for server, waiting in self._waiting.items()
+        )
 
     def _total(self) -> int:
         return sum(len(live) for live in self._live.values())
@@ -323,3 +366,8 @@ class InstancePool:
             f"an instance is still starting (startup_timeout {self._specs[server].startup_timeout:g}s); "
             "allow a longer acquire timeout, or keep instances warm (`--sandbox-pool N`)"
         )
+
+
+async def _end_idle(instance: Instance) -> None:
+    since = instance.idle_since or anyio.current_time()
+    await instance.close(because=f"no call for {anyio.current_time() - since:.0f}s, its idle timeout")

@@ -1,7 +1,8 @@
-"""What Linux's /proc says about a sandbox instance's processes: their resident memory, per process group.
+"""What Linux's /proc says about processes: an instance's resident memory, and whether a process lives on.
 
 An instance runs as its own process group (its launcher's pid is the group id), so the memory an
 instance holds is the sum of the resident sets of the processes in that group, children included.
+A process is told from a later one with its pid by its start time.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import os
 from collections.abc import Collection
 from pathlib import Path
 
-__all__ = ["group_rss"]
+__all__ = ["group_rss", "started_at"]
 
 _PROC = Path("/proc")
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -42,3 +43,13 @@ def group_rss(groups: Collection[int]) -> dict[int, int]:
         if group in wanted:
             totals[group] = totals.get(group, 0) + int(fields[21]) * _PAGE
     return totals
+
+
+def started_at(pid: int) -> str | None:
+    """When process ``pid`` started (clock ticks since boot, as text), None when there is none."""
+    try:
+        stat = Path(_PROC, str(pid), "stat").read_bytes()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    return fields[19].decode() if len(fields) > 19 else None

@@ -28,10 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from replay_sim.errors import UpstreamError
-from replay_sim.record.config import STATE_PLACEHOLDER, Isolation, UpstreamSpec
+from replay_sim.record.config import UpstreamSpec
+from replay_sim.record.instances.procfs import started_at
+from replay_sim.record.isolation import STATE_PLACEHOLDER, Isolation
 
-__all__ = ["Launcher", "Workspace", "prepare"]
+__all__ = ["Launcher", "Workspace", "prepare", "sweep"]
 
+_OWNER = ".replay-sim-owner"  # in an instance directory: the replay that made it
 # Bind-mounts "$2"→"$3", "$4"→"$5", … (each copy over its path) until "--", enters "$1" (the cwd,
 # looked up again so it is the copy when it lies under a mounted path), then becomes the server.
 _MOUNT_SCRIPT = (
@@ -57,26 +60,13 @@ class Launcher:
     @classmethod
     @functools.cache
     def detect(cls) -> Launcher:
-        """What this machine offers (probed once per process: one short ``unshare`` run)."""
+        """What this machine offers (probed once per process: a short run of each wrapper)."""
         setpriv, unshare = shutil.which("setpriv"), shutil.which("unshare")
-        namespaces = False
-        if unshare is not None:
-            probe = [
-                unshare,
-                "--pid",
-                "--fork",
-                "--kill-child",
-                "--mount",
-                "--propagation",
-                "private",
-                "true",
-            ]
-            try:
-                namespaces = (
-                    subprocess.run(probe, capture_output=True, timeout=10, check=False).returncode == 0
-                )
-            except (OSError, subprocess.TimeoutExpired):
-                namespaces = False
+        if setpriv is not None and not _runs([setpriv, "--pdeathsig", "KILL", "--", "true"]):
+            setpriv = None  # too old for --pdeathsig (util-linux < 2.33)
+        namespaces = unshare is not None and _runs(
+            [unshare, "--pid", "--fork", "--kill-child", "--mount", "--propagation", "private", "true"]
+        )
         return cls(setpriv, unshare, namespaces)
 
     @property
@@ -106,6 +96,14 @@ class Launcher:
         if self.setpriv is not None:
             argv = [self.setpriv, "--pdeathsig", "KILL", "--", *argv]
         return argv
+
+
+def _runs(argv: list[str]) -> bool:
+    """Whether a command runs and succeeds here (within a few seconds)."""
+    try:
+        return subprocess.run(argv, capture_output=True, timeout=10, check=False).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
 
 
 @dataclass(frozen=True)
@@ -151,12 +149,44 @@ def prepare(
         UpstreamError: A pristine ``state`` directory or a mounted path is missing or cannot be
             copied, or mount isolation is not possible here (names the server and the path).
     """
-    root = Path(tempfile.mkdtemp(prefix=f"replay-sim-{instance_id}-", dir=base))
     try:
+        if base is not None:
+            base.mkdir(parents=True, exist_ok=True)
+        root = Path(tempfile.mkdtemp(prefix=f"replay-sim-{instance_id}-", dir=base))
+    except OSError as exc:
+        where = base or tempfile.gettempdir()
+        raise UpstreamError(
+            f"sandbox {server!r}: cannot make an instance directory in {str(where)!r}: {exc.strerror or exc}"
+        ) from None
+    try:
+        (root / _OWNER).write_text(_owner(os.getpid()))
         return _prepare(server, root, spec, launcher)
     except BaseException:
         shutil.rmtree(root, ignore_errors=True)
         raise
+
+
+def sweep(base: Path | None) -> int:
+    """Delete the instance directories in ``base`` whose replay is gone (killed before it could end them).
+
+    A directory names its owner (pid and start time); one whose owner no longer runs is deleted,
+    one without an owner or of a live replay is left. Returns how many were deleted.
+    """
+    swept = 0
+    for root in Path(base or tempfile.gettempdir()).glob("replay-sim-*"):
+        try:
+            pid, _, started = (root / _OWNER).read_text().partition(" ")
+        except OSError:
+            continue  # not an instance directory, or not ours to read
+        if pid.isdigit() and _owner(int(pid)) != f"{pid} {started}":
+            shutil.rmtree(root, ignore_errors=True)
+            swept += 1
+    return swept
+
+
+def _owner(pid: int) -> str:
+    """``pid start-time``: names one process, not a later one given the same pid."""
+    return f"{pid} {started_at(pid)}"
 
 
 def _prepare(server: str, root: Path, spec: UpstreamSpec, launcher: Launcher) -> Workspace:
