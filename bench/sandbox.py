@@ -16,6 +16,7 @@ Run with ``python -m bench.sandbox`` (or ``python -m bench``).
 
 from __future__ import annotations
 
+import os
 import shutil
 import statistics
 import sys
@@ -46,6 +47,7 @@ async def _record(db: Path, writes: int) -> None:
     params = StdioServerParameters(
         command=REPLAY_SIM,
         args=["record", "--db", str(db), "--name", "counter", "--", sys.executable, str(COUNTER)],
+        env=dict(os.environ),  # the replay_sim this runs (PYTHONPATH), not only the SDK's safe variables
     )
     async with Client(params, mode="legacy") as client:
         for i in range(writes):

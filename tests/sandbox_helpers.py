@@ -4,6 +4,7 @@ declaring them sandboxes, and the record side's real instance pool."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -35,7 +36,11 @@ def match(result: Any) -> dict[str, Any]:
 async def record(db: Path, server: str, script: Script, env: dict[str, str] | None = None) -> None:
     """Record one session of a fixture server through the real recorder CLI (``env``: the server's)."""
     options = [f"--env={name}={value}" for name, value in (env or {}).items()]
-    await run_script(proxy_stdio(db, server, [PYTHON, SERVERS[server]], *options), script)
+    target = proxy_stdio(db, server, [PYTHON, SERVERS[server]], *options)
+    target.env = dict(
+        os.environ
+    )  # this checkout's replay_sim (PYTHONPATH), not only the SDK's safe variables
+    await run_script(target, script)
 
 
 def write_config(
