@@ -9,7 +9,12 @@ The public API is listed in ``__all__``; the CLI (``replay-sim``) is a thin laye
 
     with serving(snapshot="snapshots/v1") as sim:     # or `async with`: served in this process
         episode = sim.episode(seed=7)                 # episode.url("git"), .mcp_servers_json()
+
+    serving("cache/replay.db", miss="sandbox", config="record.toml")  # misses answered by sandboxes
 """
+
+from pathlib import Path
+from typing import Any
 
 from replay_sim.canonical import call_key, canonical_json
 from replay_sim.errors import (
@@ -25,16 +30,18 @@ from replay_sim.errors import (
 from replay_sim.protocol import EPISODE_HEADER, EPISODE_META_KEY, MATCH_META_KEY
 from replay_sim.record.config import RecorderConfig, UpstreamSpec, load_config
 from replay_sim.record.http import record_http
+from replay_sim.record.instances import DEFAULT_MAX_INSTANCES, DEFAULT_POOL
 from replay_sim.record.recorder import Recorder, record_stdio, recording
 from replay_sim.redaction import Redactor
 from replay_sim.replay.admission import Limits
 from replay_sim.replay.app import create_app
 from replay_sim.replay.factory import open_replay
 from replay_sim.replay.faults import FaultKind, Faults, Latency
-from replay_sim.replay.miss import MissPolicy, MissPolicyName
+from replay_sim.replay.policies.miss import MissPolicy, MissPolicyName
 from replay_sim.replay.provenance import Match, match_of
 from replay_sim.replay.replay import Replay
-from replay_sim.replay.serving import EpisodeHandle, ReplayServer, Serving, serving
+from replay_sim.replay.serving import EpisodeHandle, ReplayServer, Serving
+from replay_sim.replay.serving import serving as _serving
 from replay_sim.resolve.build import build_index
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.embedding import CachedEmbedder, Embedder, SentenceTransformerEmbedder
@@ -46,6 +53,44 @@ from replay_sim.resolve.vectors import VectorIndex
 from replay_sim.store import Origin, Recording, ServerRecord, Store
 from replay_sim.store.interchange import export_jsonl, import_jsonl, merge
 from replay_sim.store.snapshot import Snapshot
+
+
+def serving(
+    db: str | Path | None = None,
+    *,
+    config: str | Path | RecorderConfig | None = None,
+    sandbox_pool: int = DEFAULT_POOL,
+    max_sandboxes: int = DEFAULT_MAX_INSTANCES,
+    **options: Any,
+) -> Serving:
+    """Serve a replay over HTTP in this process (:func:`replay_sim.replay.serving.serving`).
+
+    With ``miss="sandbox"``, ``config`` (the recorder config, or its path) names the sandbox
+    servers: the record side's instance pool is built from it here and injected into the replay,
+    the way ``serve --miss sandbox --config`` does.
+
+    Args:
+        db: The recording store (default ``cache/replay.db``; ignored with ``snapshot``).
+        config: The recorder config declaring the sandbox servers (``sandbox = true``).
+        sandbox_pool: Started instances kept ready per sandbox server.
+        max_sandboxes: Live instances at most, across servers.
+        **options: Every other :func:`replay_sim.replay.serving.serving` option (``miss``,
+            ``snapshot``, ``episode_idle_timeout`` …).
+
+    Raises:
+        ConfigError: ``miss="sandbox"`` without a config declaring sandboxes, or bad options.
+    """
+    if options.get("miss") == MissPolicyName.SANDBOX and "sandboxes" not in options:
+        if config is None:
+            raise ConfigError(
+                'serving(miss="sandbox") needs config=, the recorder config declaring sandboxes'
+            )
+        from replay_sim.cli.sandboxes import sandbox_pool as build_sandbox_pool  # the CLI's wiring, on use
+
+        recorder = config if isinstance(config, RecorderConfig) else load_config(config)
+        options["sandboxes"] = build_sandbox_pool(recorder, pool=sandbox_pool, max_instances=max_sandboxes)
+    return _serving(db, **options)
+
 
 __all__ = [
     "EPISODE_HEADER",

@@ -12,6 +12,7 @@ Every error names the thing it is about (server, tool, path, recording id) and w
     ├── VectorIndexError     the vector index is missing, stale, unreadable or unwritable (names the path)
     ├── SnapshotError        a snapshot bundle is missing, tampered or unwritable (names the path)
     ├── EpisodeError         an episode id is malformed, conflicting or unknown, or the episode cap is reached
+    │   └── EpisodeLost      the state an episode was served from is gone (its sandbox instance died)
     └── NestingError         JSON a peer sent nests too deeply to be read (also a ValueError)
 
 Tool failures are never exceptions on the wire: the replay server answers them as
@@ -69,12 +70,23 @@ class EpisodeError(ReplaySimError):
 
     Attributes:
         status: The HTTP status that says so (400 malformed or conflicting, 404 unknown, 409 taken,
-            503 the cap of live episodes reached).
+            410 lost, 503 the cap of live episodes reached).
     """
 
     def __init__(self, message: str, status: int = 400) -> None:
         super().__init__(message)
         self.status = status
+
+
+class EpisodeLost(EpisodeError):
+    """The state an episode (or MCP session) was served from is gone: its sandbox instance died.
+
+    Answering on from another state would be a silent lie: every later call of the episode on that
+    server gets this error (status 410, JSON-RPC code :data:`~replay_sim.protocol.LOST_CODE`).
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, status=410)
 
 
 class NestingError(ReplaySimError, ValueError):

@@ -31,6 +31,7 @@ __all__ = [
     "INPUT_KEY",
     "LISTING_FIELDS",
     "LISTING_METHODS",
+    "LOST_CODE",
     "MATCH_META_KEY",
     "MAX_EPISODE_ID",
     "agreed_episode",
@@ -56,6 +57,10 @@ LISTING_METHODS = tuple(LISTING_FIELDS)
 """The listing methods a server advertises (recorded once per server, served as recorded)."""
 INPUT_KEY = "0"
 """The key of the one question a 2026-era ``input_required`` result carries."""
+
+LOST_CODE = -32010
+"""JSON-RPC error code of a lost episode or session: the state it held is gone (a replica or a
+sandbox instance died); the client restarts the rollout."""
 
 MATCH_META_KEY = "replay-sim/match"
 """``_meta`` key of the provenance on every replayed result (DESIGN.md "Provenance")."""

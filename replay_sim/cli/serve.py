@@ -11,17 +11,19 @@ import anyio
 import click
 
 from replay_sim.cli import cli, db_option, match_config_option
+from replay_sim.cli.sandboxes import sandbox_pool as build_sandbox_pool
 from replay_sim.errors import ConfigError
 from replay_sim.httpserver import DEFAULT_KEEP_ALIVE, LOG_LEVELS, HttpOptions
 from replay_sim.listener import HostCheck, is_loopback
 from replay_sim.record.config import RecorderConfig, load_config
 from replay_sim.record.forward import Forwarder
+from replay_sim.record.instances import DEFAULT_MAX_INSTANCES, DEFAULT_POOL
 from replay_sim.redaction import Redactor
 from replay_sim.replay.admission import Limits
 from replay_sim.replay.api import admin_token
 from replay_sim.replay.factory import open_replay
 from replay_sim.replay.faults import Faults, Latency
-from replay_sim.replay.miss import MissPolicyName
+from replay_sim.replay.policies.miss import MissPolicyName
 from replay_sim.replay.provenance import MissDetail
 from replay_sim.replay.runner import serve
 from replay_sim.resolve.calibration import MatchConfig
@@ -166,13 +168,34 @@ TOKEN_ENV = "REPLAY_SIM_TOKEN"
 @click.option(
     "--config",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Recorder config: the real servers (for --miss live) and the redaction rules recorded with.",
+    help="Recorder config: the real servers (--miss live, sandbox) and the redaction rules recorded with.",
 )
 @click.option(
     "--llm-url", envvar="REPLAY_SIM_LLM_URL", help="OpenAI-compatible API base URL (--miss synthesize)."
 )
 @click.option("--llm-model", envvar="REPLAY_SIM_LLM_MODEL", help="Model for --llm-url.")
 @click.option("--llm-api-key", envvar="REPLAY_SIM_LLM_API_KEY", help="Bearer token for --llm-url (or env).")
+@click.option(
+    "--sandbox-pool",
+    type=click.IntRange(0),
+    default=DEFAULT_POOL,
+    show_default=True,
+    help="--miss sandbox: started instances kept ready per sandbox server.",
+)
+@click.option(
+    "--max-sandboxes",
+    type=click.IntRange(1),
+    default=DEFAULT_MAX_INSTANCES,
+    show_default=True,
+    help="--miss sandbox: live instances at most, across servers; past it a call waits, then misses.",
+)
+@click.option(
+    "--sandbox-timeout",
+    type=click.FloatRange(0, min_open=True),
+    default=30.0,
+    show_default=True,
+    help="--miss sandbox: seconds a call may wait for an instance before it is a miss saying why.",
+)
 @click.option("--index-dir", type=click.Path(file_okay=False, path_type=Path), help="Vector index folder.")
 @match_config_option
 @click.option(
@@ -221,6 +244,9 @@ def serve_command(
     llm_url: str | None,
     llm_model: str | None,
     llm_api_key: str | None,
+    sandbox_pool: int,
+    max_sandboxes: int,
+    sandbox_timeout: float,
     index_dir: Path | None,
     match_config: MatchConfig | None,
     on_ray: bool,
@@ -258,6 +284,9 @@ def serve_command(
             miss=miss,
             miss_detail=miss_detail,
             keep_alive=keep_alive,
+            config=None if config is None else str(config),
+            sandbox_pool=sandbox_pool,
+            max_sandboxes=max_sandboxes,
             limits=Limits(
                 session_idle_timeout=session_idle_timeout,
                 max_sessions=max_sessions,
@@ -283,12 +312,25 @@ def serve_command(
         if recorder_config is None:
             raise ConfigError("--miss live needs --config FILE, the recorder config naming the real servers")
         forward = Forwarder(recorder_config)
+    if miss == MissPolicyName.SANDBOX and recorder_config is None:
+        raise ConfigError("--miss sandbox needs --config FILE, the recorder config declaring sandbox servers")
+    sandboxes = None
+    own = [] if recorder_config is None else [n for n, s in recorder_config.servers.items() if s.miss]
+    if recorder_config is not None and (miss == MissPolicyName.SANDBOX or own):
+        # Every sandbox with --miss sandbox; else those whose config says miss = "sandbox".
+        servers = None if miss == MissPolicyName.SANDBOX else own
+        sandboxes = build_sandbox_pool(
+            recorder_config, pool=sandbox_pool, max_instances=max_sandboxes, servers=servers
+        )
     replay = open_replay(
         db,
         snapshot=snapshot,
         miss=miss,
         redactor=None if recorder_config is None else _recorded_with(recorder_config),
         forward=forward,
+        sandboxes=sandboxes,
+        sandbox_timeout=sandbox_timeout,
+        sandbox_idle=episode_idle_timeout,
         llm_url=llm_url,
         llm_model=llm_model,
         llm_api_key=llm_api_key,

@@ -11,7 +11,7 @@ import click
 from replay_sim.cli import cli, db_option
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.tooleffects import store_effects
-from replay_sim.store import Store
+from replay_sim.store import Origin, Store
 from replay_sim.store.interchange import export_jsonl, import_jsonl, merge
 
 
@@ -112,6 +112,20 @@ def stats_command(db: Path, as_json: bool, match_config: Path | None) -> None:
                 for k in ("server", "method", "name", "origin", "calls", "errors", "mean_latency_ms")
             )
         )
+    added: dict[
+        str, list[int]
+    ] = {}  # what rollouts added: answers of sandbox instances (serve --miss sandbox)
+    for r in rows:
+        if r["origin"] == Origin.SANDBOX:
+            figures = added.setdefault(r["server"], [0, 0])
+            figures[0] += r["calls"]
+            figures[1] += 1
+    if added:
+        click.echo(
+            "\nadded by rollouts (origin sandbox: answers of sandbox instances, re-played calls included)"
+        )
+        for server, (calls, names) in sorted(added.items()):
+            click.echo(f"{server}\t{calls} calls of {names} tools/resources/prompts")
     called = {(r["server"], r["name"]) for r in rows if r["method"] == "tools/call"}
     shown = [(s, t, v) for s, tools in effects.items() for t, v in tools.items() if (s, t) in called]
     if shown:

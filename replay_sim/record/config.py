@@ -59,6 +59,7 @@ _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _SERVER_KEYS = {
     "command", "args", "env", "cwd", "url", "headers", "timeout", "startup_timeout", "explore", "reset",
     "sandbox", "isolation", "state", "mounts",
+    "miss",
 }  # fmt: skip
 _REDACTION_KEYS = {"keys", "patterns", "replacement"}
 DEFAULT_TIMEOUT = 60.0
@@ -100,6 +101,8 @@ class UpstreamSpec:
             args, env values and cwd is replaced by the copy's path (isolation ``state``).
         mounts: Absolute paths each sandbox instance sees its own copy of, at the same path
             (isolation ``mount``).
+        miss: ``"sandbox"``: ``replay-sim serve --config`` answers this server's misses from its
+            sandbox instances whatever ``--miss`` says for the others; None: ``--miss`` decides.
     """
 
     command: str | None = None
@@ -116,6 +119,7 @@ class UpstreamSpec:
     isolation: Isolation | None = None
     state: str | None = None
     mounts: tuple[str, ...] = ()
+    miss: str | None = None
 
     def __post_init__(self) -> None:
         if (self.command is None) == (self.url is None):
@@ -268,6 +272,7 @@ def _server(name: str, entry: Any, where: str) -> UpstreamSpec:
             reset=reset,
             sandbox=sandbox,
             **isolation,
+            **_miss(entry, where, sandbox),
         )
     args = entry.get("args", [])
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
@@ -287,7 +292,23 @@ def _server(name: str, entry: Any, where: str) -> UpstreamSpec:
         reset=reset,
         sandbox=sandbox,
         **isolation,
+        **_miss(entry, where, sandbox),
     )
+
+
+def _miss(entry: dict[str, Any], where: str, sandbox: bool) -> dict[str, Any]:
+    """The server's own miss policy (``miss = "sandbox"``: ``serve`` answers its misses from sandboxes)."""
+    if "miss" not in entry:
+        return {}
+    miss = _string(entry, "miss", where)
+    if miss != "sandbox":
+        raise ConfigError(
+            f"{where}: 'miss' can only be \"sandbox\" per server (other policies apply to every server: "
+            f"serve --miss), not {miss!r}"
+        )
+    if not sandbox:
+        raise ConfigError(f'{where}: miss = "sandbox" needs sandbox = true (its state can be thrown away)')
+    return {"miss": miss}
 
 
 def _spec(where: str, **fields: Any) -> UpstreamSpec:

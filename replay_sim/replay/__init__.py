@@ -8,9 +8,9 @@
   :mod:`~replay_sim.replay.histories` — episode histories;
   :mod:`~replay_sim.replay.provenance` — replies and their ``_meta`` provenance;
   :mod:`~replay_sim.replay.keeper` — the misses a replay keeps (admin API, miss log).
-- Miss policies: :mod:`~replay_sim.replay.miss` (protocol, ``error``, ``nearest``),
-  :mod:`~replay_sim.replay.live`, :mod:`~replay_sim.replay.synthesize`, by name in
-  :mod:`~replay_sim.replay.policies`.
+- Miss policies: :mod:`~replay_sim.replay.policies.miss` (protocol, ``error``, ``nearest``),
+  :mod:`~replay_sim.replay.policies.live`, :mod:`~replay_sim.replay.policies.synthesize`, by name in
+  :mod:`~replay_sim.replay.policies.registry`.
 - Serving: :mod:`~replay_sim.replay.factory` (``open_replay``), :mod:`~replay_sim.replay.app`
   (``create_app``), :mod:`~replay_sim.replay.router` (``/mcp/<server>``), :mod:`~replay_sim.replay.api`
   (admin API), :mod:`~replay_sim.replay.metrics`, :mod:`~replay_sim.replay.runner` (``serve``).

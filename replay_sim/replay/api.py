@@ -22,7 +22,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from replay_sim.errors import ConfigError
 from replay_sim.replay.coverage import coverage
 from replay_sim.replay.episodes_api import episodes_api
-from replay_sim.replay.metrics import truncated
+from replay_sim.replay.metrics import sandbox_prometheus, truncated
 from replay_sim.replay.readiness import Readiness
 from replay_sim.replay.replay import Replay
 from replay_sim.store import Recording
@@ -174,6 +174,7 @@ def admin_api(
             "timeline": replay.metrics.timeline(),
             "effects": tool_effects(replay),
             "load": None if load is None else load(),
+            "sandbox": replay.sandbox_stats(),
         }
 
     @guarded.get("/api/misses", response_model=list[dict[str, Any]])
@@ -226,6 +227,9 @@ def admin_api(
     def metrics() -> PlainTextResponse:
         """Prometheus metrics (text exposition format 0.0.4)."""
         text = replay.metrics.prometheus() + ("" if load is None else _load_metrics(load()))
+        sandboxes = replay.sandbox_stats()
+        if sandboxes is not None:
+            text += sandbox_prometheus(sandboxes)
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
     api.include_router(guarded)

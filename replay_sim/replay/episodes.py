@@ -89,7 +89,7 @@ class Episode(History):
         used: When it last served a request (the registry's clock).
     """
 
-    __slots__ = ("created_at", "faults", "id", "metadata", "misses", "seed", "tiers", "used")
+    __slots__ = ("created_at", "faults", "id", "metadata", "misses", "sandbox", "seed", "tiers", "used")
 
     def __init__(self, id: str, seed: int, metadata: Any, used: float) -> None:
         super().__init__()
@@ -101,6 +101,12 @@ class Episode(History):
         self.tiers: dict[str, int] = {}
         self.faults: dict[str, int] = {}
         self.misses: list[dict[str, Any]] = []
+        self.sandbox: dict[str, int] = {}
+
+    def count_sandbox(self, **counts: int) -> None:
+        """Count what its sandbox instances did: ``instances``, ``replayed`` calls, ``answers``, ``lost``."""
+        for what, n in counts.items():
+            self.sandbox[what] = self.sandbox.get(what, 0) + n
 
     def count(self, server: str, name: str, status: str, fault: str | None, reason: str = "") -> None:
         """Count one answered call: its tier (``status``), the fault injected, a miss's reason."""
@@ -119,7 +125,11 @@ class Episode(History):
         return {server: t.diverged for server, t in sorted(self.trails.items()) if t.diverged}
 
     def summary(self, now: float) -> dict[str, Any]:
-        """What ``GET /api/episodes/<id>`` says: calls by tier, misses, divergence, seed, idle time."""
+        """What ``GET /api/episodes/<id>`` says: calls by tier, misses, divergence, seed, idle time, sandbox.
+
+        ``sandbox`` counts what its sandbox instances did: instances bound, calls re-played, calls
+        answered, and whether an instance died (the episode is lost).
+        """
         return {
             "id": self.id,
             "seed": self.seed,
@@ -134,6 +144,12 @@ class Episode(History):
             "recent_misses": list(self.misses),
             "diverged": bool(self.diverged),
             "diverged_at": self.diverged,
+            "sandbox": {
+                "instances": self.sandbox.get("instances", 0),
+                "replayed": self.sandbox.get("replayed", 0),
+                "answers": self.sandbox.get("answers", 0),
+                "lost": self.sandbox.get("lost", 0),
+            },
         }
 
 

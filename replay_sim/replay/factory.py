@@ -14,8 +14,10 @@ from typing import Any
 
 from replay_sim.errors import ConfigError
 from replay_sim.redaction import RULES_META_KEY, Redactor
+from replay_sim.replay.episodes import DEFAULT_EPISODE_IDLE_TIMEOUT
 from replay_sim.replay.faults import Faults, Latency
-from replay_sim.replay.miss import Forward, MissPolicyName, MissSettings
+from replay_sim.replay.policies.miss import Forward, MissPolicyName, MissSettings
+from replay_sim.replay.policies.sandbox import SandboxPool
 from replay_sim.replay.provenance import MissDetail
 from replay_sim.replay.replay import Replay
 from replay_sim.resolve.calibration import MatchConfig
@@ -34,6 +36,9 @@ def open_replay(
     miss: str = MissPolicyName.ERROR,
     redactor: Redactor | None = None,
     forward: Forward | None = None,
+    sandboxes: SandboxPool | None = None,
+    sandbox_timeout: float = 30.0,
+    sandbox_idle: float | None = DEFAULT_EPISODE_IDLE_TIMEOUT,
     llm_url: str | None = None,
     llm_model: str | None = None,
     llm_api_key: str | None = None,
@@ -54,6 +59,12 @@ def open_replay(
             incoming calls, so a call carrying a secret finds its redacted recording.
         forward: How the ``live`` miss policy reaches the real servers. When it is an async context
             manager too (as ``Forwarder`` is), it is entered around serving: it holds the connections.
+        sandboxes: Where the ``sandbox`` miss policy takes instances of the real servers (the
+            record side's pool, ``replay_sim.cli.sandboxes.sandbox_pool``); entered around serving
+            when it is an async context manager. Given with another ``miss``, its servers' misses
+            are still answered by sandboxes, the others' by ``miss``.
+        sandbox_timeout: Seconds a call may wait for a sandbox instance before it is a miss saying so.
+        sandbox_idle: Seconds after which an idle episode's instance is closed (None: never).
         llm_url: OpenAI-compatible endpoint (miss policy ``synthesize``).
         llm_model: Model name for ``llm_url``.
         llm_api_key: Bearer token for ``llm_url``, if it needs one.
@@ -71,8 +82,8 @@ def open_replay(
 
     Raises:
         ConfigError: Inconsistent options (a writing miss policy on a read-only snapshot, another
-            index than a snapshot's own, ``live`` without ``forward``, a malformed latency, an
-            unknown miss detail …).
+            index than a snapshot's own, ``live`` without ``forward``, ``sandbox`` without
+            ``sandboxes``, a malformed latency, an unknown miss detail …).
         SnapshotError: The snapshot is missing or tampered with.
         StoreError: The store does not exist or cannot be opened.
     """
@@ -112,6 +123,9 @@ def open_replay(
         store=store,
         forward=forward,
         connections=connections,
+        sandboxes=sandboxes,
+        sandbox_timeout=sandbox_timeout,
+        sandbox_idle=sandbox_idle,
         llm_url=llm_url,
         llm_model=llm_model,
         llm_api_key=llm_api_key,

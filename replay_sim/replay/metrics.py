@@ -305,3 +305,52 @@ class Metrics:
             f"replay_sim_start_time_seconds {self.started:.3f}",
         ]
         return "\n".join(lines) + "\n"
+
+
+_SANDBOX_COUNTERS = (
+    ("instances", "replay_sim_sandbox_instances_total", "Sandbox instances bound to episodes."),
+    (
+        "replayed",
+        "replay_sim_sandbox_replayed_calls_total",
+        "Calls re-played to bring instances to episodes' states.",
+    ),
+    ("answers", "replay_sim_sandbox_answers_total", "Calls answered by sandbox instances (and recorded)."),
+    ("lost", "replay_sim_sandbox_lost_total", "Episodes lost because their sandbox instance died."),
+)
+_SANDBOX_GAUGES = (
+    ("live", "replay_sim_sandbox_live_instances", "Live sandbox instances (warm ones included), by server."),
+    (
+        "warm",
+        "replay_sim_sandbox_warm_instances",
+        "Started sandbox instances waiting for an episode, by server.",
+    ),
+    ("crashed", "replay_sim_sandbox_crashed_total", "Sandbox instances that ended unasked, by server."),
+)
+
+
+def sandbox_prometheus(stats: dict[str, Any]) -> str:
+    """The ``sandbox`` miss policy's figures (:meth:`SandboxPolicy.stats`) in Prometheus text format."""
+    lines: list[str] = []
+    for key, name, help_text in _SANDBOX_COUNTERS:
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} counter", f"{name} {stats.get(key, 0)}"]
+    lines += [
+        "# HELP replay_sim_sandbox_bound_episodes Episode histories bound to a live instance now.",
+        "# TYPE replay_sim_sandbox_bound_episodes gauge",
+        f"replay_sim_sandbox_bound_episodes {stats.get('bound', 0)}",
+    ]
+    pool: dict[str, Any] = stats.get("pool") or {}
+    for key, name, help_text in _SANDBOX_GAUGES:
+        kind = "counter" if name.endswith("_total") else "gauge"
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
+        lines += [
+            f'{name}{{server="{_label(server)}"}} {figures.get(key, 0)}'
+            for server, figures in sorted(pool.items())
+        ]
+    lines += [
+        "# HELP replay_sim_sandbox_memory_bytes Resident memory of live sandbox instances, by server.",
+        "# TYPE replay_sim_sandbox_memory_bytes gauge",
+    ]
+    for server, figures in sorted(pool.items()):
+        memory = sum(m for m in (figures.get("memory_bytes") or {}).values() if m)
+        lines.append(f'replay_sim_sandbox_memory_bytes{{server="{_label(server)}"}} {memory}')
+    return "\n".join(lines) + "\n"

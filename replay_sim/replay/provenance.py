@@ -66,8 +66,8 @@ class Match:
     """How a replayed result was answered: its ``_meta["replay-sim/match"]`` record, typed.
 
     Attributes:
-        status: ``exact``, ``canonical``, ``semantic``, ``nearest``, ``live``, ``synthetic``,
-            ``miss`` or ``fault`` (an injected fault).
+        status: ``exact``, ``canonical``, ``semantic``, ``nearest``, ``live``, ``sandbox``,
+            ``synthetic``, ``miss`` or ``fault`` (an injected fault).
         score: The match score (1.0 exact, 0.0 for a miss or a fault).
         recording: The recording id that answered, or None.
         snapshot: The snapshot id served, or None.
@@ -205,6 +205,8 @@ def provenance(
         match["candidates"] = [candidate_json(c, detail) for c in shown]
     if resolution.differences:  # what a canonical or semantic hit's recording was asked otherwise
         match["differences"] = differences_json(resolution.differences)
+    if resolution.sandbox is not None:  # which instance answered, how fast, after how much re-play
+        match["sandbox"] = resolution.sandbox
     return match
 
 

@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Hashable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Self
 
@@ -28,12 +29,12 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from replay_sim import untrusted
 from replay_sim.canonical import call_identity, call_key
-from replay_sim.errors import ConfigError, EpisodeError, ReplaySimError, StoreError
-from replay_sim.protocol import MATCH_META_KEY, declared
+from replay_sim.errors import ConfigError, EpisodeError, EpisodeLost, ReplaySimError, StoreError
+from replay_sim.protocol import LOST_CODE, MATCH_META_KEY, declared
 from replay_sim.redaction import RULES_META_KEY, Redactor
 from replay_sim.replay.connections import connection_key, stdio_client
 from replay_sim.replay.conversation import Rounds, bound_to, questions, reenact, suited
-from replay_sim.replay.episodes import Episode, Episodes
+from replay_sim.replay.episodes import Episode, Episodes, History
 from replay_sim.replay.fastpath import StdioFastPath
 from replay_sim.replay.faults import FaultKind, Faults, Latency
 from replay_sim.replay.histories import Histories, needs_history, one_client
@@ -41,8 +42,8 @@ from replay_sim.replay.histories import scope as history_scope
 from replay_sim.replay.injection import Injector
 from replay_sim.replay.keeper import MissKeeper
 from replay_sim.replay.metrics import Metrics
-from replay_sim.replay.miss import Miss, MissPolicy, MissPolicyName, MissSettings
-from replay_sim.replay.policies import make_policy
+from replay_sim.replay.policies.miss import Miss, MissPolicy, MissPolicyName, MissSettings
+from replay_sim.replay.policies.registry import make_policy
 from replay_sim.replay.prepared import Prepared
 from replay_sim.replay.provenance import FAULT_STATUS, MissDetail, Reply, provenance, render, status_of
 from replay_sim.replay.readiness import still_loading
@@ -136,6 +137,8 @@ class Replay:
         self.redactor = redactor or Redactor.from_rules(store.meta(RULES_META_KEY))
         self.resolver = resolver or Resolver(store)
         self.settings = settings or MissSettings(store=store)
+        if self.settings.lookup is None:  # what the sandbox policy re-plays an episode's state from
+            self.settings.lookup = self.resolver.lookup
         self.miss_policy_name = str(miss) if isinstance(miss, str) else type(miss).__name__
         self.policy = make_policy(miss, self.settings) if isinstance(miss, str) else miss
         self.snapshot = snapshot
@@ -180,6 +183,11 @@ class Replay:
     @miss_log.setter
     def miss_log(self, log: MissLog | None) -> None:
         self.misses.log = log
+
+    def sandbox_stats(self) -> dict[str, Any] | None:
+        """What the ``sandbox`` miss policy did and its pool's figures (None under another policy)."""
+        stats = getattr(self.policy, "stats", None)
+        return stats() if callable(stats) else None
 
     def close(self) -> None:
         """Close the store (idempotent); the replay answers nothing after."""
@@ -231,9 +239,11 @@ class Replay:
         return self._servers[name]
 
     async def enter(self, stack: contextlib.AsyncExitStack) -> None:
-        """Start what the miss policy holds open (the ``live`` upstream connections) on ``stack``."""
+        """Start what the miss policy holds open (``live`` connections, ``sandbox`` instances)."""
         if self.settings.connections is not None:
             await stack.enter_async_context(self.settings.connections)
+        if isinstance(self.policy, AbstractAsyncContextManager):  # the sandbox policy's instances
+            await stack.enter_async_context(self.policy)
 
     async def serve_stdio(self, name: str) -> None:
         """Replay server ``name`` to one client over this process's stdin/stdout until it hangs up.
@@ -290,9 +300,12 @@ class Replay:
             answer = Answer(name, Resolution(Tier.MISS, 0.0, reason=why), reply, fault=fault)
         else:
             try:
-                answer = await self.resolve(server, method, params, trail)
+                answer = await self.resolve(server, method, params, trail, owner=history)
                 if answer.resolution.recording is not None:
                     answer = await self._converse(ctx, server, method, params, answer, trail or ())
+            except EpisodeLost as exc:  # its sandbox instance died: no answer is faithful any more
+                self.metrics.observe(server, method, str(params.get("name", "")), "lost", 0.0)
+                raise MCPError(LOST_CODE, str(exc), {"status": 410}) from exc
             except StoreError as exc:  # a corrupt row: a JSON-RPC error naming it, not a bare 500
                 raise MCPError(
                     types.INTERNAL_ERROR, f"replay-sim cannot answer from the store: {exc}"
@@ -317,7 +330,13 @@ class Replay:
         return answer.reply
 
     async def resolve(
-        self, server: str, method: str, params: dict[str, Any], history: Sequence[str] | Trail | None = ()
+        self,
+        server: str,
+        method: str,
+        params: dict[str, Any],
+        history: Sequence[str] | Trail | None = (),
+        *,
+        owner: History | None = None,
     ) -> Answer:
         """Resolve a call and render its answer (usable without an MCP connection).
 
@@ -328,9 +347,13 @@ class Replay:
             history: The episode's trail (or its steps so far, oldest first); not advanced here.
                 None when the request has no history at all (no episode, no session): a call
                 whose answer depends on the server's state is then a miss naming the fix.
+            owner: The episode or connection history ``history`` belongs to (what a sandbox counts in).
 
         Returns:
             The resolution and what to answer with.
+
+        Raises:
+            EpisodeLost: The episode's sandbox instance died; its state is gone.
         """
         surface = self.surfaces[server]
         # Recordings were redacted before they were keyed: look the call up the same way, but hand
@@ -360,10 +383,13 @@ class Replay:
                 self.misses.keep(server, method, name, arguments, answer.status, sessionless, kept=None)
                 return answer
         miss = resolution
-        if not resolution.hit:
+        trail = history if isinstance(history, Trail) else None
+        if not resolution.hit or self.claimed(server, method, name, arguments, trail):
             tool = surface.tools.get(name) if method == "tools/call" else surface.prompts.get(name)
             try:
-                resolution = await self.policy.answer(Miss(server, method, params, miss, tool))
+                resolution = await self.policy.answer(Miss(server, method, params, miss, tool, trail, owner))
+            except EpisodeLost:
+                raise
             except ReplaySimError as exc:  # an upstream or LLM failure is the client's miss, not a crash
                 failed = f"{miss.reason}; miss policy {self.miss_policy_name!r} failed: {exc}".lstrip("; ")
                 resolution = dataclasses.replace(miss, reason=failed)
@@ -371,6 +397,15 @@ class Replay:
         if not miss.hit:
             self.misses.keep(server, method, name, arguments, answer.status, miss, kept=history)
         return answer
+
+    def claimed(
+        self, server: str, method: str, name: str, arguments: dict[str, Any], trail: Trail | None
+    ) -> bool:
+        """Whether the miss policy takes a call the cache answers (an episode bound to a sandbox)."""
+        claims = getattr(self.policy, "claims", None)
+        return (
+            trail is not None and claims is not None and bool(claims(server, method, name, arguments, trail))
+        )
 
     async def _converse(
         self,

@@ -33,7 +33,7 @@ from replay_sim.replay.app import create_app
 from replay_sim.replay.episodes import DEFAULT_EPISODE_IDLE_TIMEOUT, DEFAULT_MAX_EPISODES, Episode
 from replay_sim.replay.factory import open_replay
 from replay_sim.replay.faults import Faults, Latency
-from replay_sim.replay.miss import MissPolicyName
+from replay_sim.replay.policies.miss import MissPolicyName
 from replay_sim.replay.provenance import MissDetail
 from replay_sim.replay.replay import Replay
 

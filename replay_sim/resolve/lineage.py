@@ -70,7 +70,7 @@ class Trail:
         diverged: The first step that changed state without a recording, if any.
     """
 
-    __slots__ = ("diverged", "state", "steps")
+    __slots__ = ("__weakref__", "diverged", "state", "steps")  # weakly referable: a sandbox binds to it
 
     def __init__(self) -> None:
         self.steps: list[str] = []

@@ -28,6 +28,9 @@ class Tier(StrEnum):
     """No certain match; the closest recording was served because the miss policy is `nearest`."""
     LIVE = "live"
     """No match; forwarded to the real server and recorded (miss policy `live`)."""
+    SANDBOX = "sandbox"
+    """No answer from the episode's state in the cache; its own instance of the real server answered
+    (miss policy `sandbox`), and the answer was recorded."""
     SYNTHETIC = "synthetic"
     """No match; an LLM made the answer up (miss policy `synthesize`)."""
     MISS = "miss"
@@ -73,7 +76,8 @@ class Resolution:
     history (:meth:`Resolver.advance`): the answering recording's key, or for a miss the requested
     key, marked as diverging when the call changed state. ``problem`` says why a miss is structural
     (unknown tool, invalid arguments …), None otherwise. ``differences`` are the arguments in which
-    a canonical or semantic hit's recording differs from the call.
+    a canonical or semantic hit's recording differs from the call; ``sandbox`` says which sandbox
+    instance answered (miss policy ``sandbox``).
     """
 
     tier: Tier
@@ -85,6 +89,8 @@ class Resolution:
     problem: Problem | None = None
     step: str = ""
     differences: list[FieldDiff] = field(default_factory=list)
+    sandbox: dict[str, Any] | None = None
+    """For a ``sandbox`` answer: the instance that gave it, its latency and the calls re-played first."""
 
     @property
     def hit(self) -> bool:

@@ -45,6 +45,9 @@ from replay_sim.store import Recording, Store
 
 __all__ = ["Resolver"]
 
+_RECORDED_NOW = frozenset({Tier.LIVE, Tier.SANDBOX, Tier.SYNTHETIC})
+"""Tiers whose recording the miss policy has just stored."""
+
 
 class Resolver:
     """Answers calls from a store.
@@ -186,6 +189,8 @@ class Resolver:
 
     def advance(self, trail: Trail, resolution: Resolution) -> None:
         """Add a resolved call to an episode's trail (what the next call is resolved against)."""
+        if resolution.tier in _RECORDED_NOW:  # the store grew: its key may be cached as unrecorded
+            self._check_version()
         if resolution.step:
             self.lookup.advance(trail, resolution.step)
 

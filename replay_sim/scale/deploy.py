@@ -40,8 +40,9 @@ from starlette.types import Message
 
 from replay_sim.errors import ConfigError
 from replay_sim.httpserver import DEFAULT_KEEP_ALIVE
+from replay_sim.record.instances import DEFAULT_MAX_INSTANCES, DEFAULT_POOL
 from replay_sim.replay.admission import Limits
-from replay_sim.replay.miss import MissPolicyName
+from replay_sim.replay.policies.miss import MissPolicyName
 from replay_sim.replay.provenance import MissDetail
 from replay_sim.resolve.runtime import configure_runtime
 from replay_sim.resolve.snapshot import open_snapshot
@@ -84,7 +85,12 @@ class ScaleSettings:
         port: Its port.
         allowed_hosts: More Host names clients reach the replicas by (see ``serve --allowed-host``).
         token: The admin API's bearer token (required beyond loopback).
-        miss: Miss policy: ``error`` or ``nearest`` (a snapshot is read-only).
+        miss: Miss policy: ``error``, ``nearest`` or ``sandbox`` (a snapshot is read-only: sandbox
+            answers go to a side store next to each replica's bundle).
+        config: The recorder config declaring the sandbox servers (``miss="sandbox"``); every
+            replica builds its own instance pool from it and owns the instances of its episodes.
+        sandbox_pool: Started instances kept ready per sandbox server, per replica.
+        max_sandboxes: Live instances at most per replica.
         miss_detail: How much a miss tells the client (``full``, ``reason``, ``none``).
         keep_alive: Seconds Serve's HTTP proxy keeps an idle connection open (past every common
             client's keep-alive; Serve's default is uvicorn's 5 s, httpx's very expiry).
@@ -106,6 +112,9 @@ class ScaleSettings:
     miss: str = MissPolicyName.ERROR.value
     miss_detail: str = MissDetail.FULL.value
     keep_alive: float = DEFAULT_KEEP_ALIVE
+    config: str | None = None
+    sandbox_pool: int = DEFAULT_POOL
+    max_sandboxes: int = DEFAULT_MAX_INSTANCES
     limits: Limits = field(default_factory=Limits)
     max_body: int = DEFAULT_MAX_BODY
 
@@ -127,7 +136,12 @@ class ScaleSettings:
             )
         if self.miss_detail not in tuple(MissDetail):
             raise ConfigError(f"unknown miss detail {self.miss_detail!r}: choose {', '.join(MissDetail)}")
-        if self.miss not in (MissPolicyName.ERROR, MissPolicyName.NEAREST):
+        if self.miss == MissPolicyName.SANDBOX:
+            if self.config is None:
+                raise ConfigError(
+                    "--miss sandbox needs --config FILE, the recorder config declaring sandboxes"
+                )
+        elif self.miss not in (MissPolicyName.ERROR, MissPolicyName.NEAREST):
             raise ConfigError(f"--miss {self.miss} records new answers; replicas serve a read-only snapshot")
 
 
@@ -222,6 +236,13 @@ def build_app(settings: ScaleSettings) -> serve.Application:
     app_options = {
         "miss": settings.miss,
         "miss_detail": settings.miss_detail,
+        "sandboxes": None
+        if settings.config is None
+        else {
+            "config": str(Path(settings.config).resolve()),
+            "pool": settings.sandbox_pool,
+            "max_instances": settings.max_sandboxes,
+        },
         "host": settings.host,
         "allowed_hosts": tuple(settings.allowed_hosts),
         "token": settings.token,

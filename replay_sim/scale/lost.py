@@ -14,12 +14,11 @@ from typing import Any
 from starlette.types import Message
 
 from replay_sim import untrusted
+from replay_sim.protocol import LOST_CODE
 from replay_sim.scale.affinity import MAX_PEEK_BYTES, Affinity
 
 __all__ = ["CONFLICT_CODE", "LOST_CODE", "conflict", "error_messages", "lost", "unavailable"]
 
-LOST_CODE = -32010
-"""JSON-RPC error code of a lost episode or session (server-defined range)."""
 CONFLICT_CODE = -32011
 """JSON-RPC error code of an episode held on another replica than the request's MCP session."""
 UNAVAILABLE_CODE = -32012

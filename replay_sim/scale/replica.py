@@ -32,13 +32,15 @@ from typing import Any
 from starlette.types import Message
 
 from replay_sim.errors import SnapshotError
+from replay_sim.record.config import load_config
+from replay_sim.record.instances import InstancePool
 from replay_sim.replay.app import create_app
 from replay_sim.replay.factory import open_replay
 from replay_sim.scale.affinity import REPLICA_HEADER, SESSION_HEADER, session_id_for, split_session_id
 from replay_sim.scale.lost import lost
 from replay_sim.scale.wire import REDIRECT, Envelope, Lifespan, run_buffered
 
-__all__ = ["REPLICA_HEADER", "ReplayReplica"]
+__all__ = ["REPLICA_HEADER", "ReplayReplica", "replica_pool"]
 
 READY_TIMEOUT = 600.0
 """Seconds a starting replica waits for its warm-up (index, model) before taking requests anyway."""
@@ -79,7 +81,11 @@ class ReplayReplica:
         options = dict(app_options)
         miss = options.pop("miss", "error")
         detail = options.pop("miss_detail", "full")
-        replay = await asyncio.to_thread(open_replay, snapshot=Path(snapshot), miss=miss, miss_detail=detail)
+        sandboxes = options.pop("sandboxes", None)  # this replica's own pool: its episodes' instances
+        pool = None if sandboxes is None else replica_pool(**sandboxes)
+        replay = await asyncio.to_thread(
+            open_replay, snapshot=Path(snapshot), miss=miss, miss_detail=detail, sandboxes=pool
+        )
         if replay.snapshot != snapshot_id:
             raise SnapshotError(
                 f"replica {replica}: the bundle at {snapshot} is snapshot {replay.snapshot}, but this "
@@ -166,3 +172,12 @@ class ReplayReplica:
             return name + b"{" + inner + b"}" + rest
 
         return _SAMPLE.sub(add, text)
+
+
+def replica_pool(config: str, pool: int, max_instances: int) -> InstancePool:
+    """A replica's own pool of sandbox instances, from the recorder config (``serve --ray --miss sandbox``).
+
+    Each replica owns the instances of the episodes it holds (affinity sends an episode's every
+    request to it); a replica's death loses them with its episodes.
+    """
+    return InstancePool(load_config(config), pool=pool, max_instances=max_instances)

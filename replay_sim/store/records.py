@@ -21,6 +21,9 @@ class Origin(StrEnum):
     """Made up by an LLM under the `synthesize` miss policy; never a real server's answer."""
     EXPLORE = "explore"
     """Asked by the recorder itself (``explore``): a variant of a client's read-only call."""
+    SANDBOX = "sandbox"
+    """Answered by an episode's own instance of a real server (the `sandbox` miss policy), in a session
+    holding the episode's re-played state-changing calls before it."""
     BACKFILL = "backfill"
     """Asked by ``replay-sim backfill``: a call a replay missed, asked from the state it was missed in."""
 

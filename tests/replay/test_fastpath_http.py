@@ -100,9 +100,9 @@ class Answered:
             JSONRPCResponse.model_dump_json,
         )
 
-        async def counted_resolve(*args: Any) -> Any:  # what the SDK handler's body does per call
+        async def counted_resolve(*args: Any, **kwargs: Any) -> Any:  # the SDK handler body's work per call
             self.answers += 1
-            return await resolve(*args)
+            return await resolve(*args, **kwargs)
 
         class CountedAdapter:
             def validate_python(inner, *args: Any, **kwargs: Any) -> Any:

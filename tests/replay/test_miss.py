@@ -22,8 +22,8 @@ from replay_sim.errors import ConfigError
 from replay_sim.listener import serving_in_thread
 from replay_sim.record.config import RecorderConfig, UpstreamSpec
 from replay_sim.record.forward import Forwarder
-from replay_sim.replay.miss import MissPolicyName, MissSettings
-from replay_sim.replay.policies import MISS_POLICIES, make_policy
+from replay_sim.replay.policies.miss import MissPolicyName, MissSettings
+from replay_sim.replay.policies.registry import MISS_POLICIES, make_policy
 from replay_sim.replay.replay import Replay
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.store import Origin, ServerRecord, Store
@@ -43,12 +43,14 @@ def _replay(store: Store, miss: str, **settings: Any) -> Replay:
 def test_the_registry_names_every_policy_and_rejects_unknown_ones(tmp_path: Path) -> None:
     assert set(MISS_POLICIES) == set(MissPolicyName)
     store = Store(tmp_path / "s.db")
-    with pytest.raises(ConfigError, match="choose one of error, nearest, live, synthesize"):
+    with pytest.raises(ConfigError, match="choose one of error, nearest, live, sandbox, synthesize"):
         make_policy("guess", MissSettings(store=store))
     with pytest.raises(ConfigError, match="needs a recorder config"):
         make_policy("live", MissSettings(store=store))
     with pytest.raises(ConfigError, match="needs --llm-url and --llm-model"):
         make_policy("synthesize", MissSettings(store=store))
+    with pytest.raises(ConfigError, match="needs a recorder config declaring the sandbox servers"):
+        make_policy("sandbox", MissSettings(store=store))
 
 
 def test_nearest_serves_the_closest_recording_marked_nearest(tmp_path: Path) -> None:

@@ -1,10 +1,10 @@
 // replay-sim dashboard: polls the admin API and draws tiers over time, per-tool stats and misses.
 "use strict";
 
-const TIERS = ["exact", "canonical", "semantic", "nearest", "live", "synthetic", "miss", "refused"];
+const TIERS = ["exact", "canonical", "semantic", "nearest", "live", "sandbox", "synthetic", "miss", "refused"];
 const COLORS = {
   exact: "#2e7d32", canonical: "#558b2f", semantic: "#1565c0", nearest: "#ef6c00",
-  live: "#6a1b9a", synthetic: "#ad1457", miss: "#c62828", refused: "#616161",
+  live: "#6a1b9a", sandbox: "#00838f", synthetic: "#ad1457", miss: "#c62828", refused: "#616161",
 };
 
 // The admin token, when the server needs one: given once as /#token=..., kept for this tab only.

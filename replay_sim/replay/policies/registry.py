@@ -5,9 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from replay_sim.errors import ConfigError
-from replay_sim.replay.live import LivePolicy
-from replay_sim.replay.miss import ErrorPolicy, MissPolicy, MissPolicyName, MissSettings, NearestPolicy
-from replay_sim.replay.synthesize import SynthesizePolicy
+from replay_sim.replay.policies.live import LivePolicy
+from replay_sim.replay.policies.miss import (
+    ErrorPolicy,
+    MissPolicy,
+    MissPolicyName,
+    MissSettings,
+    NearestPolicy,
+)
+from replay_sim.replay.policies.sandbox import SandboxPolicy
+from replay_sim.replay.policies.synthesize import SynthesizePolicy
 
 __all__ = ["MISS_POLICIES", "make_policy"]
 
@@ -15,13 +22,14 @@ MISS_POLICIES: dict[MissPolicyName, Callable[[MissSettings], MissPolicy]] = {
     MissPolicyName.ERROR: ErrorPolicy,
     MissPolicyName.NEAREST: NearestPolicy,
     MissPolicyName.LIVE: LivePolicy,
+    MissPolicyName.SANDBOX: SandboxPolicy,
     MissPolicyName.SYNTHESIZE: SynthesizePolicy,
 }
 """Miss policies by name."""
 
 
 def make_policy(name: str | MissPolicyName, settings: MissSettings) -> MissPolicy:
-    """Build the named miss policy.
+    """Build the named miss policy (behind the ``sandbox`` policy's servers when a pool is given).
 
     Raises:
         ConfigError: Unknown policy name, or settings the policy needs are missing.
@@ -31,4 +39,8 @@ def make_policy(name: str | MissPolicyName, settings: MissSettings) -> MissPolic
     except ValueError:
         known = ", ".join(MissPolicyName)
         raise ConfigError(f"unknown miss policy {name!r}; choose one of {known}") from None
-    return factory(settings)
+    policy = factory(settings)
+    if settings.sandboxes is not None and not isinstance(policy, SandboxPolicy):
+        # Servers declared `miss = "sandbox"` in the recorder config: theirs, the rest the named policy's.
+        return SandboxPolicy(settings, fallback=policy)
+    return policy

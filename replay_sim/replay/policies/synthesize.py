@@ -15,7 +15,7 @@ from typing import Any
 import httpx2
 
 from replay_sim.errors import ConfigError, UpstreamError
-from replay_sim.replay.miss import Miss, MissSettings
+from replay_sim.replay.policies.miss import Miss, MissSettings
 from replay_sim.resolve.resolution import Resolution, Tier
 from replay_sim.store import Origin, Recording
 

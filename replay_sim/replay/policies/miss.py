@@ -3,9 +3,10 @@
 A policy turns the resolver's miss into a :class:`~replay_sim.resolve.resolver.Resolution`: the miss itself
 (``error``: the replay server answers with a diagnosable error), the nearest candidate
 (``nearest``), or a new recording it stored first (``live`` forwards to the real server, see
-:mod:`~replay_sim.replay.live`; ``synthesize`` asks an LLM, see :mod:`~replay_sim.replay.synthesize`).
+:mod:`~replay_sim.replay.policies.live`; ``synthesize`` asks an LLM, see
+:mod:`~replay_sim.replay.policies.synthesize`).
 This module holds what every policy shares and the two that need nothing but the store; policies
-are looked up by name in :data:`~replay_sim.replay.policies.MISS_POLICIES`.
+are looked up by name in :data:`~replay_sim.replay.policies.registry.MISS_POLICIES`.
 """
 
 from __future__ import annotations
@@ -14,10 +15,15 @@ from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from replay_sim.replay.episodes import History
+from replay_sim.resolve.lineage import StateLookup, Trail
 from replay_sim.resolve.resolution import Resolution, Tier
 from replay_sim.store import Store
+
+if TYPE_CHECKING:
+    from replay_sim.replay.policies.sandbox import SandboxPool
 
 __all__ = [
     "ErrorPolicy",
@@ -39,6 +45,9 @@ class MissPolicyName(StrEnum):
     """Serve the closest candidate recording, marked ``nearest`` in the provenance."""
     LIVE = "live"
     """Forward the call to the real server from the recorder config, record the answer and serve it."""
+    SANDBOX = "sandbox"
+    """Answer from the episode's own instance of the real server, brought to the episode's state by
+    re-playing its state-changing calls; record the answer (:mod:`~replay_sim.replay.policies.sandbox`)."""
     SYNTHESIZE = "synthesize"
     """Ask an LLM at an OpenAI-compatible URL for a plausible answer; stored with origin ``synthetic``."""
 
@@ -53,6 +62,11 @@ class Miss:
     resolution: Resolution
     tool: dict[str, Any] | None = None
     """The tool's (or prompt's) entry from the recorded listing, when there is one."""
+    trail: Trail | None = None
+    """The history of the episode (or MCP session) asking, on this server; None for a request with
+    none. The ``sandbox`` policy binds its instance to it."""
+    owner: History | None = None
+    """The episode or connection history ``trail`` belongs to (what the ``sandbox`` policy counts in)."""
 
 
 Forward = Callable[[str, str, dict[str, Any]], Awaitable[dict[str, Any]]]
@@ -79,6 +93,15 @@ class MissSettings:
     """Recordings of the tool shown to the LLM as examples."""
     timeout: float = 60.0
     """Seconds an LLM answer may take."""
+    sandboxes: SandboxPool | None = None
+    """Where the ``sandbox`` policy takes instances of the real servers (injected: the record side's
+    pool, built from the recorder config by the caller)."""
+    sandbox_timeout: float = 30.0
+    """Seconds an episode may wait for a sandbox instance before its call is a miss saying so."""
+    sandbox_idle: float | None = 600.0
+    """Seconds after which the instance of an episode that made no call is closed (None: never)."""
+    lookup: StateLookup | None = None
+    """The resolver's view of the recordings' states (the replay fills it in): what ``sandbox`` re-plays."""
 
 
 class MissPolicy(Protocol):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 
 from replay_sim.errors import ConfigError
-from replay_sim.replay.miss import Miss, MissSettings
+from replay_sim.replay.policies.miss import Miss, MissSettings
 from replay_sim.resolve.resolution import Resolution, Tier
 from replay_sim.store import Origin
 

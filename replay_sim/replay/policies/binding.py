@@ -1,0 +1,170 @@
+"""An episode bound to its sandbox instance: re-playing its state, asking calls, recording answers.
+
+A :class:`Binding` belongs to one episode's history on one server (its
+:class:`~replay_sim.resolve.lineage.Trail`). The first call the cache cannot answer from the
+episode's state takes an instance at the initial state and :meth:`Binding.replay` brings it to the
+episode's state: the episode's state-changing calls (tools not known effect-free, that did not
+fail), in order, each answer checked against what the episode was given. From then on
+:meth:`Binding.ask` sends calls to it. Every answer is recorded (origin ``sandbox``) in one
+recording session per instance that starts with the re-played calls, so a recording made there is
+made "from the episode's state" as the resolver sees it (:mod:`replay_sim.resolve.lineage`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from replay_sim.canonical import call_identity, canonical_json
+from replay_sim.resolve.lineage import DIVERGED, StateLookup, Trail
+from replay_sim.store import Origin, Recording, Store
+
+if TYPE_CHECKING:
+    from replay_sim.replay.policies.sandbox import SandboxInstance
+
+__all__ = ["Binding", "Divergence", "given_calls", "same_answer"]
+
+
+class Divergence(Exception):
+    """A re-played call was answered otherwise than the episode was: the server is not deterministic."""
+
+
+def _answer_json(result: dict[str, Any] | None, error: dict[str, Any] | None) -> str:
+    """An answer as canonical JSON, ``_meta`` aside (it carries timings and provenance, not content)."""
+    kept = None if result is None else {k: v for k, v in result.items() if k != "_meta"}
+    return canonical_json({"result": kept, "error": error})
+
+
+def same_answer(recording: Recording, answer: dict[str, Any]) -> bool:
+    """Whether an instance's answer (:meth:`SandboxInstance.call`'s dict) is the recorded one."""
+    return _answer_json(recording.result, recording.error) == _answer_json(
+        answer.get("result"), answer.get("error")
+    )
+
+
+def given_calls(lookup: StateLookup, trail: Trail) -> list[Recording] | str:
+    """The recordings that answered the episode's state-changing calls, in order.
+
+    The trail keeps each call's key; the recording it was answered from is the one the resolver
+    chooses for that key from the history before it (the choice is deterministic), so it is found
+    again by walking the steps.
+
+    Returns:
+        The recordings, or why they cannot be found (a step no recording has any more).
+    """
+    walked = Trail()
+    given: list[Recording] = []
+    for step in trail.steps:
+        if step.startswith(DIVERGED):
+            return f"call {step[len(DIVERGED) : len(DIVERGED) + 12]} changed state without a recording"
+        if lookup.is_mutating(step):
+            chosen = lookup.choose(lookup.by_key(step), walked)
+            if chosen is None:
+                return f"the recording the episode was given for call {step[:12]} is gone from the store"
+            given.append(chosen)
+        lookup.advance(walked, step)
+    return given
+
+
+def _what(method: str, params: dict[str, Any]) -> str:
+    name, arguments = call_identity(method, params)
+    shown = canonical_json(arguments)
+    return f"{name}({shown[:117] + '...' if len(shown) > 120 else shown})"
+
+
+@dataclass(eq=False)
+class Binding:
+    """One episode's (or MCP session's) instance of one server, and the session its answers go to.
+
+    Attributes:
+        server: The recorded server name.
+        lock: Held while the episode's calls on this server are answered (one at a time).
+        instance: The bound instance, or None before the first call it answers.
+        session: The recording session holding the instance's answers.
+        lost: Why the episode cannot go on on this server (its instance died), or None.
+        refused: Why this episode cannot be answered by an instance (re-play diverged), or None.
+        used: When it last answered (monotonic seconds).
+        instances: Instances bound so far.
+        replayed: Calls re-played so far.
+        answered: Calls the instances answered so far (re-play aside).
+    """
+
+    server: str
+    lock: anyio.Lock = field(default_factory=anyio.Lock)
+    instance: SandboxInstance | None = None
+    session: str | None = None
+    lost: str | None = None
+    refused: str | None = None
+    used: float = field(default_factory=time.monotonic)
+    instances: int = 0
+    replayed: int = 0
+    answered: int = 0
+
+    async def replay(self, instance: SandboxInstance, given: list[Recording], store: Store) -> None:
+        """Bring a fresh instance to the episode's state, then bind it; its answers are recorded.
+
+        Args:
+            instance: An instance at the initial state.
+            given: :func:`given_calls`: the episode's state-changing calls and their answers.
+            store: Where the re-played calls are recorded, as the head of this binding's session.
+
+        Raises:
+            Divergence: A call was answered otherwise (nothing is bound or recorded then).
+            InstanceLost: The instance died meanwhile.
+            UpstreamError: A call timed out.
+        """
+        answers: list[dict[str, Any]] = []
+        for recording in given:
+            answer = await instance.call(recording.method, recording.params)
+            if not same_answer(recording, answer):
+                raise Divergence(
+                    f"{self.server} is not deterministic for {_what(recording.method, recording.params)}: "
+                    f"re-play answered differently than recording #{recording.id} the episode was given, so "
+                    f"instance {instance.id} cannot be brought to the episode's state"
+                )
+            answers.append(self._row(recording.method, answer, recording.params))
+        self.session = store.start_session(self.server, f"sandbox-{instance.id}-{time.time_ns():x}")
+        if answers:
+            store.record_calls([{**row, "session": self.session} for row in answers])
+        self.instance = instance
+        self.instances += 1
+        self.replayed += len(given)
+
+    async def ask(self, method: str, params: dict[str, Any], store: Store) -> Recording:
+        """Send a call to the bound instance and record its answer at the end of this binding's session.
+
+        Raises:
+            InstanceLost: The instance died before or during the call.
+            UpstreamError: The call timed out.
+        """
+        assert self.instance is not None and self.session is not None
+        answer = await self.instance.call(method, params)
+        row = self._row(method, answer, params)
+        recording_id = store.record_call(**row, session=self.session)
+        recording = store.recording(recording_id)
+        assert recording is not None
+        self.answered += 1
+        return recording
+
+    def _row(self, method: str, answer: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+        """:meth:`Store.record_call`'s keyword arguments for an instance's answer (origin ``sandbox``)."""
+        return {
+            "server": self.server,
+            "method": method,
+            "params": answer.get("params") or params,
+            "result": answer.get("result"),
+            "error": answer.get("error"),
+            "latency_ms": answer.get("latency_ms"),
+            "origin": Origin.SANDBOX,
+            "notifications": answer.get("notifications") or None,
+        }
+
+    async def unbind(self) -> None:
+        """Close the bound instance (its state is deleted) and forget it; idempotent."""
+        instance, self.instance, self.session = self.instance, None, None
+        if instance is not None:
+            with anyio.CancelScope(shield=True):
+                await instance.close()

@@ -1,0 +1,301 @@
+"""The ``sandbox`` miss policy on real servers over real stdio: episodes bound to their own instances.
+
+Recordings are made by the real recorder from the fixture servers; the replay is served over real
+HTTP; instances come from the record side's real pool (fresh processes: the fixture servers keep
+their state in the process).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import shutil
+from pathlib import Path
+
+import anyio
+import httpx2
+import pytest
+from click.testing import CliRunner
+from mcp import Client
+from mcp.shared.exceptions import MCPError
+from recording_helpers import REPLAY_SIM, raw_client, raw_request, stdio, step
+from sandbox_helpers import live_instances, match, record, sandboxed, text, until, write_config
+
+from replay_sim.cli import cli
+from replay_sim.errors import ConfigError
+from replay_sim.protocol import LOST_CODE, MATCH_META_KEY
+from replay_sim.record.config import load_config
+from replay_sim.resolve.snapshot import freeze
+from replay_sim.store import Origin, Store
+from replay_sim.store.snapshot import verify
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+def counter_recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One recorded session of the counter server (once): ``put(k1, a)``, ``put(k2, b)``, ``get(k1)``."""
+    db = tmp_path_factory.mktemp("counter") / "replay.db"
+    script = [step("put", key="k1", value="a"), step("put", key="k2", value="b"), step("get", key="k1")]
+    anyio.run(record, db, "counter", script)
+    return db
+
+
+@pytest.fixture
+def counter_db(counter_recording: Path, tmp_path: Path) -> Path:
+    """A copy of :func:`counter_recording` each test may grow."""
+    return Path(shutil.copy(counter_recording, tmp_path / "replay.db"))
+
+
+async def test_two_interleaved_episodes_writing_the_same_key_each_read_back_their_own_value(
+    counter_db: Path, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path / "recorder.toml")
+    async with sandboxed(counter_db, config, tmp_path) as sim:
+        one, two = sim.episode("one"), sim.episode("two")
+        async with Client(one.url("counter")) as a, Client(two.url("counter")) as b:
+            put = await a.call_tool("put", {"key": "k1", "value": "a"})
+            assert match(put)["status"] == "exact"  # recorded: answered from the cache
+            # Never recorded: one's own instance, brought to one's state by re-playing put(k1, a).
+            first = await a.call_tool("put", {"key": "k2", "value": "x"})
+            assert text(first) == "ok" and match(first)["status"] == "sandbox"
+            assert match(first)["sandbox"]["replayed"] == 1
+            other = await b.call_tool("put", {"key": "k2", "value": "y"})
+            assert match(other)["status"] == "sandbox" and match(other)["sandbox"]["replayed"] == 0
+            assert match(other)["sandbox"]["instance"] != match(first)["sandbox"]["instance"]
+            # Reads no recording made from these states answers: each episode's instance.
+            assert text(await a.call_tool("get", {"key": "k2"})) == "x"
+            assert text(await b.call_tool("get", {"key": "k2"})) == "y"
+            assert text(await a.call_tool("get", {"key": "k1"})) == "a"  # re-played into one's instance
+            assert text(await b.call_tool("get", {"key": "k1"})) == "(unset)"
+            # A write the cache answers (recorded from the initial state, which two is not in) and
+            # one it could answer from this state both go to the bound instance.
+            again = await b.call_tool("put", {"key": "k1", "value": "a"})
+            assert match(again)["status"] == "sandbox"
+            assert text(await b.call_tool("get", {"key": "k1"})) == "a"
+        stats = one.stats()
+        assert stats["sandbox"] == {"instances": 1, "replayed": 1, "answers": 3, "lost": 0}
+        assert stats["tiers"] == {"exact": 1, "sandbox": 3}
+
+
+async def test_a_second_episode_making_the_same_calls_is_answered_from_what_the_first_recorded(
+    counter_db: Path, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path / "recorder.toml")
+    calls = [
+        ("put", {"key": "k1", "value": "a"}),
+        ("put", {"key": "k2", "value": "x"}),
+        ("get", {"key": "k1"}),
+        ("get", {"key": "k2"}),
+    ]
+    async with sandboxed(counter_db, config, tmp_path) as sim:
+        runs = []
+        for name in ("first", "second"):
+            async with Client(sim.episode(name).url("counter")) as client:
+                runs.append([await client.call_tool(tool, arguments) for tool, arguments in calls])
+        assert [text(r) for r in runs[0]] == [text(r) for r in runs[1]] == ["ok", "ok", "a", "x"]
+        assert [match(r)["status"] for r in runs[0]] == ["exact", "sandbox", "sandbox", "sandbox"]
+        assert [match(r)["status"] for r in runs[1]] == ["exact"] * 4
+        assert sim.replay.episodes.get("second").sandbox == {}  # no instance was taken
+    with Store(counter_db) as store:
+        added = [r for r in store.recordings() if r.origin == Origin.SANDBOX]
+    # One session: the re-played put(k1, a), then the three answers the instance gave.
+    assert len({r.session for r in added}) == 1
+    assert [(r.name, r.arguments) for r in added] == [
+        ("put", {"key": "k1", "value": "a"}),
+        *[(tool, arguments) for tool, arguments in calls[1:]],
+    ]
+    shown = CliRunner().invoke(cli, ["stats", "--db", str(counter_db)])
+    assert shown.exit_code == 0 and "added by rollouts" in shown.output
+    assert "counter\t4 calls of 2 tools/resources/prompts" in shown.output
+
+
+async def test_a_bound_episodes_write_the_cache_answers_still_goes_to_its_instance(
+    counter_db: Path, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path / "recorder.toml")
+    async with (
+        sandboxed(counter_db, config, tmp_path) as sim,
+        Client(sim.episode("bound").url("counter")) as client,
+    ):
+        unset = await client.call_tool("get", {"key": "k1"})  # recorded only after writes: not from here
+        assert text(unset) == "(unset)" and match(unset)["status"] == "sandbox"
+        write = await client.call_tool("put", {"key": "k1", "value": "a"})  # recorded from this state
+        assert match(write)["status"] == "sandbox"  # yet its instance makes it: its state stays ours
+        # No recording of get(k1) was made after put(k1, a) alone: the instance, which has it.
+        read = await client.call_tool("get", {"key": "k1"})
+        assert text(read) == "a" and match(read)["status"] == "sandbox"
+
+
+async def test_an_episode_ended_by_delete_closes_its_instance(counter_db: Path, tmp_path: Path) -> None:
+    config = write_config(tmp_path / "recorder.toml")
+    async with sandboxed(counter_db, config, tmp_path) as sim:
+        episode = sim.episode("ending")
+        async with Client(episode.url("counter")) as client:
+            await client.call_tool("put", {"key": "new", "value": "v"})
+        assert live_instances(sim, "counter") == 1
+        async with httpx2.AsyncClient() as http:
+            metrics = (await http.get(f"{sim.url}/metrics")).text
+            stats = (await http.get(f"{sim.url}/api/stats")).json()["sandbox"]
+            summary = (await http.get(f"{sim.url}/api/episodes/ending")).json()
+        assert "replay_sim_sandbox_instances_total 1" in metrics
+        assert 'replay_sim_sandbox_live_instances{server="counter"} 1' in metrics
+        assert stats["bound"] == 1 and stats["answers"] == 1 and stats["pool"]["counter"]["live"] == 1
+        assert summary["sandbox"] == {"instances": 1, "replayed": 0, "answers": 1, "lost": 0}
+        assert summary["tiers"] == {"sandbox": 1}
+        episode.close()
+        await until(lambda: live_instances(sim, "counter") == 0)
+        assert sim.replay.policy.stats()["bound"] == 0
+
+
+async def test_a_server_answering_a_replayed_call_otherwise_is_a_miss_naming_the_call(tmp_path: Path) -> None:
+    db = tmp_path / "replay.db"
+    home = ("tools/call", {"name": "env", "arguments": {"name": "HOME"}})
+    await record(db, "echo", [home])  # the server inherits the recorder's HOME
+    config = write_config(tmp_path / "recorder.toml", env={"echo": {"HOME": str(tmp_path)}})
+    async with sandboxed(db, config, tmp_path) as sim:
+        async with Client(sim.episode("e").url("echo")) as client:
+            seen = await client.call_tool("env", {"name": "HOME"})
+            assert match(seen)["status"] == "exact"  # `env` has no annotations: it may change state
+            missed = await client.call_tool("echo", {"text": "never recorded"})
+            assert missed.is_error and match(missed)["status"] == "miss"
+            said = text(missed)
+            assert 'echo is not deterministic for env({"name":"HOME"}): re-play answered differently' in said
+        await until(lambda: live_instances(sim, "echo") == 0)  # the instance that diverged is closed
+    with Store(db) as store:
+        assert all(r.origin != Origin.SANDBOX for r in store.recordings())  # none from another state
+
+
+async def test_an_instance_that_dies_makes_its_episode_lost(tmp_path: Path) -> None:
+    db = tmp_path / "replay.db"
+    await record(db, "echo", [step("echo", text="hello")])
+    config = write_config(tmp_path / "recorder.toml")
+    async with sandboxed(db, config, tmp_path) as sim:
+        async with Client(sim.episode("doomed").url("echo")) as client:
+            said = await client.call_tool("echo", {"text": "not recorded"})
+            assert match(said)["status"] == "sandbox"
+            for _ in range(2):  # the call that kills it, then any later call: the state is gone
+                with pytest.raises(MCPError) as lost:
+                    await client.call_tool("crash", {})
+                assert (
+                    lost.value.error.code == LOST_CODE
+                    and "episode 'doomed' is lost" in lost.value.error.message
+                )
+            with pytest.raises(MCPError) as later:
+                await client.call_tool("echo", {"text": "hello"})  # recorded, but not from this state
+            assert later.value.error.code == LOST_CODE
+        assert sim.replay.episodes.get("doomed").sandbox["lost"] == 1
+
+
+@pytest.mark.parametrize("chosen_by", ["--miss sandbox", 'miss = "sandbox" in the recorder config'])
+async def test_serve_over_stdio_with_miss_sandbox_answers_from_an_instance_and_keeps_the_answer(
+    counter_db: Path, tmp_path: Path, chosen_by: str
+) -> None:
+    by_flag = chosen_by.startswith("--")
+    config = write_config(tmp_path / "recorder.toml", own_miss=() if by_flag else ("counter",))
+    serve = stdio(
+        REPLAY_SIM, "serve", "--stdio", "--server", "counter", "--db", counter_db,
+        "--miss", "sandbox" if by_flag else "error",
+        "--config", config, "--sandbox-pool", "0", "--index-dir", tmp_path / "index",
+        env=dict(os.environ),  # this checkout's replay_sim (PYTHONPATH), not only the SDK's safe variables
+    )  # fmt: skip
+    with anyio.fail_after(120):
+        async with raw_client(serve) as client:  # the stdio client's history is the one bound
+            first = await raw_request(client, "tools/call", {"name": "double", "arguments": {"x": 21}})
+        async with raw_client(serve) as client:  # a new process: the answer was recorded
+            again = await raw_request(client, "tools/call", {"name": "double", "arguments": {"x": 21}})
+    assert first["content"] == again["content"] == [{"type": "text", "text": "42"}]
+    assert first["_meta"][MATCH_META_KEY]["status"] == "sandbox"
+    assert again["_meta"][MATCH_META_KEY]["status"] == "exact"
+
+
+async def test_a_snapshot_served_with_sandboxes_keeps_their_answers_in_a_side_store(
+    counter_db: Path, tmp_path: Path
+) -> None:
+    bundle = tmp_path / "snap"
+    await anyio.to_thread.run_sync(freeze, counter_db, bundle)
+    config = write_config(tmp_path / "recorder.toml")
+    async with (
+        sandboxed(None, config, tmp_path, snapshot=bundle) as sim,
+        Client(sim.episode("frozen").url("counter")) as client,
+    ):
+        assert match(await client.call_tool("put", {"key": "k1", "value": "a"}))["status"] == "exact"
+        write = await client.call_tool("put", {"key": "k3", "value": "z"})
+        assert match(write)["status"] == "sandbox" and match(write)["snapshot"] == sim.replay.snapshot
+        # The snapshot cannot hold the new state: from here the episode's instance answers, reads too.
+        assert [text(await client.call_tool("get", {"key": k})) for k in ("k3", "k1", "k2")] == [
+            "z",
+            "a",
+            "(unset)",
+        ]
+    side = tmp_path / "snap.sandbox.db"
+    with Store(side) as store:
+        kept = [(r.name, r.arguments, r.origin) for r in store.recordings()]
+    assert kept[:2] == [
+        ("put", {"key": "k1", "value": "a"}, "sandbox"),
+        ("put", {"key": "k3", "value": "z"}, "sandbox"),
+    ]
+    assert len(kept) == 5
+    assert verify(bundle).id == sim.replay.snapshot  # the bundle itself is untouched
+
+
+def test_a_server_can_only_choose_the_sandbox_policy_and_only_as_a_sandbox(tmp_path: Path) -> None:
+    config = tmp_path / "recorder.toml"
+    config.write_text('[servers.counter]\ncommand = "python"\nmiss = "live"\nsandbox = true\n')
+    with pytest.raises(ConfigError, match="'miss' can only be \"sandbox\" per server"):
+        load_config(config)
+    config.write_text('[servers.counter]\ncommand = "python"\nmiss = "sandbox"\n')
+    with pytest.raises(ConfigError, match='miss = "sandbox" needs sandbox = true'):
+        load_config(config)
+
+
+async def test_a_history_scoped_to_an_mcp_session_binds_per_session_and_its_end_closes_the_instance(
+    counter_db: Path, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path / "recorder.toml")
+    async with sandboxed(counter_db, config, tmp_path) as sim:
+        async with (
+            Client(sim.endpoint("counter"), mode="legacy") as one,
+            Client(sim.endpoint("counter"), mode="legacy") as two,
+        ):  # handshake-era sessions, no episode: each session is its own history
+            await one.call_tool("put", {"key": "mine", "value": "one"})
+            await two.call_tool("put", {"key": "mine", "value": "two"})
+            assert text(await one.call_tool("get", {"key": "mine"})) == "one"
+            assert text(await two.call_tool("get", {"key": "mine"})) == "two"
+            assert live_instances(sim, "counter") == 2
+        # The sessions ended: their histories are freed (the SDK's session objects hold cycles: the
+        # collector frees them, at once here), and with them their instances.
+        gc.collect()
+        await until(lambda: live_instances(sim, "counter") == 0)
+
+
+async def test_an_instance_idle_past_its_bound_is_closed_and_its_episode_lost(
+    counter_db: Path, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path / "recorder.toml")
+    async with (
+        sandboxed(counter_db, config, tmp_path, sandbox_idle=0.5) as sim,
+        Client(sim.episode("idle").url("counter")) as client,
+    ):
+        await client.call_tool("put", {"key": "new", "value": "v"})
+        await until(lambda: live_instances(sim, "counter") == 0)  # nothing asked it for 0.5 s
+        with pytest.raises(MCPError) as lost:  # its state went with it: never an answer from another
+            await client.call_tool("get", {"key": "new"})
+        assert lost.value.error.code == LOST_CODE and "closed after 0.5 s idle" in lost.value.error.message
+
+
+async def test_a_request_with_no_history_is_answered_by_a_fresh_instance_only_for_a_read(
+    counter_db: Path, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path / "recorder.toml")
+    async with sandboxed(counter_db, config, tmp_path) as sim, Client(sim.endpoint("counter")) as client:
+        read = await client.call_tool("get", {"key": "nobody-wrote"})  # 2026-era: no session, no episode
+        assert text(read) == "(unset)" and match(read)["status"] == "sandbox"
+        write = await client.call_tool("put", {"key": "k9", "value": "v"})  # its effect could not be kept
+        assert write.is_error and match(write)["status"] == "miss" and "episode" in text(write)
+        await until(lambda: live_instances(sim, "counter") == 0)  # the read's instance was closed at once
