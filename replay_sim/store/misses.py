@@ -8,7 +8,8 @@ answered from may not be in the store that backfills, and a call no recording an
 recording at all). One row per call and state, counted: rollouts repeat their misses.
 
 The replay never waits for the log: :meth:`MissLog.add` queues the miss and returns; a writer
-thread resolves the steps' params and commits rows in batches. A writable store keeps the log in
+thread resolves the steps' params and commits rows in batches — once the store's write lock is
+free, when another process holds it. A writable store keeps the log in
 its ``misses`` table (written on the store's own connection as non-content, so the resolver's
 caches are not invalidated by it). A read-only store — a snapshot's — cannot: its misses go to a
 side file next to the bundle (``<bundle>.misses.db``, a store holding only misses), or, when that
@@ -32,20 +33,34 @@ from queue import Empty, SimpleQueue
 from typing import Any
 
 from replay_sim.canonical import call_key, canonical_json
-from replay_sim.errors import StoreError
+from replay_sim.errors import StoreError, StoreLockedError
 from replay_sim.redaction import REDACTED
 from replay_sim.store.records import utc_now
 from replay_sim.store.snapshot import STORE_FILE
 from replay_sim.store.store import Store
 
-__all__ = ["MAX_MISS_ROWS", "MissEntry", "MissLog", "call_params", "read_misses", "side_file"]
+__all__ = [
+    "MAX_MISS_ROWS",
+    "MAX_QUEUED",
+    "MAX_WAITING_BYTES",
+    "MissEntry",
+    "MissLog",
+    "call_params",
+    "read_misses",
+    "side_file",
+]
 
 log = logging.getLogger("replay_sim")
 
 MAX_MISS_ROWS = 100_000
 """Distinct (call, state) rows a log keeps; later new ones are counted nowhere (said once)."""
 _MAX_PARAMS = 256 * 1024  # characters of one miss's params: a larger one cannot be kept whole
-_BATCH = 256
+_BATCH = 256  # misses serialised between two tries to commit
+MAX_QUEUED = 10_000
+"""Misses queued and not yet serialised at most; a miss past it is not kept (said once)."""
+MAX_WAITING_BYTES = 64 * 1024 * 1024
+"""Bytes of params of the rows waiting to be committed at most (while another process holds the lock)."""
+_FIRST_PAUSE, _LAST_PAUSE = 0.005, 0.5  # seconds between tries while another process holds the lock
 _MEMO = 4096  # recently resolved step keys
 
 
@@ -150,6 +165,15 @@ def _state(prefix: Sequence[str] | None) -> str:
 class MissLog:
     """Keeps a replay's misses in a store (or beside a read-only one) without holding up the replay.
 
+    A writer thread takes the queued misses, serialises them into rows (merging repeats of one
+    call from one state) and commits them. While another process holds the store's write lock
+    (``replay-sim import`` or ``record`` on the file a replay serves) the rows wait in memory and
+    are committed once the lock is free: nothing is lost while the process runs. What waits is
+    bounded — :data:`MAX_QUEUED` misses not yet serialised, :data:`MAX_WAITING_BYTES` of rows —
+    and a miss past either bound is not kept (counted in :attr:`dropped`, said once on the
+    ``replay_sim`` logger). :meth:`close` (and the process's exit) writes what waits for at most
+    its ``timeout``; what the lock still holds back then is said, with how many misses it was.
+
     Args:
         store: The replay's store: read for the steps' params; written to unless read-only.
         path: Where to keep the misses instead (a store file, created when missing); by default
@@ -163,14 +187,19 @@ class MissLog:
         self.path = Path(path) if path is not None else store.path
         self._target: Store | None = None if path is not None else store
         self._queue: SimpleQueue[tuple[Any, ...] | None] = SimpleQueue()
-        self._pending = 0
+        self._queued = 0  # misses in the queue, not yet serialised
+        self._pending = 0  # misses queued or waiting, not yet committed (or given up)
         self._idle = threading.Condition()
         self._thread: threading.Thread | None = None
+        self._waiting: dict[tuple[str, str], dict[str, Any]] = {}  # rows waiting for the lock
+        self._waiting_bytes = 0
+        self._waiting_misses = 0
+        self._giving_up = False  # closing, and the wait is over: what cannot be written is dropped
         self._memo: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._said: set[str] = set()
         self._rows: int | None = None
         self.dropped = 0
-        """Misses not kept (the log could not be written, or was full)."""
+        """Misses not kept (the log could not be written, was full, or its queue overflowed)."""
 
     def add(
         self,
@@ -200,8 +229,18 @@ class MissLog:
         item = (server, method, name, arguments, None if prefix is None else tuple(prefix), status,
                 reason, list(candidates)[:3], utc_now())  # fmt: skip
         with self._idle:
+            if self._queued >= MAX_QUEUED:
+                self.dropped += 1
+                self._say(
+                    f"replay-sim: misses not kept: {MAX_QUEUED} wait to be written to {self.path} "
+                    "already (is another process holding its write lock?); later ones are counted "
+                    "in the miss log's dropped count until they drain"
+                )
+                return
+            self._queued += 1
             self._pending += 1
             if self._thread is None:
+                self._giving_up = False
                 self._thread = threading.Thread(target=self._run, name="replay-sim-miss-log", daemon=True)
                 self._thread.start()
                 _flush_at_exit(self)
@@ -213,8 +252,16 @@ class MissLog:
             return self._idle.wait_for(lambda: self._pending == 0, timeout)
 
     def close(self, timeout: float = 10.0) -> None:
-        """Write what is queued, stop the writer thread and close a side file."""
-        self.flush(timeout)
+        """Write what is queued (waiting up to ``timeout``), stop the writer thread and close a side file.
+
+        Misses still held back by another process's write lock when ``timeout`` runs out are not
+        kept: said on the ``replay_sim`` logger with how many they were.
+        """
+        if not self.flush(timeout):
+            with self._idle:
+                self._giving_up = True
+                self._idle.notify_all()
+            self.flush(timeout)
         if self._thread is not None:
             self._queue.put(None)
             self._thread.join(timeout)
@@ -226,29 +273,106 @@ class MissLog:
     # -- the writer thread ------------------------------------------------------------------------
 
     def _run(self) -> None:
+        pause = _FIRST_PAUSE
         while True:
-            item = self._queue.get()
-            if item is None:
+            stop = self._take(block=not self._waiting, timeout=pause)
+            if self._waiting:
+                written = self._commit_waiting()
+                pause = _FIRST_PAUSE if written else min(pause * 2, _LAST_PAUSE)
+            if stop:
                 return
-            batch = [item]
-            while len(batch) < _BATCH:
+
+    def _take(self, block: bool, timeout: float) -> bool:
+        """Serialise queued misses into waiting rows (waiting up to ``timeout`` for one); True to stop."""
+        try:
+            item = self._queue.get(timeout=None if block else timeout)
+        except Empty:
+            return False
+        taken = 0
+        try:
+            while item is not None:
+                taken += 1
+                self._wait_row(item)
+                if taken >= _BATCH:
+                    return False
                 try:
-                    more = self._queue.get_nowait()
+                    item = self._queue.get_nowait()
                 except Empty:
-                    break
-                if more is None:
-                    self._queue.put(None)  # stop after this batch
-                    break
-                batch.append(more)
-            try:
-                self._write(batch)
-            except Exception as exc:  # a broken log must never stop the replay
-                self.dropped += len(batch)
-                self._say(f"replay-sim: misses not kept in {self.path}: {exc}")
-            finally:
-                with self._idle:
-                    self._pending -= len(batch)
-                    self._idle.notify_all()
+                    return False
+            return True
+        finally:
+            with self._idle:
+                self._queued -= taken
+
+    def _wait_row(self, item: tuple[Any, ...]) -> None:
+        """One queued miss as a waiting row (merged with a repeat of it), or dropped if it cannot be kept."""
+        server, method, name, arguments, prefix, status, reason, candidates, at = item
+        try:
+            params = call_params(method, name, arguments)
+            text = canonical_json(params)
+            if len(text) > _MAX_PARAMS:
+                self._say(f"replay-sim: a miss of {server} {name} is not kept: its params are too long")
+                self._done(1, dropped=True)
+                return
+            key = call_key(server, method, name, arguments)
+            self._remember(key, method, params)
+            state = _state(prefix)
+            seen = self._waiting.get((key, state))
+            if seen is not None:
+                seen.update(count=seen["count"] + 1, last_at=at, status=status, reason=reason,
+                            candidates=json.dumps(candidates, ensure_ascii=False))  # fmt: skip
+                self._waiting_misses += 1
+                return
+            if self._waiting_bytes + len(text) > MAX_WAITING_BYTES:
+                self._say(
+                    f"replay-sim: misses not kept: {self._waiting_bytes} bytes of them wait to be "
+                    f"written to {self.path} already (is another process holding its write lock?)"
+                )
+                self._done(1, dropped=True)
+                return
+            self._waiting[(key, state)] = {
+                "server": server, "method": method, "name": name, "key": key, "params": text,
+                "prefix": prefix, "state": state, "status": status, "reason": reason,
+                "candidates": json.dumps(candidates, ensure_ascii=False),
+                "count": 1, "first_at": at, "last_at": at,
+            }  # fmt: skip
+            self._waiting_bytes += len(text)
+            self._waiting_misses += 1
+        except Exception as exc:  # a broken miss must never stop the log
+            self._say(f"replay-sim: a miss of {server} {name} is not kept: {exc}")
+            self._done(1, dropped=True)
+
+    def _commit_waiting(self) -> bool:
+        """Commit the waiting rows; False when another process holds the write lock (they wait on)."""
+        rows, misses = self._waiting, self._waiting_misses
+        try:
+            self._write(rows)
+        except StoreLockedError as exc:
+            with self._idle:
+                giving_up = self._giving_up
+            if not giving_up:
+                return False
+            self._say(f"replay-sim: {misses} misses not kept at shutdown: {exc}")
+            self._drop_waiting(misses)
+            return True
+        except Exception as exc:  # a broken log must never stop the replay
+            self._say(f"replay-sim: misses not kept in {self.path}: {exc}")
+            self._drop_waiting(misses)
+            return True
+        self._waiting, self._waiting_bytes, self._waiting_misses = {}, 0, 0
+        self._done(misses)
+        return True
+
+    def _drop_waiting(self, misses: int) -> None:
+        self._waiting, self._waiting_bytes, self._waiting_misses = {}, 0, 0
+        self._done(misses, dropped=True)
+
+    def _done(self, misses: int, dropped: bool = False) -> None:
+        with self._idle:
+            if dropped:
+                self.dropped += misses
+            self._pending -= misses
+            self._idle.notify_all()
 
     def _say(self, line: str) -> None:
         if line not in self._said:
@@ -263,34 +387,16 @@ class MissLog:
                 raise StoreError(f"cannot keep misses beside read-only {self.store.path}: {exc}") from exc
         return self._target
 
-    def _write(self, batch: list[tuple[Any, ...]]) -> None:
-        rows: dict[tuple[str, str], dict[str, Any]] = {}
-        for server, method, name, arguments, prefix, status, reason, candidates, at in batch:
-            params = call_params(method, name, arguments)
-            text = canonical_json(params)
-            if len(text) > _MAX_PARAMS:
-                self.dropped += 1
-                self._say(f"replay-sim: a miss of {server} {name} is not kept: its params are too long")
-                continue
-            key = call_key(server, method, name, arguments)
-            self._remember(key, method, params)
-            state = _state(prefix)
-            steps = None if prefix is None else json.dumps([self._step(k) for k in prefix])
-            seen = rows.get((key, state))
-            rows[(key, state)] = {
-                "server": server, "method": method, "name": name, "key": key, "params": text,
-                "prefix": steps, "state": state, "status": status, "reason": reason,
-                "candidates": json.dumps(candidates, ensure_ascii=False),
-                "count": 1 + (0 if seen is None else seen["count"]),
-                "first_at": at if seen is None else seen["first_at"], "last_at": at,
-            }  # fmt: skip
-        if not rows:
-            return
+    def _write(self, waiting: dict[tuple[str, str], dict[str, Any]]) -> None:
+        """Commit rows in one transaction, not waiting for another process's lock (StoreLockedError)."""
         target = self._open()
-        with target.transaction("keep misses", content=False) as conn:
+        with target.transaction("keep misses", content=False, wait=False) as conn:
             if self._rows is None:
                 self._rows = int(conn.execute("SELECT COUNT(*) FROM misses").fetchone()[0])
-            for (key, state), row in rows.items():
+            for (key, state), waiting_row in waiting.items():
+                prefix = waiting_row["prefix"]
+                steps = None if prefix is None else json.dumps([self._step(k) for k in prefix])
+                row = {**waiting_row, "prefix": steps}
                 known = conn.execute("SELECT 1 FROM misses WHERE key=? AND state=?", (key, state)).fetchone()
                 if known is None and self._rows >= MAX_MISS_ROWS:
                     self.dropped += row["count"]
