@@ -30,7 +30,9 @@ SCHEMA_VERSION = 1
 """Changes when a store's tables change in a way older code cannot read. A table added later (the
 ``misses`` log) does not change it: opening a store for writing creates what it lacks
 (``CREATE TABLE IF NOT EXISTS``), and its readers take a store without it — an older store, or a
-read-only snapshot of one — as holding none, so stores of either age open with either code."""
+read-only snapshot of one — as holding none, so stores of either age open with either code. So
+does ``miss_steps`` (the misses' histories, :mod:`replay_sim.store.miss_history`): older code reads
+a miss referring to it as one whose history was not kept (it cannot backfill it)."""
 
 _RETRY_CAP = 0.05  # seconds between two tries for another process's write lock, at most
 
@@ -58,6 +60,9 @@ CREATE TABLE IF NOT EXISTS misses (
     key TEXT NOT NULL, params TEXT NOT NULL, prefix TEXT, state TEXT NOT NULL,
     status TEXT NOT NULL, reason TEXT NOT NULL, candidates TEXT,
     count INTEGER NOT NULL, first_at TEXT NOT NULL, last_at TEXT NOT NULL, UNIQUE (key, state));
+CREATE TABLE IF NOT EXISTS miss_steps (
+    id INTEGER PRIMARY KEY, parent INTEGER NOT NULL, key TEXT NOT NULL, method TEXT, params TEXT,
+    UNIQUE (parent, key));
 """
 
 

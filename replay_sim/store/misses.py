@@ -23,6 +23,7 @@ import atexit
 import hashlib
 import json
 import logging
+import sqlite3
 import threading
 import weakref
 from collections import OrderedDict
@@ -35,6 +36,7 @@ from typing import Any
 from replay_sim.canonical import call_key, canonical_json
 from replay_sim.errors import StoreError, StoreLockedError
 from replay_sim.redaction import REDACTED
+from replay_sim.store.miss_history import DEFAULT_MAX_MISS_BYTES, MissHistories, log_size, read_prefix
 from replay_sim.store.records import utc_now
 from replay_sim.store.snapshot import STORE_FILE
 from replay_sim.store.store import Store
@@ -53,7 +55,7 @@ __all__ = [
 log = logging.getLogger("replay_sim")
 
 MAX_MISS_ROWS = 100_000
-"""Distinct (call, state) rows a log keeps; later new ones are counted nowhere (said once)."""
+"""Distinct (call, state) rows a log keeps; past it the least recently missed are evicted (said once)."""
 _MAX_PARAMS = 256 * 1024  # characters of one miss's params: a larger one cannot be kept whole
 _BATCH = 256  # misses serialised between two tries to commit
 MAX_QUEUED = 10_000
@@ -178,10 +180,15 @@ class MissLog:
         store: The replay's store: read for the steps' params; written to unless read-only.
         path: Where to keep the misses instead (a store file, created when missing); by default
             ``store`` itself, or :func:`side_file` for a read-only store.
+        max_bytes: Bytes the log keeps at most (see :mod:`~replay_sim.store.miss_history`): past
+            it, or past :data:`MAX_MISS_ROWS` calls, the least recently missed are evicted.
     """
 
-    def __init__(self, store: Store, path: str | Path | None = None) -> None:
+    def __init__(
+        self, store: Store, path: str | Path | None = None, *, max_bytes: int = DEFAULT_MAX_MISS_BYTES
+    ) -> None:
         self.store = store
+        self.max_bytes = max_bytes
         if path is None and store.readonly:
             path = side_file(store.path)
         self.path = Path(path) if path is not None else store.path
@@ -198,6 +205,10 @@ class MissLog:
         self._memo: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._said: set[str] = set()
         self._rows: int | None = None
+        self._bytes: int | None = None
+        self._histories = MissHistories(self._step)
+        self.evicted = 0
+        """Kept misses evicted (least recently missed first) to keep the log within its bounds."""
         self.dropped = 0
         """Misses not kept (the log could not be written, was full, or its queue overflowed)."""
 
@@ -390,26 +401,43 @@ class MissLog:
     def _write(self, waiting: dict[tuple[str, str], dict[str, Any]]) -> None:
         """Commit rows in one transaction, not waiting for another process's lock (StoreLockedError)."""
         target = self._open()
-        with target.transaction("keep misses", content=False, wait=False) as conn:
-            if self._rows is None:
-                self._rows = int(conn.execute("SELECT COUNT(*) FROM misses").fetchone()[0])
-            for (key, state), waiting_row in waiting.items():
-                prefix = waiting_row["prefix"]
-                steps = None if prefix is None else json.dumps([self._step(k) for k in prefix])
-                row = {**waiting_row, "prefix": steps}
-                known = conn.execute("SELECT 1 FROM misses WHERE key=? AND state=?", (key, state)).fetchone()
-                if known is None and self._rows >= MAX_MISS_ROWS:
-                    self.dropped += row["count"]
-                    self._say(f"replay-sim: the miss log {self.path} is full ({MAX_MISS_ROWS} calls)")
-                    continue
-                conn.execute(
-                    f"INSERT INTO misses ({', '.join(row)}) VALUES ({', '.join(':' + c for c in row)}) "
-                    "ON CONFLICT (key, state) DO UPDATE SET count = count + excluded.count, "
-                    "last_at = excluded.last_at, status = excluded.status, reason = excluded.reason, "
-                    "candidates = excluded.candidates",
-                    row,
-                )
-                self._rows += known is None
+        try:
+            with target.transaction("keep misses", content=False, wait=False) as conn:
+                self._insert(conn, waiting)
+        except BaseException:
+            self._histories.committed(False)
+            self._rows = self._bytes = None  # counted again from the store: the rows were rolled back
+            raise
+        self._histories.committed(True)
+
+    def _insert(self, conn: sqlite3.Connection, waiting: dict[tuple[str, str], dict[str, Any]]) -> None:
+        if self._rows is None or self._bytes is None:
+            self._rows, self._bytes = log_size(conn)
+        for (key, state), waiting_row in waiting.items():
+            prefix = waiting_row["prefix"]
+            steps = None if prefix is None else "[]"
+            if prefix:
+                steps = json.dumps({"history": self._histories.node(conn, prefix), "steps": len(prefix)})
+            row = {**waiting_row, "prefix": steps}
+            known = conn.execute("SELECT 1 FROM misses WHERE key=? AND state=?", (key, state)).fetchone()
+            conn.execute(
+                f"INSERT INTO misses ({', '.join(row)}) VALUES ({', '.join(':' + c for c in row)}) "
+                "ON CONFLICT (key, state) DO UPDATE SET count = count + excluded.count, "
+                "last_at = excluded.last_at, status = excluded.status, reason = excluded.reason, "
+                "candidates = excluded.candidates",
+                row,
+            )
+            if known is None:
+                self._rows += 1
+                self._bytes += sum(len(row[c] or "") for c in ("params", "prefix", "candidates", "reason"))
+        self._bytes += self._histories.added_bytes
+        if self._rows > MAX_MISS_ROWS or self._bytes > self.max_bytes:
+            evicted, self._rows, self._bytes = self._histories.evict(conn, MAX_MISS_ROWS, self.max_bytes)
+            self._say(
+                f"replay-sim: the miss log {self.path} is full ({MAX_MISS_ROWS} calls or {self.max_bytes} "
+                "bytes): the least recently missed calls are evicted to make room"
+            )
+            self.evicted += evicted
 
     def _remember(self, key: str, method: str, params: dict[str, Any]) -> None:
         self._memo[key] = {"key": key, "method": method, "params": params}
@@ -472,6 +500,7 @@ def read_misses(store: Store, server: str | None = None, limit: int | None = Non
         f"first_at, last_at FROM misses {where} ORDER BY count DESC, id{tail}",
         params,
     )
+    histories: dict[int, list[dict[str, Any]]] = {}
     return [
         MissEntry(
             id=r[0],
@@ -480,7 +509,7 @@ def read_misses(store: Store, server: str | None = None, limit: int | None = Non
             name=r[3],
             key=r[4],
             params=json.loads(r[5]),
-            prefix=None if r[6] is None else json.loads(r[6]),
+            prefix=read_prefix(store, r[6], histories),
             status=r[7],
             reason=r[8],
             candidates=json.loads(r[9] or "[]"),

@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from replay_sim.canonical import call_key
 from replay_sim.store import Store
 from replay_sim.store import misses as misses_module
+from replay_sim.store.miss_history import log_size
 from replay_sim.store.misses import MissLog, read_misses
 
 
@@ -83,4 +85,50 @@ def test_closing_while_another_writer_keeps_the_lock_gives_up_after_its_bound_an
     assert log.dropped == 3
     assert any("3 misses not kept at shutdown" in r.getMessage() for r in caplog.records)
     assert read_misses(store) == []
+    store.close()
+
+
+def _db_bytes(store: Store) -> int:
+    """The store file's size with its write-ahead log folded in."""
+    store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return store.path.stat().st_size
+
+
+def test_300_misses_of_1_kb_in_one_diverged_episode_keep_a_log_linear_in_their_size(tmp_path: Path) -> None:
+    store = Store(tmp_path / "r.db")
+    empty = _db_bytes(store)
+    log = MissLog(store)
+    history: list[str] = []
+    for n in range(300):  # each a state-changing call no recording answers: the next one's history grows
+        arguments = {"n": n, "text": "z" * 1_000}
+        log.add("srv", "tools/call", "write", arguments, prefix=list(history), status="miss", reason="none")
+        history.append(call_key("srv", "tools/call", "write", arguments))
+    assert log.flush(60) and log.dropped == 0
+    # Each step's params are kept once: about two copies of each 1 KB call, not 150 (55 MB once).
+    assert _db_bytes(store) - empty < 300 * 4_096
+    last = max(read_misses(store), key=lambda m: len(m.prefix or []))
+    assert last.prefix is not None and len(last.prefix) == 299 and last.obstacle() is None
+    assert [step["params"]["arguments"]["n"] for step in last.prefix] == list(range(299))
+    assert last.prefix[-1]["key"] == history[-2] and last.params["arguments"]["n"] == 299
+    log.close()
+    store.close()
+
+
+def test_past_its_byte_cap_the_log_evicts_the_least_recently_missed_first(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = Store(tmp_path / "r.db")
+    log = MissLog(store, max_bytes=50_000)
+    with caplog.at_level(logging.WARNING, logger="replay_sim"):
+        for n in range(300):
+            _miss(log, n, "y" * 1_000)
+            if n % 50 == 49:
+                assert log.flush(30)  # in several transactions, as a replay's misses come
+    assert log.flush(30)
+    kept = sorted(m.params["arguments"]["n"] for m in read_misses(store))
+    assert 0 < len(kept) < 50 and kept == list(range(300 - len(kept), 300))  # the newest, all of them
+    assert log.evicted == 300 - len(kept) and log.dropped == 0
+    assert log_size(store.conn)[1] <= 50_000
+    assert sum("is full" in r.getMessage() for r in caplog.records) == 1
+    log.close()
     store.close()
