@@ -52,7 +52,7 @@ from replay_sim.resolve.resolution import Candidate, Resolution, Tier
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.stdio_transport import native_stdio
 from replay_sim.store import Store
-from replay_sim.store.misses import MissLog
+from replay_sim.store.misslog import MissLog
 
 __all__ = ["Answer", "Replay"]
 

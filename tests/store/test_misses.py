@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from replay_sim.canonical import call_key
-from replay_sim.store import Store
-from replay_sim.store import misses as misses_module
+from replay_sim.store import Store, misslog
 from replay_sim.store.miss_history import log_size
-from replay_sim.store.misses import MissLog, read_misses
+from replay_sim.store.misses import read_misses
+from replay_sim.store.misslog import MissLog
 
 
 @contextmanager
@@ -57,7 +57,7 @@ def test_misses_wait_for_another_writers_lock_and_are_all_written_when_it_frees(
 def test_past_its_byte_bound_what_waits_is_not_kept_and_that_is_said_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(misses_module, "MAX_WAITING_BYTES", 5_000)
+    monkeypatch.setattr(misslog, "MAX_WAITING_BYTES", 5_000)
     store = Store(tmp_path / "r.db")
     log = MissLog(store)
     with _locked(store.path), caplog.at_level(logging.WARNING, logger="replay_sim"):
