@@ -156,7 +156,12 @@ class Replay:
         self.misses.log = log
 
     def close(self) -> None:
-        """Close the store (idempotent); the replay answers nothing after."""
+        """Write the queued misses (10 s at most, see :meth:`MissLog.close`) and close the store (idempotent).
+
+        The replay answers nothing after.
+        """
+        if self.misses.log is not None:
+            self.misses.log.close()
         self.store.close()
 
     def __enter__(self) -> Self:

@@ -349,11 +349,14 @@ _LIVE: weakref.WeakSet[MissLog] = weakref.WeakSet()
 
 def _flush_live() -> None:
     for miss_log in list(_LIVE):
-        miss_log.flush(5.0)
+        miss_log.close(5.0)
 
 
 def _flush_at_exit(miss_log: MissLog) -> None:
-    """Write what is queued before the process ends (the writer thread is a daemon: it would be cut)."""
+    """Write what is queued before the process ends, for 5 s at most, and say what could not be.
+
+    The writer thread is a daemon: it would be cut.
+    """
     if not _LIVE:
         atexit.unregister(_flush_live)  # once, however many logs come and go
         atexit.register(_flush_live)

@@ -9,6 +9,8 @@ written once the lock is free.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,7 @@ from replay_sim.replay.app import create_app
 from replay_sim.replay.replay import Replay
 from replay_sim.resolve.embedding import SentenceTransformerEmbedder
 from replay_sim.resolve.resolver import Resolver
+from replay_sim.store import Store
 from replay_sim.store.misses import read_misses
 
 pytestmark = pytest.mark.anyio
@@ -95,3 +98,27 @@ async def test_a_store_locked_by_another_process_delays_no_answer_and_loses_no_m
         assert kept == ["never recorded", "nor this"]
         assert replay.miss_log.dropped == 0
     store.close()
+
+
+async def test_closing_a_replay_writes_its_queued_misses_before_closing_the_store(
+    tmp_path: Path, embedder: SentenceTransformerEmbedder
+) -> None:
+    db = tmp_path / "replay.db"
+    replay = _served_replay(db, embedder)
+    with _locked_briefly(db):  # the miss cannot be written at once: it waits in the queue
+        await replay.resolve("demo", "tools/call", tool_call("echo", message="kept at close"), [])
+    replay.close()
+    with Store(db, readonly=True) as store:
+        assert [m.params["arguments"]["message"] for m in read_misses(store)] == ["kept at close"]
+
+
+@contextmanager
+def _locked_briefly(db: Path) -> Iterator[None]:
+    """Another connection holds the store's write lock while the block runs."""
+    other = sqlite3.connect(db, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
