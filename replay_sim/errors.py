@@ -5,6 +5,7 @@ Every error names the thing it is about (server, tool, path, recording id) and w
     ReplaySimError
     ├── ConfigError          a config file or option is wrong (names the file and entry)
     ├── StoreError           the SQLite store cannot be read or written (names the database path)
+    │   └── StoreLockedError another process held the store's write lock for longer than allowed
     ├── UpstreamError        a real MCP server failed to start or broke mid-call (names the command/URL)
     │   └── InstanceLost     a sandbox instance of a real server died before or during a call (names it)
     ├── SandboxUnavailable   no sandbox instance could be had in time (cap reached, start failed, busy)
@@ -32,6 +33,10 @@ class ConfigError(ReplaySimError):
 
 class StoreError(ReplaySimError):
     """The recording store could not be opened, read or written."""
+
+
+class StoreLockedError(StoreError):
+    """Another process held the store's write lock for longer than allowed: retrying later may succeed."""
 
 
 class UpstreamError(ReplaySimError):

@@ -123,6 +123,20 @@ TOKEN_ENV = "REPLAY_SIM_TOKEN"
     help="Seconds after which an episode that made no request expires (its state freed).",
 )
 @click.option(
+    "--episode-rate",
+    type=click.FloatRange(0, min_open=True),
+    default=_LIMITS.episode_rate,
+    show_default=True,
+    help="New episodes a second, sustained, past a burst of --episode-burst (more: 503, retry).",
+)
+@click.option(
+    "--episode-burst",
+    type=click.IntRange(1),
+    default=_LIMITS.episode_burst,
+    show_default=True,
+    help="New episodes that may be created at once (a batch of rollouts starting).",
+)
+@click.option(
     "--latency",
     default="none",
     show_default=True,
@@ -232,6 +246,8 @@ def serve_command(
     access_log: bool,
     max_episodes: int,
     episode_idle_timeout: float,
+    episode_rate: float,
+    episode_burst: int,
     latency: str,
     fault_specs: tuple[str, ...],
     fault_hold: float | None,
@@ -380,6 +396,8 @@ def serve_command(
         body_timeout=body_timeout,
         max_episodes=max_episodes,
         episode_idle_timeout=episode_idle_timeout,
+        episode_rate=episode_rate,
+        episode_burst=episode_burst,
     )
     options = HttpOptions(
         keep_alive=keep_alive, header_timeout=body_timeout, log_level=log_level, access_log=access_log

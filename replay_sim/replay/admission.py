@@ -18,7 +18,12 @@ import anyio
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from replay_sim.replay.episodes import DEFAULT_EPISODE_IDLE_TIMEOUT, DEFAULT_MAX_EPISODES
+from replay_sim.replay.episodes import (
+    DEFAULT_EPISODE_BURST,
+    DEFAULT_EPISODE_IDLE_TIMEOUT,
+    DEFAULT_EPISODE_RATE,
+    DEFAULT_MAX_EPISODES,
+)
 
 __all__ = ["Admission", "BodyTimeout", "Limits"]
 
@@ -37,6 +42,8 @@ class Limits:
         retry_after: Seconds a refused client is told to wait (``Retry-After``).
         max_episodes: Live named episodes; a new one past it is refused (``503``), none evicted.
         episode_idle_timeout: Seconds after which an episode that made no request expires (None: never).
+        episode_rate: New episodes a second, sustained, once ``episode_burst`` is spent (past it: ``503``).
+        episode_burst: New episodes that may be created at once (a batch of rollouts starting).
     """
 
     session_idle_timeout: float | None = 600.0
@@ -46,6 +53,8 @@ class Limits:
     retry_after: int = 1
     max_episodes: int = DEFAULT_MAX_EPISODES
     episode_idle_timeout: float | None = DEFAULT_EPISODE_IDLE_TIMEOUT
+    episode_rate: float = DEFAULT_EPISODE_RATE
+    episode_burst: int = DEFAULT_EPISODE_BURST
 
 
 _SESSION_HEADER = b"mcp-session-id"

@@ -77,6 +77,7 @@ def create_app(
     limits = limits or Limits()
     replay.episodes.max_live = limits.max_episodes
     replay.episodes.idle_timeout = limits.episode_idle_timeout
+    replay.episodes.rate, replay.episodes.burst = limits.episode_rate, limits.episode_burst
     hangups = replay.injector.faults.drops
     if hangups:  # a dropped connection is uvicorn's error otherwise: here it is on purpose
         logging.getLogger("uvicorn.error").addFilter(_quiet_hangups)

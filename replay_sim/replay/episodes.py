@@ -3,13 +3,18 @@
 An episode is one rollout's view of the recorded servers: its history on each server (what the
 resolver picks recordings by), how many calls it made (what deterministic faults are drawn by),
 what it was answered (calls by tier, misses, faults) and its seed. It is created by
-``POST /api/episodes`` (or :meth:`Episodes.create`), or by the first request naming a new id in
-an episode URL, the ``X-Replay-Episode`` header or ``_meta["replay-sim/episode"]``.
+``POST /api/episodes`` (or :meth:`Episodes.create`), or by the first *valid* request naming a new
+id in an episode URL, the ``X-Replay-Episode`` header or ``_meta["replay-sim/episode"]``: one the
+MCP server answered (a request it refused — an unknown session, a malformed body — creates nothing;
+:meth:`Episodes.admit` checks a request before it is handled without creating anything).
 
 Memory stays bounded without ever taking a live rollout's state away: an episode idle for
 ``idle_timeout`` seconds expires (its next request starts afresh), and beyond ``max_live`` live
 episodes a new one is refused (:class:`~replay_sim.errors.EpisodeError`, status 503) rather than
-an old one evicted. ``DELETE /api/episodes/<id>`` ends one at once.
+an old one evicted. ``DELETE /api/episodes/<id>`` ends one at once. Creation is rate-aware: new
+episodes come from a bucket of ``burst`` that refills at ``rate`` a second, so a burst of
+creations past it is refused (503, retry shortly) long before it could take the cap; a rollout
+batch starting at once (up to ``burst`` episodes) is never refused by it.
 """
 
 from __future__ import annotations
@@ -29,7 +34,9 @@ from replay_sim.protocol import episode_problem
 from replay_sim.resolve.lineage import Trail
 
 __all__ = [
+    "DEFAULT_EPISODE_BURST",
     "DEFAULT_EPISODE_IDLE_TIMEOUT",
+    "DEFAULT_EPISODE_RATE",
     "DEFAULT_MAX_EPISODES",
     "MAX_METADATA_BYTES",
     "Episode",
@@ -42,6 +49,10 @@ DEFAULT_MAX_EPISODES = 100_000
 """Live episodes at most (``serve --max-episodes``); one more is refused, none is evicted."""
 DEFAULT_EPISODE_IDLE_TIMEOUT = 600.0
 """Seconds after which an episode that made no request expires (``serve --episode-idle-timeout``)."""
+DEFAULT_EPISODE_RATE = 1_000.0
+"""New episodes a second, sustained (``serve --episode-rate``): past it, and past the burst, refused."""
+DEFAULT_EPISODE_BURST = 10_000
+"""New episodes created at once before :data:`DEFAULT_EPISODE_RATE` applies (a batch of rollouts)."""
 MAX_METADATA_BYTES = 16 * 1024
 """The most JSON an episode's metadata may take."""
 _KEPT_MISSES = 10  # the latest misses an episode keeps for its summary
@@ -162,6 +173,8 @@ class Episodes:
         max_live: Live episodes at most; past it a new episode is refused (503), never an old one evicted.
         idle_timeout: Seconds without a request after which an episode expires (None: never).
         clock: Seconds, monotonic (injected by tests).
+        rate: New episodes a second, sustained, once ``burst`` is spent (past it: 503).
+        burst: New episodes that may be created at once.
     """
 
     def __init__(
@@ -169,16 +182,22 @@ class Episodes:
         max_live: int = DEFAULT_MAX_EPISODES,
         idle_timeout: float | None = DEFAULT_EPISODE_IDLE_TIMEOUT,
         clock: Callable[[], float] = time.monotonic,
+        rate: float = DEFAULT_EPISODE_RATE,
+        burst: int = DEFAULT_EPISODE_BURST,
     ) -> None:
         self.max_live = max_live
         self.idle_timeout = idle_timeout
         self.clock = clock
+        self.rate = rate
+        self.burst = burst
         self.expired = 0
         """Episodes expired so far (for metrics)."""
         self.refused = 0
-        """New episodes refused at the cap so far (for metrics)."""
+        """New episodes refused at the cap or the creation rate so far (for metrics)."""
         self._live: OrderedDict[str, Episode] = OrderedDict()  # least recently used first
         self._lock = threading.Lock()
+        self._tokens = float(burst)  # new episodes that may be created now
+        self._filled = clock()  # when the bucket was last refilled
 
     def __len__(self) -> int:
         with self._lock:
@@ -224,10 +243,10 @@ class Episodes:
             return self._add(episode, seed, metadata, now)
 
     def open(self, episode: str) -> Episode:
-        """The live episode ``episode`` (a request names it), created on first use; marked as used now.
+        """The live episode ``episode`` (a valid request names it), created on first use; marked as used now.
 
         Raises:
-            EpisodeError: It is new and the cap of live episodes is reached (503).
+            EpisodeError: It is new and the cap of live episodes or the creation rate is reached (503).
         """
         with self._lock:
             now = self.clock()
@@ -238,6 +257,24 @@ class Episodes:
                 return found
             self._expire(now)
             return self._add(episode, None, None, now)
+
+    def admit(self, episode: str) -> None:
+        """Check that a request naming ``episode`` may go on, creating nothing (a request not yet handled).
+
+        A live episode may; a new one may while the cap and the creation rate leave room for it.
+        The request creates it only if it turns out valid (:meth:`open`), so invalid requests
+        never fill the cap nor spend the rate.
+
+        Raises:
+            EpisodeError: It is new and the cap of live episodes or the creation rate is reached (503).
+        """
+        with self._lock:
+            now = self.clock()
+            found = self._live.get(episode)
+            if found is not None and not self._stale(found, now):
+                return
+            self._expire(now)
+            self._room(episode, now)
 
     def get(self, episode: str) -> Episode | None:
         """The live episode ``episode``, or None (reading it does not count as a use)."""
@@ -263,6 +300,17 @@ class Episodes:
             return episode.summary(self.clock())
 
     def _add(self, episode: str, seed: int | None, metadata: Any, now: float) -> Episode:
+        self._room(episode, now)
+        self._tokens -= 1
+        created = self._live[episode] = Episode(
+            episode, seed_of(episode) if seed is None else seed, metadata, now
+        )
+        return created
+
+    def _room(self, episode: str, now: float) -> None:
+        """Refuse a new episode past the cap or the creation rate (503); the bucket refilled to ``now``."""
+        self._tokens = min(float(self.burst), self._tokens + (now - self._filled) * self.rate)
+        self._filled = now
         if len(self._live) >= self.max_live:
             self.refused += 1
             expiry = (
@@ -276,10 +324,14 @@ class Episodes:
                 f"(DELETE /api/episodes/<id>, or close their handles), or wait: {expiry}",
                 status=503,
             )
-        created = self._live[episode] = Episode(
-            episode, seed_of(episode) if seed is None else seed, metadata, now
-        )
-        return created
+        if self._tokens < 1:
+            self.refused += 1
+            raise EpisodeError(
+                f"cannot start episode {episode!r}: new episodes are being created faster than this "
+                f"server allows (--episode-rate {self.rate:g} a second after a burst of "
+                f"{self.burst}); retry in a second",
+                status=503,
+            )
 
     def _stale(self, episode: Episode, now: float) -> bool:
         return self.idle_timeout is not None and now - episode.used >= self.idle_timeout

@@ -21,7 +21,7 @@ from replay_sim.resolve.lineage import DIVERGED, Trail
 from replay_sim.resolve.resolution import Resolution
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.store import Store
-from replay_sim.store.misses import MissLog
+from replay_sim.store.misslog import MissLog
 
 __all__ = ["MissKeeper"]
 

@@ -55,7 +55,7 @@ from replay_sim.resolve.resolution import Candidate, Resolution, Tier
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.stdio_transport import native_stdio
 from replay_sim.store import Store
-from replay_sim.store.misses import MissLog
+from replay_sim.store.misslog import MissLog
 
 __all__ = ["DEFAULT_WARM_WAIT", "Answer", "Replay"]
 
@@ -190,7 +190,12 @@ class Replay:
         return stats() if callable(stats) else None
 
     def close(self) -> None:
-        """Close the store (idempotent); the replay answers nothing after."""
+        """Write the queued misses (10 s at most, see :meth:`MissLog.close`) and close the store (idempotent).
+
+        The replay answers nothing after.
+        """
+        if self.misses.log is not None:
+            self.misses.log.close()
         self.store.close()
 
     def __enter__(self) -> Self:

@@ -8,8 +8,10 @@ docs, metrics) and the lifespan go to the admin app. Every request passes the Ho
 
 An MCP request may name its episode in the URL, the ``X-Replay-Episode`` header and
 ``_meta["replay-sim/episode"]``: a POST's body is read here first (:func:`_peek`), so a malformed
-id or two different ids get ``400`` and a new episode past the cap gets ``503``, each with a
-JSON-RPC error, before the MCP SDK sees the request. The episode URL's id travels on to the
+id or two different ids get ``400`` and a new episode past the cap (or the creation rate) gets
+``503``, each with a JSON-RPC error, before the MCP SDK sees the request. A new episode is created
+only once its request is answered as valid: made-up traffic (an unknown session's 404) creates
+none. The episode URL's id travels on to the
 handlers in the ASGI scope (:data:`~replay_sim.replay.histories.URL_EPISODE`), and so does a
 handshake-era request's session (:data:`~replay_sim.replay.connections.SESSION_KEY`).
 
@@ -20,6 +22,7 @@ JSON body unless it streams (:mod:`~replay_sim.replay.responses`).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 from collections import deque
@@ -182,7 +185,8 @@ class ReplayApp:
         try:
             episode = agreed_episode(url_episode, header, meta)
             if episode is not None and post:
-                self.episodes.open(episode)  # refused here (503) past the cap, not mid-call
+                self.episodes.admit(episode)  # refused here (503) past the cap, not mid-call
+                send = _creating(self.episodes, episode, send)
         except EpisodeError as exc:
             retry = [(b"retry-after", str(self.admission.limits.retry_after).encode())]
             await _refuse(send, exc.status, str(exc), retry if exc.status == 503 else [], code=_code(exc))
@@ -202,6 +206,22 @@ class ReplayApp:
         if self.hangups and post:
             app = _hanging_up(app)
         await app(scope, receive, send)
+
+
+def _creating(episodes: Episodes, episode: str, send: Send) -> Send:
+    """``send``, creating ``episode`` once the request is answered as valid (not 4xx/5xx).
+
+    A request the MCP server refuses (an unknown session's 404, a malformed body's 400) creates
+    nothing, so made-up traffic cannot fill the cap of live episodes.
+    """
+
+    async def created(message: Message) -> None:
+        if message["type"] == "http.response.start" and message["status"] < 400:
+            with contextlib.suppress(EpisodeError):  # cap or rate reached meanwhile: its next call says
+                episodes.open(episode)
+        await send(message)
+
+    return created
 
 
 def _code(exc: EpisodeError) -> int:

@@ -18,6 +18,7 @@ same answers.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,10 @@ __all__ = ["Resolver"]
 
 _RECORDED_NOW = frozenset({Tier.LIVE, Tier.SANDBOX, Tier.SYNTHETIC})
 """Tiers whose recording the miss policy has just stored."""
+
+
+class _Deferred(Exception):
+    """Within :meth:`Resolver.resolve_now`: the call needs more than exact and canonical lookups."""
 
 
 class Resolver:
@@ -89,6 +94,7 @@ class Resolver:
         self._version: tuple[int, int] | None = None
         self._builder: CachedEmbedder | None = None
         self.warmup = Warmup(self._warm_up)
+        self._inline = threading.local()  # .on: within resolve_now, which defers what embeds
 
     # -- caches -----------------------------------------------------------------------------
 
@@ -212,12 +218,24 @@ class Resolver:
     def resolve_now(
         self, server: str, method: str, params: Any, history: Sequence[str] | Trail = ()
     ) -> Resolution | None:
-        """:meth:`resolve`, or None when the call needs what the warm-up (:meth:`warm`) still loads.
+        """:meth:`resolve` of a call exact or canonical lookups settle, else None.
 
-        Exact hits never need it: an event loop answers them at once and hands only calls that
-        would wait (for the model, the index or a tool's matching state) to a thread.
+        An event loop answers those at once and hands every other call to a thread: one that needs
+        what the warm-up (:meth:`warm`) still loads, and one that needs an embedding — a semantic
+        match, or a miss's nearest recordings — whose cost grows with the call (a 4 MB miss must
+        not hold up other sessions' hits).
         """
-        return self.warmup.attempt(lambda: self.resolve(server, method, params, history))
+
+        def inline() -> Resolution | None:
+            self._inline.on = True
+            try:
+                return self.resolve(server, method, params, history)
+            except _Deferred:
+                return None
+            finally:
+                self._inline.on = False
+
+        return self.warmup.attempt(inline)
 
     def resolve(
         self, server: str, method: str, params: Any, history: Sequence[str] | Trail = ()
@@ -296,6 +314,8 @@ class Resolver:
                     Tier.CANONICAL, 1.0, chosen, key=key, step=chosen.key, differences=differences
                 )
             same_state_miss = same_state_miss or bool(found)
+        if getattr(self._inline, "on", False):
+            raise _Deferred  # what follows embeds the call: not on an event loop
         if self.semantic and not judgement.unproven and state.semantic_ready(normalised, MAX_TEXT_CHARS):
             hit = self._semantic(state, normalised, trail)
             if hit is not None:

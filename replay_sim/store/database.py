@@ -1,21 +1,25 @@
 """The SQLite file under a recording store: its tables, opening it, transactions and errors.
 
 One file in WAL mode: writers commit in short immediate transactions serialised by a lock (and by
-SQLite's between processes), readers never block writers. All sqlite3 errors are translated to
-:class:`~replay_sim.errors.StoreError` naming the file here, and nowhere else. What is recorded in
-the tables is :class:`replay_sim.store.Store`'s business.
+SQLite's between processes), readers never block writers. A writer waiting for *another process's*
+write lock (``replay-sim import`` or ``record`` on the file a replay serves) waits without holding
+the in-process lock, so the process's readers — a replay's request path — never wait on another
+process. All sqlite3 errors are translated to :class:`~replay_sim.errors.StoreError` naming the
+file here, and nowhere else. What is recorded in the tables is :class:`replay_sim.store.Store`'s
+business.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
-from replay_sim.errors import StoreError
+from replay_sim.errors import StoreError, StoreLockedError
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -26,7 +30,11 @@ SCHEMA_VERSION = 1
 """Changes when a store's tables change in a way older code cannot read. A table added later (the
 ``misses`` log) does not change it: opening a store for writing creates what it lacks
 (``CREATE TABLE IF NOT EXISTS``), and its readers take a store without it — an older store, or a
-read-only snapshot of one — as holding none, so stores of either age open with either code."""
+read-only snapshot of one — as holding none, so stores of either age open with either code. So
+does ``miss_steps`` (the misses' histories, :mod:`replay_sim.store.miss_history`): older code reads
+a miss referring to it as one whose history was not kept (it cannot backfill it)."""
+
+_RETRY_CAP = 0.05  # seconds between two tries for another process's write lock, at most
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -52,6 +60,9 @@ CREATE TABLE IF NOT EXISTS misses (
     key TEXT NOT NULL, params TEXT NOT NULL, prefix TEXT, state TEXT NOT NULL,
     status TEXT NOT NULL, reason TEXT NOT NULL, candidates TEXT,
     count INTEGER NOT NULL, first_at TEXT NOT NULL, last_at TEXT NOT NULL, UNIQUE (key, state));
+CREATE TABLE IF NOT EXISTS miss_steps (
+    id INTEGER PRIMARY KEY, parent INTEGER NOT NULL, key TEXT NOT NULL, method TEXT, params TEXT,
+    UNIQUE (parent, key));
 """
 
 
@@ -131,15 +142,18 @@ class Database:
         try:
             yield
         except sqlite3.Error as exc:
-            text = str(exc)
-            hint = ""
-            if "locked" in text or "busy" in text:
-                hint = " (another process holds a write lock; retry, or stop the other writer)"
-            elif "full" in text:
-                hint = " (the disk is full; free space and retry — nothing partial was written)"
-            elif "readonly" in text:
-                hint = " (the store is read-only, e.g. a snapshot)"
-            raise StoreError(f"{self.path}: cannot {action}: {text}{hint}") from exc
+            raise self._translated(action, exc) from exc
+
+    def _translated(self, action: str, exc: sqlite3.Error) -> StoreError:
+        text = str(exc)
+        hint = ""
+        if "locked" in text or "busy" in text:
+            hint = " (another process holds a write lock; retry, or stop the other writer)"
+        elif "full" in text:
+            hint = " (the disk is full; free space and retry — nothing partial was written)"
+        elif "readonly" in text:
+            hint = " (the store is read-only, e.g. a snapshot)"
+        return StoreError(f"{self.path}: cannot {action}: {text}{hint}")
 
     def _check_file(self, conn: sqlite3.Connection) -> None:
         """Refuse a SQLite file that is not a replay-sim store, or one that fails its integrity check.
@@ -201,27 +215,33 @@ class Database:
     ) -> Iterator[sqlite3.Connection]:
         """Run a block as one immediate transaction: all of it is committed or none of it.
 
-        Nested calls join the outer transaction (an import commits once, atomically).
+        Nested calls join the outer transaction (an import commits once, atomically). While another
+        process holds the file's write lock, the wait for it holds no lock of this object: the
+        process's reads go on meanwhile (WAL readers are never blocked by a writer).
 
         Args:
             action: What is being written, for error messages.
             content: Whether the block changes recorded content (bumps :attr:`generation`); the
                 embedding cache does not.
-            wait: Wait up to :attr:`timeout` for another writer's lock; when False, a store
-                another process is writing is a :class:`StoreError` at once (for caches a server
-                writes in passing, which must not stall it).
+            wait: Wait up to :attr:`timeout` for another process's write lock; when False, a
+                store another process is writing is a :class:`~replay_sim.errors.StoreLockedError`
+                at once (for what a server writes in passing, which must not stall it).
+
+        Raises:
+            StoreLockedError: Another process held the write lock past the wait.
+            StoreError: The block could not be written.
         """
-        with self._lock, self._translate(action):
-            if self._depth:
-                self._depth += 1
-                try:
-                    yield self.conn
-                finally:
-                    self._depth -= 1
-                return
-            self._depth = 1
-            try:
-                self._begin(wait)
+        nested = self._enter(action, wait)  # holds self._lock from here on
+        try:
+            with self._translate(action):
+                if nested:
+                    self._depth += 1
+                    try:
+                        yield self.conn
+                    finally:
+                        self._depth -= 1
+                    return
+                self._depth = 1
                 try:
                     yield self.conn
                     self.conn.execute("COMMIT")
@@ -231,13 +251,46 @@ class Database:
                     if self.conn.in_transaction:  # SQLite already rolled back on e.g. SQLITE_FULL
                         self.conn.execute("ROLLBACK")
                     raise
-            finally:
-                self._depth = 0
+                finally:
+                    self._depth = 0
+        finally:
+            self._lock.release()
 
-    def _begin(self, wait: bool) -> None:
-        if wait:
-            self.conn.execute("BEGIN IMMEDIATE")
-            return
+    def _enter(self, action: str, wait: bool) -> bool:
+        """Take this object's lock and begin a write transaction (or join this thread's); True when joined.
+
+        SQLite's own busy wait would hold the lock for all of another process's transaction, so
+        the lock is tried without one and, while another process holds it, given back between
+        tries (a few milliseconds apart, as SQLite's busy handler polls).
+        """
+        deadline = time.monotonic() + (self.timeout if wait else 0.0)
+        pause = 0.001
+        while True:
+            self._lock.acquire()
+            if self._depth:  # this thread is inside a transaction of its own: join it
+                return True
+            try:
+                self._begin()
+                return False
+            except sqlite3.OperationalError as exc:
+                self._lock.release()
+                left = deadline - time.monotonic()
+                if not _busy(exc):
+                    raise self._translated(action, exc) from exc
+                if left <= 0:
+                    waited = f" (waited {self.timeout:g} s)" if wait else ""
+                    raise StoreLockedError(
+                        f"{self.path}: cannot {action}: another process holds a write lock on it"
+                        f"{waited}; retry, or stop the other writer"
+                    ) from exc
+            except BaseException:
+                self._lock.release()
+                raise
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, _RETRY_CAP)
+
+    def _begin(self) -> None:
+        """``BEGIN IMMEDIATE`` without SQLite's busy wait (:meth:`_enter` waits instead)."""
         self.conn.execute("PRAGMA busy_timeout = 0")
         try:
             self.conn.execute("BEGIN IMMEDIATE")
@@ -306,6 +359,12 @@ def _is_store(conn: sqlite3.Connection) -> bool:
         if not columns <= {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}:
             return False
     return conn.execute("SELECT 1 FROM meta WHERE key='schema_version'").fetchone() is not None
+
+
+def _busy(exc: sqlite3.OperationalError) -> bool:
+    """Whether SQLite refused because another connection holds a lock (SQLITE_BUSY / SQLITE_LOCKED)."""
+    text = str(exc)
+    return "locked" in text or "busy" in text
 
 
 def drop_embedding_cache(path: str | Path) -> None:

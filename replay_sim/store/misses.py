@@ -7,46 +7,35 @@ episode made before it (their method and params, not just their keys: the record
 answered from may not be in the store that backfills, and a call no recording answered has no
 recording at all). One row per call and state, counted: rollouts repeat their misses.
 
-The replay never waits for the log: :meth:`MissLog.add` queues the miss and returns; a writer
-thread resolves the steps' params and commits rows in batches. A writable store keeps the log in
-its ``misses`` table (written on the store's own connection as non-content, so the resolver's
-caches are not invalidated by it). A read-only store — a snapshot's — cannot: its misses go to a
-side file next to the bundle (``<bundle>.misses.db``, a store holding only misses), or, when that
-cannot be written either, are not kept, said once on the ``replay_sim`` logger. A store or snapshot
-made before the log existed simply has none (:func:`read_misses` returns nothing).
+The replay never waits for the log: :meth:`MissLog.add <replay_sim.store.misslog.MissLog.add>`
+queues the miss and returns; a writer thread (:mod:`replay_sim.store.misslog`) resolves the steps'
+params and commits rows in batches — once the store's write lock is free, when another process
+holds it. The histories are kept once each (:mod:`replay_sim.store.miss_history`). A writable
+store keeps the log in its ``misses`` table (written on the store's own connection as non-content,
+so the resolver's caches are not invalidated by it). A read-only store — a snapshot's — cannot:
+its misses go to a side file next to the bundle (``<bundle>.misses.db``, a store holding only
+misses), or, when that cannot be written either, are not kept, said once on the ``replay_sim``
+logger. A store or snapshot made before the log existed simply has none (:func:`read_misses`
+returns nothing).
 """
 
 from __future__ import annotations
 
-import atexit
-import hashlib
 import json
-import logging
-import threading
-import weakref
-from collections import OrderedDict
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from queue import Empty, SimpleQueue
 from typing import Any
 
-from replay_sim.canonical import call_key, canonical_json
-from replay_sim.errors import StoreError
+from replay_sim.canonical import canonical_json
 from replay_sim.redaction import REDACTED
-from replay_sim.store.records import utc_now
+from replay_sim.store.miss_history import read_prefix
 from replay_sim.store.snapshot import STORE_FILE
 from replay_sim.store.store import Store
 
-__all__ = ["MAX_MISS_ROWS", "MissEntry", "MissLog", "call_params", "read_misses", "side_file"]
-
-log = logging.getLogger("replay_sim")
+__all__ = ["MAX_MISS_ROWS", "MissEntry", "call_params", "has_log", "miss_row", "read_misses", "side_file"]
 
 MAX_MISS_ROWS = 100_000
-"""Distinct (call, state) rows a log keeps; later new ones are counted nowhere (said once)."""
-_MAX_PARAMS = 256 * 1024  # characters of one miss's params: a larger one cannot be kept whole
-_BATCH = 256
-_MEMO = 4096  # recently resolved step keys
+"""Distinct (call, state) rows a log keeps; past it the least recently missed are evicted (said once)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,223 +130,22 @@ def side_file(store_path: str | Path) -> Path:
     return path.with_name(f"{path.name}.misses.db")
 
 
-def _state(prefix: Sequence[str] | None) -> str:
-    if prefix is None:
-        return "?"
-    return hashlib.sha256("\n".join(prefix).encode()).hexdigest()
-
-
-class MissLog:
-    """Keeps a replay's misses in a store (or beside a read-only one) without holding up the replay.
-
-    Args:
-        store: The replay's store: read for the steps' params; written to unless read-only.
-        path: Where to keep the misses instead (a store file, created when missing); by default
-            ``store`` itself, or :func:`side_file` for a read-only store.
-    """
-
-    def __init__(self, store: Store, path: str | Path | None = None) -> None:
-        self.store = store
-        if path is None and store.readonly:
-            path = side_file(store.path)
-        self.path = Path(path) if path is not None else store.path
-        self._target: Store | None = None if path is not None else store
-        self._queue: SimpleQueue[tuple[Any, ...] | None] = SimpleQueue()
-        self._pending = 0
-        self._idle = threading.Condition()
-        self._thread: threading.Thread | None = None
-        self._memo: OrderedDict[str, dict[str, Any]] = OrderedDict()
-        self._said: set[str] = set()
-        self._rows: int | None = None
-        self.dropped = 0
-        """Misses not kept (the log could not be written, or was full)."""
-
-    def add(
-        self,
-        server: str,
-        method: str,
-        name: str,
-        arguments: dict[str, Any],
-        *,
-        prefix: Sequence[str] | None,
-        status: str,
-        reason: str,
-        candidates: Sequence[dict[str, Any]] = (),
-    ) -> None:
-        """Queue one miss (returns at once; a writer thread commits it).
-
-        Args:
-            server: The recorded server name.
-            method: The MCP method.
-            name: The tool, prompt or resource.
-            arguments: The call's arguments (redacted as the recordings are).
-            prefix: The keys of the state-changing calls its episode made before it, oldest first
-                (recorded calls, or calls that were themselves missed); None when it had no history.
-            status: How the replay answered it.
-            reason: Why no recording answered it.
-            candidates: The nearest recordings (JSON), as reported to the client.
-        """
-        item = (server, method, name, arguments, None if prefix is None else tuple(prefix), status,
-                reason, list(candidates)[:3], utc_now())  # fmt: skip
-        with self._idle:
-            self._pending += 1
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="replay-sim-miss-log", daemon=True)
-                self._thread.start()
-                _flush_at_exit(self)
-        self._queue.put(item)
-
-    def flush(self, timeout: float = 10.0) -> bool:
-        """Wait until every queued miss is written (or given up); False if ``timeout`` ran out first."""
-        with self._idle:
-            return self._idle.wait_for(lambda: self._pending == 0, timeout)
-
-    def close(self, timeout: float = 10.0) -> None:
-        """Write what is queued, stop the writer thread and close a side file."""
-        self.flush(timeout)
-        if self._thread is not None:
-            self._queue.put(None)
-            self._thread.join(timeout)
-            self._thread = None
-        if self._target is not None and self._target is not self.store:
-            self._target.close()
-            self._target = None
-
-    # -- the writer thread ------------------------------------------------------------------------
-
-    def _run(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            batch = [item]
-            while len(batch) < _BATCH:
-                try:
-                    more = self._queue.get_nowait()
-                except Empty:
-                    break
-                if more is None:
-                    self._queue.put(None)  # stop after this batch
-                    break
-                batch.append(more)
-            try:
-                self._write(batch)
-            except Exception as exc:  # a broken log must never stop the replay
-                self.dropped += len(batch)
-                self._say(f"replay-sim: misses not kept in {self.path}: {exc}")
-            finally:
-                with self._idle:
-                    self._pending -= len(batch)
-                    self._idle.notify_all()
-
-    def _say(self, line: str) -> None:
-        if line not in self._said:
-            self._said.add(line)
-            log.warning(line)
-
-    def _open(self) -> Store:
-        if self._target is None:
-            try:
-                self._target = Store(self.path)
-            except StoreError as exc:
-                raise StoreError(f"cannot keep misses beside read-only {self.store.path}: {exc}") from exc
-        return self._target
-
-    def _write(self, batch: list[tuple[Any, ...]]) -> None:
-        rows: dict[tuple[str, str], dict[str, Any]] = {}
-        for server, method, name, arguments, prefix, status, reason, candidates, at in batch:
-            params = call_params(method, name, arguments)
-            text = canonical_json(params)
-            if len(text) > _MAX_PARAMS:
-                self.dropped += 1
-                self._say(f"replay-sim: a miss of {server} {name} is not kept: its params are too long")
-                continue
-            key = call_key(server, method, name, arguments)
-            self._remember(key, method, params)
-            state = _state(prefix)
-            steps = None if prefix is None else json.dumps([self._step(k) for k in prefix])
-            seen = rows.get((key, state))
-            rows[(key, state)] = {
-                "server": server, "method": method, "name": name, "key": key, "params": text,
-                "prefix": steps, "state": state, "status": status, "reason": reason,
-                "candidates": json.dumps(candidates, ensure_ascii=False),
-                "count": 1 + (0 if seen is None else seen["count"]),
-                "first_at": at if seen is None else seen["first_at"], "last_at": at,
-            }  # fmt: skip
-        if not rows:
-            return
-        target = self._open()
-        with target.transaction("keep misses", content=False) as conn:
-            if self._rows is None:
-                self._rows = int(conn.execute("SELECT COUNT(*) FROM misses").fetchone()[0])
-            for (key, state), row in rows.items():
-                known = conn.execute("SELECT 1 FROM misses WHERE key=? AND state=?", (key, state)).fetchone()
-                if known is None and self._rows >= MAX_MISS_ROWS:
-                    self.dropped += row["count"]
-                    self._say(f"replay-sim: the miss log {self.path} is full ({MAX_MISS_ROWS} calls)")
-                    continue
-                conn.execute(
-                    f"INSERT INTO misses ({', '.join(row)}) VALUES ({', '.join(':' + c for c in row)}) "
-                    "ON CONFLICT (key, state) DO UPDATE SET count = count + excluded.count, "
-                    "last_at = excluded.last_at, status = excluded.status, reason = excluded.reason, "
-                    "candidates = excluded.candidates",
-                    row,
-                )
-                self._rows += known is None
-
-    def _remember(self, key: str, method: str, params: dict[str, Any]) -> None:
-        self._memo[key] = {"key": key, "method": method, "params": params}
-        self._memo.move_to_end(key)
-        if len(self._memo) > _MEMO:
-            self._memo.popitem(last=False)
-
-    def _step(self, key: str) -> dict[str, Any]:
-        """One state-changing call of a prefix, with its params: a recording's, or a logged miss's."""
-        found = self._memo.get(key)
-        if found is not None:
-            return found
-        recorded = self.store.recordings(key=key, limit=1)
-        if recorded:
-            self._remember(key, recorded[0].method, recorded[0].params)
-            return self._memo[key]
-        for store in {id(s): s for s in (self.store, self._target) if s is not None}.values():
-            row = _miss_row(store, key)
-            if row is not None:
-                self._remember(key, row[0], json.loads(row[1]))
-                return self._memo[key]
-        return {"key": key}
-
-
-_LIVE: weakref.WeakSet[MissLog] = weakref.WeakSet()
-
-
-def _flush_live() -> None:
-    for miss_log in list(_LIVE):
-        miss_log.flush(5.0)
-
-
-def _flush_at_exit(miss_log: MissLog) -> None:
-    """Write what is queued before the process ends (the writer thread is a daemon: it would be cut)."""
-    if not _LIVE:
-        atexit.unregister(_flush_live)  # once, however many logs come and go
-        atexit.register(_flush_live)
-    _LIVE.add(miss_log)
-
-
-def _miss_row(store: Store, key: str) -> tuple[str, str] | None:
-    if not _has_log(store):
+def miss_row(store: Store, key: str) -> tuple[str, str] | None:
+    """The method and params (JSON) of a call kept as a miss in ``store``, or None."""
+    if not has_log(store):
         return None
     rows = store._query("SELECT method, params FROM misses WHERE key=? LIMIT 1", (key,))
     return (rows[0][0], rows[0][1]) if rows else None
 
 
-def _has_log(store: Store) -> bool:
+def has_log(store: Store) -> bool:
+    """Whether ``store`` has a miss log (a store made before it has none)."""
     return bool(store._query("SELECT 1 FROM sqlite_master WHERE type='table' AND name='misses'"))
 
 
 def read_misses(store: Store, server: str | None = None, limit: int | None = None) -> list[MissEntry]:
     """The misses kept in ``store`` (most missed first); none when it has no log (an older store)."""
-    if not _has_log(store):
+    if not has_log(store):
         return []
     where, params = ("WHERE server=?", (server,)) if server is not None else ("", ())
     tail = f" LIMIT {int(limit)}" if limit is not None else ""
@@ -366,6 +154,7 @@ def read_misses(store: Store, server: str | None = None, limit: int | None = Non
         f"first_at, last_at FROM misses {where} ORDER BY count DESC, id{tail}",
         params,
     )
+    histories: dict[int, list[dict[str, Any]]] = {}
     return [
         MissEntry(
             id=r[0],
@@ -374,7 +163,7 @@ def read_misses(store: Store, server: str | None = None, limit: int | None = Non
             name=r[3],
             key=r[4],
             params=json.loads(r[5]),
-            prefix=None if r[6] is None else json.loads(r[6]),
+            prefix=read_prefix(store, r[6], histories),
             status=r[7],
             reason=r[8],
             candidates=json.loads(r[9] or "[]"),

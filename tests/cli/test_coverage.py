@@ -18,7 +18,8 @@ import pytest
 from recording_helpers import BIN, PYTHON, ROOT, proxy_stdio, run_script, stdio, step
 
 from replay_sim.store import Store
-from replay_sim.store.misses import MissLog, side_file
+from replay_sim.store.misses import side_file
+from replay_sim.store.misslog import MissLog
 
 COUNTER = ROOT / "fixtures" / "counter_server.py"
 REPLAY_SIM = [sys.executable, "-m", "replay_sim"]

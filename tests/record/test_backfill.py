@@ -21,7 +21,8 @@ from replay_sim.replay.replay import Replay
 from replay_sim.resolve.resolution import Tier
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.store import Origin, Store
-from replay_sim.store.misses import MissLog, read_misses, side_file
+from replay_sim.store.misses import read_misses, side_file
+from replay_sim.store.misslog import MissLog
 
 COUNTER = [PYTHON, ROOT / "fixtures" / "counter_server.py"]
 pytestmark = pytest.mark.anyio

@@ -358,6 +358,64 @@ def test_the_cap_counts_live_episodes_only_and_expired_ones_make_room() -> None:
     assert never.get("a") is not None
 
 
+def test_invalid_requests_on_episode_urls_create_no_episode_and_a_real_rollout_still_gets_one(
+    tmp_path: Path,
+) -> None:
+    replay = make_replay(tmp_path / "invalid.db")
+    with serving_in_thread(create_app(replay, limits=Limits(max_episodes=10))) as url:
+        made_up = ACCEPT | {"Mcp-Session-Id": "no-such-session", "MCP-Protocol-Version": "2025-11-25"}
+        body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+
+        async def flood(worker: int, statuses: list[int]) -> None:
+            async with httpx2.AsyncClient(timeout=30) as http:
+                for n in range(250):
+                    episode_url = f"{url}/episodes/fake-{worker}-{n}/mcp/demo"
+                    if n % 5:  # a made-up MCP session: the SDK's 404
+                        response = await http.post(episode_url, json=body, headers=made_up)
+                    else:  # a body that is not JSON-RPC at all: 400
+                        response = await http.post(episode_url, content=b"{not json", headers=ACCEPT)
+                    statuses.append(response.status_code)
+
+        async def main() -> list[int]:
+            statuses: list[int] = []
+            with anyio.fail_after(120):
+                async with anyio.create_task_group() as tg:
+                    for worker in range(8):
+                        tg.start_soon(flood, worker, statuses)
+            return statuses
+
+        statuses = anyio.run(main)
+        assert len(statuses) == 2_000 and set(statuses) == {400, 404}
+        assert len(replay.episodes) == 0 and replay.episodes.refused == 0
+
+        async def rollout() -> str:
+            async with connect(f"{url}/episodes/real/mcp/demo", "legacy") as client:
+                await client.call_tool("increment", {})
+                return _text(await client.call_tool("counter", {}))
+
+        assert anyio.run(rollout) == "1"
+        assert [e.id for e in replay.episodes.live()] == ["real"]
+
+
+def test_episodes_are_created_at_a_bounded_rate_after_a_burst_and_a_refused_request_spends_none() -> None:
+    now = [0.0]
+    episodes = Episodes(max_live=100, idle_timeout=None, clock=lambda: now[0], rate=2, burst=3)
+    for n in range(10):
+        episodes.admit(f"checked-{n}")  # checked only: creates nothing, spends nothing
+    assert len(episodes) == 0
+    for n in range(3):
+        episodes.open(f"batch-{n}")  # a batch starting at once
+    with pytest.raises(EpisodeError, match="--episode-rate 2 a second after a burst of 3") as refused:
+        episodes.admit("one-more")
+    assert refused.value.status == 503
+    assert episodes.open("batch-0").id == "batch-0"  # a live one is not a creation
+    now[0] = 0.5
+    episodes.open("later")  # one more per half second
+    with pytest.raises(EpisodeError):
+        episodes.create("too-soon")
+    assert len(episodes) == 4 and episodes.refused == 2
+
+
 # -- the Host/Origin check and the admin token hold for the new routes --------------------------------------
 
 

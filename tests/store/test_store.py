@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from store_helpers import echo_call, write_from_process
 
-from replay_sim.errors import StoreError
+from replay_sim.errors import StoreError, StoreLockedError
 from replay_sim.store import Origin, ServerRecord, Store
 
 
@@ -239,7 +239,7 @@ def test_a_write_that_must_not_wait_fails_at_once_while_another_process_writes(t
     other = sqlite3.connect(tmp_path / "r.db", isolation_level=None)
     other.execute("BEGIN IMMEDIATE")
     try:
-        with pytest.raises(StoreError, match=r"r\.db: cannot record note: database is locked"):
+        with pytest.raises(StoreLockedError, match=r"r\.db: cannot record note: another process holds a"):
             store.set_meta("note", 1, wait=False)
     finally:
         other.execute("ROLLBACK")

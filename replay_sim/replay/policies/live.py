@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import time
 
+import anyio.to_thread
+
 from replay_sim.errors import ConfigError
 from replay_sim.replay.policies.miss import Miss, MissSettings
 from replay_sim.resolve.resolution import Resolution, Tier
@@ -37,19 +39,24 @@ class LivePolicy:
         """
         started = time.perf_counter()
         answer = await self.forward(miss.server, miss.method, miss.params)
-        session = self.store.start_session(miss.server, _live_session(miss.server))
-        recording_id = self.store.record_call(
-            miss.server,
-            miss.method,
-            answer.get("params", miss.params),
-            result=answer.get("result"),
-            error=answer.get("error"),
-            session=session,
-            latency_ms=answer.get("latency_ms", (time.perf_counter() - started) * 1000),
-            origin=Origin.LIVE,
-            notifications=answer.get("notifications") or None,
-        )
-        recording = self.store.recording(recording_id)
+        latency_ms = answer.get("latency_ms", (time.perf_counter() - started) * 1000)
+
+        def record() -> int:
+            session = self.store.start_session(miss.server, _live_session(miss.server))
+            return self.store.record_call(
+                miss.server,
+                miss.method,
+                answer.get("params", miss.params),
+                result=answer.get("result"),
+                error=answer.get("error"),
+                session=session,
+                latency_ms=latency_ms,
+                origin=Origin.LIVE,
+                notifications=answer.get("notifications") or None,
+            )
+
+        # Off the event loop: while another process holds the store's write lock only this call waits.
+        recording = self.store.recording(await anyio.to_thread.run_sync(record))
         return Resolution(
             Tier.LIVE,
             1.0,

@@ -7,11 +7,13 @@ passed off as recorded: its provenance status is ``synthetic``), so a repeat is 
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import time
 from typing import Any
 
+import anyio.to_thread
 import httpx2
 
 from replay_sim.errors import ConfigError, UpstreamError
@@ -111,7 +113,9 @@ class SynthesizePolicy:
         result = _parse_json_object(content)
         if result is None or (miss.method == "tools/call" and not isinstance(result.get("content"), list)):
             result = {"content": [{"type": "text", "text": content}], "isError": False}
-        recording_id = self.store.record_call(
+        # Off the event loop: while another process holds the store's write lock only this call waits.
+        record = functools.partial(
+            self.store.record_call,
             miss.server,
             miss.method,
             miss.params,
@@ -119,7 +123,7 @@ class SynthesizePolicy:
             latency_ms=(time.perf_counter() - started) * 1000,
             origin=Origin.SYNTHETIC,
         )
-        recording = self.store.recording(recording_id)
+        recording = self.store.recording(await anyio.to_thread.run_sync(record))
         score = miss.resolution.candidates[0].score if miss.resolution.candidates else 0.0
         return Resolution(
             Tier.SYNTHETIC,
