@@ -367,13 +367,21 @@ class Replay:
         name, arguments = call_identity(method, redacted)
         steps = () if history is None else history
         resolution = self.resolver.resolve_now(server, method, redacted, steps)
+        loading = False
         if resolution is None:  # it needs the model or index still loading: wait off the event loop
-            if not await anyio.to_thread.run_sync(self.resolver.warmup.wait, self.warm_wait):
-                why = still_loading(self.resolver.warmup, self.warm_wait)
-                loading = Resolution(Tier.MISS, 0.0, reason=why)
-                return Answer(name, loading, self._reply(server, method, name, loading))
-            resolve = self.resolver.resolve
-            resolution = await anyio.to_thread.run_sync(resolve, server, method, redacted, steps)
+            if await anyio.to_thread.run_sync(self.resolver.warmup.wait, self.warm_wait):
+                resolve = self.resolver.resolve
+                resolution = await anyio.to_thread.run_sync(resolve, server, method, redacted, steps)
+            else:
+                # The cache tiers that can answer now did not: a policy that asks the real server
+                # still gives the faithful answer; any other serves this miss (nothing kept).
+                loading = True
+                resolution = Resolution(
+                    Tier.MISS, 0.0, reason=still_loading(self.resolver.warmup, self.warm_wait)
+                )
+                asks = getattr(self.policy, "asks_real_server", None)
+                if asks is None or not asks(server):
+                    return Answer(name, resolution, self._reply(server, method, name, resolution))
         if not resolution.hit and method == "tools/call":
             # Checked only when nothing answers: a recorded answer is the real server's own verdict.
             refused = surface.refusal(method, name, arguments, self.snapshot)
@@ -399,7 +407,7 @@ class Replay:
                 failed = f"{miss.reason}; miss policy {self.miss_policy_name!r} failed: {exc}".lstrip("; ")
                 resolution = dataclasses.replace(miss, reason=failed)
         answer = Answer(name, resolution, self._reply(server, method, name, resolution))
-        if not miss.hit:
+        if not miss.hit and not loading:
             self.misses.keep(server, method, name, arguments, answer.status, miss, kept=history)
         return answer
 

@@ -7,6 +7,7 @@ their state in the process).
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import shutil
@@ -19,12 +20,17 @@ from click.testing import CliRunner
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 from recording_helpers import REPLAY_SIM, raw_client, raw_request, stdio, step
+from resolver_helpers import GatedEmbedder
 from sandbox_helpers import live_instances, match, record, sandboxed, text, until, write_config
 
 from replay_sim.cli import cli
+from replay_sim.cli.sandboxes import sandbox_pool
 from replay_sim.errors import ConfigError
 from replay_sim.protocol import LOST_CODE, MATCH_META_KEY
 from replay_sim.record.config import load_config
+from replay_sim.replay.factory import open_replay
+from replay_sim.resolve.embedding import SentenceTransformerEmbedder
+from replay_sim.resolve.resolution import Tier
 from replay_sim.resolve.snapshot import freeze
 from replay_sim.store import Origin, Store
 from replay_sim.store.snapshot import verify
@@ -299,3 +305,27 @@ async def test_a_request_with_no_history_is_answered_by_a_fresh_instance_only_fo
         write = await client.call_tool("put", {"key": "k9", "value": "v"})  # its effect could not be kept
         assert write.is_error and match(write)["status"] == "miss" and "episode" in text(write)
         await until(lambda: live_instances(sim, "counter") == 0)  # the read's instance was closed at once
+
+
+async def test_a_call_needing_the_model_while_it_loads_is_answered_by_the_episodes_instance(
+    counter_db: Path, tmp_path: Path, embedder: SentenceTransformerEmbedder
+) -> None:
+    # The cache tiers that can answer before the model loads did not; the real server can: a
+    # sandboxed call is not held for the warm-up, nor refused as "still starting".
+    pool = sandbox_pool(load_config(write_config(tmp_path / "recorder.toml")), pool=0, max_instances=2)
+    replay = open_replay(counter_db, miss="sandbox", sandboxes=pool, index_dir=tmp_path / "index")
+    model = GatedEmbedder(embedder)
+    replay.resolver._embedder = model  # the model is still loading until the test opens the gate
+    replay.warm_wait = 0.2
+    with replay, anyio.fail_after(120):
+        async with contextlib.AsyncExitStack() as stack:
+            await replay.enter(stack)
+            replay.resolver.warm(wait=False)
+            await anyio.to_thread.run_sync(model.waiting.wait)
+            trail = replay.histories.history("episode-1")
+            assert trail is not None
+            answer = await replay.resolve(
+                "counter", "tools/call", {"name": "get", "arguments": {"key": "k9"}}, trail.trail("counter")
+            )
+            assert answer.resolution.tier is Tier.SANDBOX and "(unset)" in str(answer.reply)
+            model.gate.set()

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.to_thread
 
 from replay_sim.canonical import call_identity, canonical_json
 from replay_sim.resolve.lineage import DIVERGED, StateLookup, Trail
@@ -126,9 +127,16 @@ class Binding:
                     f"instance {instance.id} cannot be brought to the episode's state"
                 )
             answers.append(self._row(recording.method, answer, recording.params))
-        self.session = store.start_session(self.server, f"sandbox-{instance.id}-{time.time_ns():x}")
-        if answers:
-            store.record_calls([{**row, "session": self.session} for row in answers])
+        session = f"sandbox-{instance.id}-{time.time_ns():x}"
+
+        def record() -> str:
+            started = store.start_session(self.server, session)
+            if answers:
+                store.record_calls([{**row, "session": started} for row in answers])
+            return started
+
+        # Off the event loop: while another process holds the store's write lock only this call waits.
+        self.session = await anyio.to_thread.run_sync(record)
         self.instance = instance
         self.instances += 1
         self.replayed += len(given)
@@ -142,8 +150,8 @@ class Binding:
         """
         assert self.instance is not None and self.session is not None
         answer = await self.instance.call(method, params)
-        row = self._row(method, answer, params)
-        recording_id = store.record_call(**row, session=self.session)
+        row = {**self._row(method, answer, params), "session": self.session}
+        recording_id = await anyio.to_thread.run_sync(lambda: store.record_call(**row))
         recording = store.recording(recording_id)
         assert recording is not None
         self.answered += 1

@@ -216,6 +216,10 @@ class SandboxPolicy:
 
     # -- answering ----------------------------------------------------------------------------
 
+    def asks_real_server(self, server: str) -> bool:
+        """Whether a miss of ``server`` is answered by the real server (an instance), not the cache."""
+        return server in self.servers
+
     def claims(self, server: str, method: str, name: str, arguments: dict[str, Any], trail: Trail) -> bool:
         """Whether a call the cache answers must go to the episode's instance instead.
 
