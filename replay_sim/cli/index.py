@@ -67,14 +67,25 @@ def build_command(db: Path, index_dir: Path, match_config: MatchConfig | None) -
 @click.option(
     "--explain", is_flag=True, help="Also list replay-sim's wrong hits and needless misses, and why."
 )
+@click.option(
+    "--sessionless",
+    is_flag=True,
+    help="Score replay-sim as the MCP SDK client's default mode meets it: no episode, no session.",
+)
 def eval_command(
-    probes: Path, db: Path, index_dir: Path, match_config: MatchConfig | None, baselines: bool, explain: bool
+    probes: Path,
+    db: Path,
+    index_dir: Path,
+    match_config: MatchConfig | None,
+    baselines: bool,
+    explain: bool,
+    sessionless: bool,
 ) -> None:
     """Score the resolver on PROBES.jsonl (live truth) against exact-only and naive baselines."""
     with Store(db, create=False) as store:
         resolver = Resolver(store, config=match_config, index_dir=index_dir)
         embedder = CachedEmbedder(default_embedder(), store) if baselines else None
-        reports = compare(store, load_probes(probes), resolver, embedder)
+        reports = compare(store, load_probes(probes), resolver, embedder, sessionless=sessionless)
     click.echo(render(reports))
     if explain:
         click.echo("\nreplay-sim's wrong hits and needless misses:\n" + explain_report(reports["replay-sim"]))

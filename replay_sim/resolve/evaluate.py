@@ -42,6 +42,7 @@ from replay_sim.canonical import answer_text, call_identity, call_key, canonical
 from replay_sim.errors import InterchangeError
 from replay_sim.resolve.embedding import Embedder
 from replay_sim.resolve.resolver import Resolver
+from replay_sim.resolve.sessionless import state_dependence
 from replay_sim.resolve.toolstate import answer_of
 from replay_sim.schema import ToolSchema
 from replay_sim.store import Recording, Store
@@ -219,11 +220,18 @@ def evaluate(
     return report
 
 
-def _replay_sim(resolver: Resolver) -> ResolveFn:
+def _replay_sim(resolver: Resolver, sessionless: bool = False) -> ResolveFn:
     def resolve(
         server: str, method: str, params: dict[str, Any], history: list[str]
     ) -> tuple[Recording | None, str, str]:
-        found = resolver.resolve(server, method, params, history)
+        if not sessionless:
+            found = resolver.resolve(server, method, params, history)
+            return found.recording, found.step, found.reason or found.tier.value
+        # As the replay server answers a request with no episode and no session: from the initial
+        # state, and only where the recordings show that the state does not matter.
+        found = resolver.resolve(server, method, params, ())
+        name, arguments = call_identity(method, params)
+        found = state_dependence(resolver, server, method, name, arguments, found) or found
         return found.recording, found.step, found.reason or found.tier.value
 
     return resolve
@@ -269,7 +277,12 @@ def _naive(store: Store, embedder: Embedder, threshold: float) -> ResolveFn:
 
 
 def compare(
-    store: Store, probes: Sequence[Probe], resolver: Resolver, embedder: Embedder | None = None
+    store: Store,
+    probes: Sequence[Probe],
+    resolver: Resolver,
+    embedder: Embedder | None = None,
+    *,
+    sessionless: bool = False,
 ) -> dict[str, Report]:
     """Score replay-sim and the baselines on the same probes.
 
@@ -278,6 +291,9 @@ def compare(
         probes: Probes with live truth.
         resolver: The replay-sim resolver to score.
         embedder: Embedder for the naive baseline (None: skip it).
+        sessionless: Score replay-sim as the MCP SDK client's default mode meets it (2026-07-28 era,
+            no episode, no session): every step without a history, under the sessionless rule
+            (:mod:`replay_sim.resolve.sessionless`). The probes' truth still follows their steps.
 
     Returns:
         Reports by system name, replay-sim last.
@@ -288,7 +304,7 @@ def compare(
         for threshold in (0.8, 0.9):
             naive = _naive(store, embedder, threshold)
             reports[f"naive NN @{threshold}"] = evaluate(store, probes, naive, schema)
-    reports["replay-sim"] = evaluate(store, probes, _replay_sim(resolver), schema)
+    reports["replay-sim"] = evaluate(store, probes, _replay_sim(resolver, sessionless), schema)
     return reports
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from replay_sim.canonical import answer_text
-from replay_sim.effects import Call, Declaration, Verdict, declare, learn
+from replay_sim.effects import Call, Declaration, Verdict, declare, learn, named
 from replay_sim.errors import StoreError
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.schemas import RecordedSchemas
@@ -79,7 +79,8 @@ def _learned(
         outcomes, failed, strict=True
     ):
         inert = method != "tools/call" or not succeeded[key] or dry_run(name, arguments)
-        call = Call(rid, method, name, key, answer_text(result, error), fails, inert)
+        names = frozenset({name.lower()}) if method == "resources/read" else named(arguments)
+        call = Call(rid, method, name, key, answer_text(result, error), fails, inert, names)
         # A call recorded outside any session is a session of its own, from the initial state.
         sessions[session if session is not None else ("", rid)].append((seq or 0, call))
     runs = [
