@@ -238,9 +238,9 @@ def _observers(
     distinct: list[Recording], tool: str, own: list[Recording], effects: Mapping[str, Verdict]
 ) -> list[Recording]:
     """The observers of ``tool``: those sharing the most words with its calls first; among equals,
-    recorded failures first (a read of what the tool creates fails before it: the most telling),
-    then reads before calls of tools known to change state (whose answers are mostly
-    acknowledgements), resource reads first, the latest first."""
+    recorded failures sharing a word first (a read of what the tool creates fails before it: the
+    most telling), other failures last; then reads before calls of tools known to change state
+    (whose answers are mostly acknowledgements), resource reads first, the latest first."""
     mine = {w for rec in own for w in _words(rec.arguments)}
     ranked = []
     for position, rec in enumerate(distinct):
@@ -249,7 +249,11 @@ def _observers(
         resource = rec.method == "resources/read"
         words = set(_words(rec.name if resource else rec.arguments))
         writes = not resource and _effect(effects, rec.name) is Effect.CHANGES
-        ranked.append((-len(mine & words), not rec.failed, writes, not resource, -position, rec))
+        shared = len(mine & words)
+        # A failure is telling only about what it names: one sharing nothing sees nothing at all.
+        ranked.append(
+            (-shared, not rec.failed if shared else rec.failed, writes, not resource, -position, rec)
+        )
     ranked.sort(key=lambda r: r[:5])
     return [rec for *_, rec in ranked]
 

@@ -245,6 +245,7 @@ async def test_effect_probes_show_a_pure_tool_a_write_and_a_read_only_hint_that_
         "get": Effect.NONE,
         "put": Effect.CHANGES,
         "read": Effect.NONE,  # listed, annotated read-only, never called
+        "sql": Effect.NONE,
         "tally": Effect.CHANGES,
     }
     assert effects["put"].describe().startswith("changes: get before/after differed (recordings ")

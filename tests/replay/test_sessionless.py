@@ -21,7 +21,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from recording_helpers import PYTHON, ROOT, proxy_stdio, run_script, step, stdio
+from recording_helpers import PYTHON, ROOT, proxy_stdio, run_script, stdio, step
 from replay_helpers import build_store, make_replay, match_of, text_result, tool_call
 
 from replay_sim.listener import serving_in_thread
