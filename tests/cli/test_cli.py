@@ -7,6 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import anyio
+from recording_helpers import PYTHON, ROOT, proxy_stdio, run_script, step
+
 from replay_sim.store import Store
 
 REPLAY_SIM = [sys.executable, "-m", "replay_sim"]
@@ -129,3 +132,21 @@ def test_export_into_a_missing_folder_is_a_one_line_error(tmp_path: Path) -> Non
     failed = _run("export", "--db", str(tmp_path / "r.db"), "-o", str(tmp_path / "no" / "out.jsonl"))
     assert failed.returncode == 1 and failed.stderr.count("\n") == 1, failed.stderr
     assert f"{tmp_path / 'no' / 'out.jsonl'}: No such file or directory" in failed.stderr
+
+
+def test_stats_names_the_tools_of_unknown_effect_that_block_the_most_recorded_answers(tmp_path: Path) -> None:
+    db = tmp_path / "r.db"
+    counter = [PYTHON, ROOT / "fixtures" / "counter_server.py"]
+    script = [
+        step("double", x=2),
+        step("get", key="a"),
+        step("put", key="a", value="1"),
+        step("get", key="b"),
+    ]
+    anyio.run(run_script, proxy_stdio(db, "counter", counter), script)
+    table = _run("stats", "--db", str(db)).stdout
+    blocking = table.split("tools of unknown effect blocking the most recorded answers")[1]
+    assert "`read_only = true`" in blocking and "`sandbox = true`" in blocking
+    # Three answers were recorded after `double` (get a, put, get b), one after `put` (get b).
+    rows = [line.split("\t") for line in blocking.splitlines()[2:] if line]
+    assert rows == [["counter", "double", "3"], ["counter", "put", "1"]]
