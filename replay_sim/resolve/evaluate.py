@@ -47,7 +47,18 @@ from replay_sim.resolve.toolstate import answer_of
 from replay_sim.schema import ToolSchema
 from replay_sim.store import Recording, Store
 
-__all__ = ["Finding", "Grade", "Probe", "Report", "compare", "evaluate", "explain", "load_probes", "render"]
+__all__ = [
+    "Finding",
+    "Grade",
+    "Probe",
+    "Report",
+    "compare",
+    "evaluate",
+    "explain",
+    "load_probes",
+    "render",
+    "truth_of",
+]
 
 # (server, method, params, history) -> (served recording or None, step to append to history, why)
 ResolveFn = Callable[[str, str, dict[str, Any], list[str]], tuple[Recording | None, str, str]]
@@ -105,7 +116,8 @@ def load_probes(path: str | Path) -> list[Probe]:
     return probes
 
 
-def _truth(step: dict[str, Any]) -> str:
+def truth_of(step: dict[str, Any]) -> str:
+    """What the real server answered a probe step, canonical (as :func:`answer_of` a recording)."""
     return answer_text(step["truth"].get("result"), step["truth"].get("error"))
 
 
@@ -197,7 +209,7 @@ def evaluate(
         history: list[str] = []
         for number, step in enumerate(probe.steps, start=1):
             name, arguments = call_identity(step["method"], step["params"])
-            truth = _truth(step)
+            truth = truth_of(step)
             answerable = truth in answers[(probe.server, step["method"], name)]
             ident = _identity(schema, probe.server, step["method"], name, arguments)
             design_answerable = ident is not None and truth in designed.get(

@@ -6,15 +6,17 @@ import json
 from pathlib import Path
 
 import pytest
+from recording_helpers import PYTHON, ROOT, proxy_stdio, run_script, step
 from resolver_helpers import (
     demo_store,
     text,
 )
 
 from replay_sim.errors import InterchangeError
-from replay_sim.resolve.calibration import MatchConfig
+from replay_sim.resolve.calibration import MatchConfig, ToolOverride
 from replay_sim.resolve.embedding import SentenceTransformerEmbedder
-from replay_sim.resolve.evaluate import Grade, Report, compare, evaluate, explain, load_probes, render
+from replay_sim.resolve.evaluate import Grade, Probe, Report, compare, evaluate, explain, load_probes, render
+from replay_sim.resolve.floor import exact_floor, render_floor
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.store import Store
 from replay_sim.store.interchange import import_jsonl
@@ -186,3 +188,29 @@ def test_the_second_dev_set_scores_what_the_readme_claims_with_no_wrong_hit(
     # README's "Resolver quality" table for the second set, exactly: servers nobody tuned on.
     assert tuple(reports["replay-sim"].total()[g] for g in order) == ours
     assert tuple(reports["exact-only cache"].total()[g] for g in order) == exact
+
+
+@pytest.mark.anyio
+async def test_the_floor_counts_exact_repeats_the_cache_answers_and_names_the_tool_of_unknown_effect(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "r.db"
+    counter = [PYTHON, ROOT / "fixtures" / "counter_server.py"]
+    script = [step("double", x=2), step("get", key="a")]
+    answers = await run_script(proxy_stdio(db, "counter", counter), script)
+    probe = Probe("p1", "exact_repeat", "counter", [{"method": m, "params": p} for m, p in script[1:]])
+    probe.steps[0]["truth"] = {"result": answers[1]}
+    with Store(db) as store:
+        resolver = Resolver(store, index_dir=None, semantic=False)
+        floor = exact_floor(resolver, [probe])
+        declared = Resolver(
+            store,
+            index_dir=None,
+            semantic=False,
+            config=MatchConfig(tools={"counter/double": ToolOverride(read_only=True)}),
+        )
+        settled = exact_floor(declared, [probe])
+    # `get a` was recorded after `double`, of unknown effect: the cache serves it, replay-sim not.
+    assert floor == {"total": 1, "unknown effect: counter/double": 1}
+    assert "unknown effect: counter/double" in render_floor(floor)
+    assert settled == {}  # declared read-only: answered
