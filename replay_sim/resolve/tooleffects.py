@@ -80,8 +80,8 @@ def _learned(
         outcomes, failed, strict=True
     ):
         inert = method != "tools/call" or not succeeded[key] or dry_run(name, arguments)
-        names = frozenset({name.lower()}) if method == "resources/read" else named(arguments)
-        call = Call(rid, method, name, key, answer_text(result, error), fails, inert, names)
+        things = frozenset({name.lower()}) if method == "resources/read" else named(arguments)
+        call = Call(rid, method, name, key, answer_text(result, error), fails, inert, things)
         # A call recorded outside any session is a session of its own, from the initial state.
         sessions[session if session is not None else ("", rid)].append((seq or 0, call))
     runs = [
