@@ -157,18 +157,31 @@ def test_the_dev_probe_set_scores_what_the_readme_claims_with_no_wrong_hit(
     assert reports["replay-sim"].findings and all(
         f.grade is Grade.NEEDLESS_MISS for f in reports["replay-sim"].findings
     )
+    # The MCP SDK client's default mode (no episode, no session): still no wrong hit.
+    sessionless = compare(store, load_probes(PROBES / "probes.jsonl"), resolver, sessionless=True)
+    assert sessionless["replay-sim"].total() == {
+        Grade.CORRECT_HIT: 13,
+        Grade.WRONG_HIT: 0,
+        Grade.CORRECT_MISS: 56,
+        Grade.NEEDLESS_MISS: 235,
+    }
 
 
 PROBES2 = PROBES.parent / "probes2"
+EXPLORED = (201, 0, 81, 46)
+EXPLORED_SESSIONLESS = (7, 0, 81, 240)
 
 
 @pytest.mark.parametrize(
-    ("recordings", "config", "ours", "exact"),
+    ("recordings", "config", "sessionless", "ours", "exact"),
     [
-        ("recordings.jsonl", None, (118, 0, 77, 133), (182, 39, 61, 46)),
+        ("recordings.jsonl", None, False, (105, 0, 77, 146), (182, 39, 61, 46)),
         # Explored, the sandboxes' effect probes included: above the exact cache, with no wrong hit.
-        ("recordings-explore.jsonl", None, (202, 0, 81, 45), (181, 45, 58, 44)),
-        ("recordings.jsonl", "pure.toml", (176, 0, 77, 75), (182, 39, 61, 46)),
+        ("recordings-explore.jsonl", None, False, EXPLORED, (181, 45, 58, 44)),
+        ("recordings.jsonl", "pure.toml", False, (163, 0, 77, 88), (182, 39, 61, 46)),
+        # The MCP SDK client's default mode (no episode, no session): no wrong hit either.
+        ("recordings.jsonl", None, True, (0, 0, 77, 251), (182, 39, 61, 46)),
+        ("recordings-explore.jsonl", None, True, EXPLORED_SESSIONLESS, (181, 45, 58, 44)),
     ],
 )
 def test_the_second_dev_set_scores_what_the_readme_claims_with_no_wrong_hit(
@@ -176,6 +189,7 @@ def test_the_second_dev_set_scores_what_the_readme_claims_with_no_wrong_hit(
     embedder: SentenceTransformerEmbedder,
     recordings: str,
     config: str | None,
+    sessionless: bool,
     ours: tuple[int, int, int, int],
     exact: tuple[int, int, int, int],
 ) -> None:
@@ -183,7 +197,7 @@ def test_the_second_dev_set_scores_what_the_readme_claims_with_no_wrong_hit(
     import_jsonl(store, PROBES2 / recordings)
     match = MatchConfig.load(PROBES2 / config) if config else None
     resolver = Resolver(store, embedder=embedder, index_dir=tmp_path / "index", config=match)
-    reports = compare(store, load_probes(PROBES2 / "probes.jsonl"), resolver)
+    reports = compare(store, load_probes(PROBES2 / "probes.jsonl"), resolver, sessionless=sessionless)
     order = (Grade.CORRECT_HIT, Grade.WRONG_HIT, Grade.CORRECT_MISS, Grade.NEEDLESS_MISS)
     # README's "Resolver quality" table for the second set, exactly: servers nobody tuned on.
     assert tuple(reports["replay-sim"].total()[g] for g in order) == ours
