@@ -151,12 +151,9 @@ async def _open(http: httpx2.AsyncClient, url: str, version: str = "2025-11-25")
 
 
 def _modern(method: str, params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
-    # A modern request has no session: an episode gives it the history its reads need (the demo
-    # server's `increment` may change state, so a sessionless read is a miss naming the fix).
     headers = {k.lower(): v for k, v in ACCEPT.items()} | {
         "mcp-protocol-version": MODERN,
         "mcp-method": method,
-        "x-replay-episode": "fast-path-modern",
     }
     name = params.get("name", params.get("uri"))
     if name is not None:
@@ -169,6 +166,9 @@ async def _post(
 ) -> httpx2.Response:
     if era == "modern":
         params, headers = _modern(method, params)
+        # No session: an episode gives the reads their history (the demo server's `increment` may
+        # change state, so a read with no history is a miss naming the fix).
+        headers["x-replay-episode"] = "fast-path-modern"
     else:
         headers = await _open(http, url, era)
     body = json.dumps({"jsonrpc": "2.0", "id": id_, "method": method, "params": params})
