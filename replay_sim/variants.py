@@ -221,6 +221,11 @@ def fold_case(value: Any, classes: frozenset[str]) -> Any:
 def _recase(value: Any) -> Any | None:
     if not _words(value):
         return None
+    if looks_like_code(value):
+        # Every letter's case swapped outside literals: upper to lower and lower to upper, on every
+        # token class at once (keywords, function names, identifiers), so the answer covers each.
+        swapped = outside_literals(value, str.swapcase)
+        return None if swapped == value else swapped
     upper = outside_literals(value, str.upper)
     varied = upper if upper != value else outside_literals(value, str.lower)
     return None if varied == value else varied  # None: nothing with a case (outside literals)

@@ -32,6 +32,8 @@ from replay_sim.variants import MIN_EVIDENCE, Transform
         (Transform.CASE, "Acme", "ACME"),
         (Transform.CASE, "ACME", "acme"),
         (Transform.CASE, "12:30", None),  # nothing with a case
+        # Code: every letter swapped, so keywords, function names and names each change case.
+        (Transform.CASE, "SELECT count(*) FROM items", "select COUNT(*) from ITEMS"),
         (Transform.SPACE, "Acme", " Acme "),
         (Transform.SPACE, " Acme\n", "Acme"),
         (Transform.SPACE, "   ", None),
