@@ -20,7 +20,10 @@ one's state extended by calls of ``T`` only:
 
 - the same successful answer is a *witness* that ``T`` changes nothing that read can see — except
   that a tool witnesses its own effect only when its answers vary (a write that always says "ok"
-  shows nothing by repeating it);
+  shows nothing by repeating it), and only for the calls of ``T`` the read *covers*
+  (:func:`covers`): a call that names a thing (a path, a name, a key, an id, a table) is witnessed
+  only by a read that names it too (or the folder of a path it names), or whose answer shows it —
+  reading ``b.txt`` shows nothing about writing ``a.txt``;
 - a different answer shows that ``T`` changes state, whatever it is annotated;
 - two recordings from the *same* state that disagree show the model wrong: the call's own tool
   depends on history (it keeps hidden state), or else the effect-free calls between them are not.
@@ -37,16 +40,87 @@ config's ``read_only = false`` settles a tool for good.
 
 from __future__ import annotations
 
+import posixpath
+import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-__all__ = ["Call", "Declaration", "Effect", "Verdict", "declare", "learn", "repeatable"]
+from replay_sim.freetext import looks_like_code
+
+__all__ = ["Call", "Declaration", "Effect", "Verdict", "covers", "declare", "learn", "named", "repeatable"]
 
 _MAX_SPAN = 256  # calls between two compared recordings (and extension steps) looked at, at most
 _EXAMPLES = 3  # recording pairs kept per verdict, for the reader
+
+
+# Argument name words that mean "this names the thing a call acts on or reads".
+_THING_WORDS = frozenset(
+    {
+        "id", "ids", "uuid", "key", "keys", "path", "paths", "file", "files", "filename", "filepath",
+        "dir", "directory", "folder", "uri", "url", "name", "names", "table", "tables", "entity",
+        "entities", "node", "nodes", "repo", "repository", "branch", "collection", "document", "slug",
+    }
+)  # fmt: skip
+_SQL_TABLE = re.compile(
+    r"\b(?:from|into|update|table|join)\s+(?:if\s+(?:not\s+)?exists\s+)?[`\"\[]?([A-Za-z_][\w.]*)", re.I
+)
+_MIN_SHOWN = 3  # a name shorter than this found in an answer is a coincidence, not a sighting
+
+
+def _words(name: str) -> list[str]:
+    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", name)
+    return [t for t in re.split(r"[^A-Za-z0-9]+", spaced.lower()) if t]
+
+
+def _leaves(value: Any, key: str = "") -> Iterator[tuple[str, str]]:
+    """``(the key holding it, string)`` for every string inside an argument value."""
+    if isinstance(value, dict):
+        for k, item in value.items():
+            yield from _leaves(item, str(k))
+    elif isinstance(value, list):
+        for item in value:
+            yield from _leaves(item, key)
+    elif isinstance(value, str) and value:
+        yield key, value
+    elif isinstance(value, int) and not isinstance(value, bool) and key:
+        yield key, str(value)
+
+
+def named(arguments: Any) -> frozenset[str]:
+    """What a call names (lower case): the things it acts on or reads.
+
+    The values of arguments named like a thing (``path``, ``file_path``, ``name``, ``entityNames``,
+    ``key``, ``id``, ``table``, ``uri`` …) and the tables a SQL text names (``FROM``, ``INTO``,
+    ``UPDATE``, ``TABLE``, ``JOIN``). Prose, numbers and options name nothing.
+    """
+    found: set[str] = set()
+    if not isinstance(arguments, dict):
+        return frozenset()
+    for key, text in _leaves(arguments):
+        if any(word in _THING_WORDS for word in _words(key)) and len(text) <= 1024:
+            found.add(text.strip().lower())
+        elif looks_like_code(text):
+            found.update(t.lower() for t in _SQL_TABLE.findall(text))
+    return frozenset(found)
+
+
+def covers(observer: Call, call: Call) -> bool:
+    """Whether ``observer`` could see what ``call`` does: it names what the call names, or shows it.
+
+    A call that names nothing (a pure function of numbers and prose) is covered by any observer;
+    otherwise the observer must name one of the things the call names (or the folder holding a
+    path it names: listing a folder sees a file created in it), or its answer must show one.
+    """
+    if not call.names:
+        return True
+    folders = {posixpath.dirname(n.rstrip("/")) for n in call.names if "/" in n.rstrip("/")}
+    if observer.names & (call.names | folders):
+        return True
+    answer = observer.answer.lower()
+    return any(len(n) >= _MIN_SHOWN and n in answer for n in call.names)
 
 
 class Effect(StrEnum):
@@ -113,6 +187,7 @@ class Call:
         answer: What the server said, canonical (:func:`~replay_sim.canonical.answer_text`).
         failed: The answer is an error: it can contradict a witness, never be one.
         inert: It cannot have changed state whatever its tool does (failed, a dry run, not a tool call).
+        names: The things it names (:func:`named`; a resource read: its URI).
     """
 
     id: int | None
@@ -122,6 +197,7 @@ class Call:
     answer: str
     failed: bool
     inert: bool
+    names: frozenset[str] = frozenset()
 
     @property
     def tool(self) -> str | None:
@@ -333,6 +409,12 @@ def _evidence(runs: list[list[Call]], none: set[str], varied: set[str]) -> _Evid
                 chain.append(hash((chain[-1], call.key)))
                 steps.append(call)
 
+    def witness(a: Call, b: Call, tool: str, calls: Sequence[Call]) -> None:
+        """``a`` and ``b`` agree across ``calls``: a witness for those of them ``a`` covers."""
+        seen = frozenset(c.key for c in calls if covers(a, c))
+        if seen:
+            found.witnesses[tool][(a.id, b.id)] = seen
+
     def extended(before: _Point, after: _Point, calls: Sequence[Call]) -> None:
         """``after``'s state is ``before``'s and ``calls`` (all of one tool of unknown effect)."""
         a, b, tool = before.call, after.call, calls[0].name
@@ -340,7 +422,7 @@ def _evidence(runs: list[list[Call]], none: set[str], varied: set[str]) -> _Evid
             why = f"{a.name} before/after differed (recordings {a.id}, {b.id})"
             found.contrary.append(_Finding(tool, (a.id, b.id), why))
         elif not a.failed and (a.tool != tool or tool in varied):
-            found.witnesses[tool][(a.id, b.id)] = frozenset(c.key for c in calls)
+            witness(a, b, tool, calls)
 
     def same_state(before: _Point, after: _Point, between: Sequence[Call]) -> None:
         """Nothing of unknown effect between them: their answers must agree."""
@@ -350,7 +432,7 @@ def _evidence(runs: list[list[Call]], none: set[str], varied: set[str]) -> _Evid
             if len(tools) == 1 and not a.failed:
                 tool = next(iter(tools))
                 if a.tool != tool or tool in varied:
-                    found.witnesses[tool][(a.id, b.id)] = frozenset(c.key for c in between)
+                    witness(a, b, tool, between)
             return
         why = f"{a.name} answered differently from one state (recordings {a.id}, {b.id})"
         # Something taken as effect-free is not: each one that could be (its own tool included).

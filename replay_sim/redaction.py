@@ -141,9 +141,14 @@ class Redactor:
 
     @classmethod
     def from_rules(cls, rules: dict[str, Any] | None) -> Redactor:
-        """A redactor from :meth:`rules` data (the default rules when None)."""
-        if not rules:
-            return cls()
+        """A redactor from :meth:`rules` data, as a store keeps them.
+
+        None (a store with no rules: imported from JSONL, which carries none) redacts nothing:
+        its recordings were not redacted by any key, so an incoming call redacted by the default
+        keys would never match its own recording.
+        """
+        if rules is None:
+            return cls(key_globs=())
         return cls(
             key_globs=rules.get("key_globs", DEFAULT_KEY_GLOBS),
             patterns=rules.get("patterns", ()),

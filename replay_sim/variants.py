@@ -29,9 +29,9 @@ from jsonschema.exceptions import SchemaError
 from referencing.exceptions import Unresolvable
 
 from replay_sim.canonical import canonical_json, normalize
-from replay_sim.freetext import outside_literals
+from replay_sim.freetext import looks_like_code, outside_literals
 
-__all__ = ["MIN_EVIDENCE", "Family", "Transform"]
+__all__ = ["CASE_CLASSES", "MIN_EVIDENCE", "Family", "Transform", "case_changes", "fold_case"]
 
 _MAX_CHARS = 1000  # longer strings are prose nobody retypes in another spelling
 
@@ -160,9 +160,72 @@ def _fold(value: Any) -> Any:
     return outside_literals(value, str.casefold) if isinstance(value, str) else value
 
 
+# --- which characters a difference of letter case changed
+
+_CASE_TOKEN = re.compile(r"[^\W\d_]\w*")
+_SQL_KEYWORDS = frozenset(
+    {
+        "select", "from", "where", "and", "or", "not", "in", "is", "null", "like", "order", "by",
+        "group", "having", "limit", "offset", "asc", "desc", "insert", "into", "values", "update",
+        "set", "delete", "create", "table", "drop", "alter", "add", "column", "index", "view", "join",
+        "inner", "left", "right", "outer", "full", "cross", "on", "as", "distinct", "union", "all",
+        "exists", "between", "case", "when", "then", "else", "end", "primary", "key", "foreign",
+        "references", "default", "unique", "check", "with", "returning", "replace", "if", "glob",
+        "escape", "collate", "nulls", "first", "last", "true", "false", "begin", "commit", "rollback",
+        "pragma",
+    }
+)  # fmt: skip
+CASE_CLASSES = ("keyword", "function", "identifier")
+"""The token classes a letter-case difference is learned for, each on its own: a SQL keyword
+(``SELECT``), a function name (a word before ``(``: ``count``), any other word (a name, a table)."""
+
+
+def _token_class(text: str, token: re.Match[str], code: bool) -> str:
+    if text[token.end() :].lstrip().startswith("("):
+        return "function"
+    return "keyword" if code and token.group().lower() in _SQL_KEYWORDS else "identifier"
+
+
+def case_changes(a: Any, b: Any) -> frozenset[str]:
+    """The token classes (:data:`CASE_CLASSES`) whose letter case differs between two spellings.
+
+    ``SELECT name FROM t`` vs ``SELECT NAME FROM T`` changed identifiers only; ``count(*)`` vs
+    ``COUNT(*)`` a function name. Empty unless both are strings equal but for letter case.
+    """
+    if not isinstance(a, str) or not isinstance(b, str) or a == b or _fold(a) != _fold(b):
+        return frozenset()
+    changed, code = set(), looks_like_code(a)
+    for ta, tb in zip(_CASE_TOKEN.finditer(a), _CASE_TOKEN.finditer(b), strict=False):
+        if ta.group() != tb.group():
+            changed.add(_token_class(a, ta, code))
+    return frozenset(changed)
+
+
+def fold_case(value: Any, classes: frozenset[str]) -> Any:
+    """``value`` with the letter case of the tokens of ``classes`` folded (outside quoted literals)."""
+    if not isinstance(value, str) or not classes:
+        return value
+    if classes >= set(CASE_CLASSES):
+        return _fold(value)
+
+    code = looks_like_code(value)
+
+    def change(part: str) -> str:
+        return _CASE_TOKEN.sub(
+            lambda t: t.group().casefold() if _token_class(part, t, code) in classes else t.group(), part
+        )
+
+    return outside_literals(value, change)
+
+
 def _recase(value: Any) -> Any | None:
     if not _words(value):
         return None
+    if looks_like_code(value):
+        # Every letter's case swapped outside literals: upper to lower and lower to upper, on every
+        # token class at once (keywords, function names, identifiers), so the answer covers each.
+        swapped = outside_literals(value, str.swapcase)
+        return None if swapped == value else swapped
     upper = outside_literals(value, str.upper)
     varied = upper if upper != value else outside_literals(value, str.lower)
     return None if varied == value else varied  # None: nothing with a case (outside literals)

@@ -115,10 +115,10 @@ def test_prose_is_not_code(text: str) -> None:
         (
             "SELECT * FROM products WHERE name = 'Widget'",
             "select * from products where name = 'Widget'",
-            "SELECT * FROM PRODUCTS WHERE NAME = 'Widget'",
+            "select * from PRODUCTS where NAME = 'Widget'",  # both ways, on every token class
         ),
         ("SELECT \"Name\" FROM t WHERE a = 'It\\'s'", "select \"Name\" from t where a = 'It\\'s'", None),
-        ("name LIKE 'g%' AND x = `Col`", "name like 'g%' and x = `Col`", "NAME LIKE 'g%' AND X = `Col`"),
+        ("name LIKE 'g%' AND x = `Col`", "name like 'g%' and x = `Col`", "NAME like 'g%' and X = `Col`"),
         ("Chess", "chess", "CHESS"),  # prose: all of it
         ("It's a dog's life", "it's a dog's life", "IT'S A DOG'S LIFE"),
         ("WHERE A = 'x'", "where a = 'x'", "where a = 'x'"),  # all capitals outside: lower-cased

@@ -17,6 +17,7 @@ from replay_sim.record.recorder import recording
 from replay_sim.redaction import REDACTED, Redactor
 from replay_sim.replay.factory import open_replay
 from replay_sim.store import Store
+from replay_sim.store.interchange import export_jsonl, import_jsonl
 
 SECRET = "s3cr3t-value-0123456789"
 ECHO = UpstreamSpec(command=PYTHON, args=(str(ECHO_SERVER),), env={"ECHO_API_SECRET": SECRET})
@@ -163,6 +164,33 @@ async def test_recording_again_into_a_store_redacts_with_the_rules_it_already_ho
         assert store.meta("redaction")["patterns"] == ["sk-[a-z0-9]{8,}"]
     assert call.arguments == {"text": f"key {REDACTED}"}
     assert call.result is not None and "sk-abcdef1234567890" not in json.dumps(call.result)
+
+
+@pytest.mark.anyio
+async def test_an_imported_call_with_a_password_argument_matches_its_exact_repeat(tmp_path: Path) -> None:
+    # Recorded by a recorder told to redact no key, exported, imported: the JSONL carries no rules.
+    plain = UpstreamSpec(command=PYTHON, args=(str(ECHO_SERVER),))
+    arguments = {"text": "log in", "password": "pw-0123456789"}
+    with anyio.fail_after(60):
+        async with (
+            recording(tmp_path / "recorded.db", {"echo": plain}, Redactor(key_globs=())) as recorder,
+            raw_client(recorder.server("echo")) as client,
+        ):
+            await client.call_tool("echo", arguments)
+    exported = tmp_path / "calls.jsonl"
+    with Store(tmp_path / "recorded.db", readonly=True) as store, exported.open("w") as out:
+        export_jsonl(store, out)
+    imported = tmp_path / "imported.db"
+    with Store(imported) as store:
+        import_jsonl(store, exported)
+        assert store.meta("redaction") is None
+    params = {"name": "echo", "arguments": arguments}
+    # The store's recordings were redacted by no key, so neither is the incoming call: an exact hit.
+    answer = await open_replay(imported).resolve("echo", "tools/call", params)
+    assert answer.resolution.tier == "exact"
+    # `--config` rules still apply when given (the default key rules blank the password: a miss).
+    redacted = await open_replay(imported, redactor=Redactor()).resolve("echo", "tools/call", params)
+    assert redacted.resolution.tier == "miss"
 
 
 QUOTED = 'pa"ss\\w0rd-\u00e9t\u00e9-42'  # a quote, a backslash and non-ASCII: JSON escapes all three

@@ -13,6 +13,7 @@ from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.embedding import CachedEmbedder, default_embedder
 from replay_sim.resolve.evaluate import compare, load_probes, render
 from replay_sim.resolve.evaluate import explain as explain_report
+from replay_sim.resolve.floor import exact_floor, render_floor
 from replay_sim.resolve.index import DEFAULT_INDEX_DIR
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.resolve.schemas import RecordedSchemas
@@ -80,14 +81,35 @@ def _progress_line(done: int, total: int) -> None:
 @click.option(
     "--explain", is_flag=True, help="Also list replay-sim's wrong hits and needless misses, and why."
 )
+@click.option(
+    "--floor",
+    is_flag=True,
+    help="Also count the exact repeats the exact cache answers right that replay-sim refuses, and why.",
+)
+@click.option(
+    "--sessionless",
+    is_flag=True,
+    help="Score replay-sim as the MCP SDK client's default mode meets it: no episode, no session.",
+)
 def eval_command(
-    probes: Path, db: Path, index_dir: Path, match_config: MatchConfig | None, baselines: bool, explain: bool
+    probes: Path,
+    db: Path,
+    index_dir: Path,
+    match_config: MatchConfig | None,
+    baselines: bool,
+    explain: bool,
+    floor: bool,
+    sessionless: bool,
 ) -> None:
     """Score the resolver on PROBES.jsonl (live truth) against exact-only and naive baselines."""
     with Store(db, create=False) as store:
         resolver = Resolver(store, config=match_config, index_dir=index_dir)
         embedder = CachedEmbedder(default_embedder(), store) if baselines else None
-        reports = compare(store, load_probes(probes), resolver, embedder)
+        loaded = load_probes(probes)
+        reports = compare(store, loaded, resolver, embedder, sessionless=sessionless)
+        refused = exact_floor(resolver, loaded, sessionless=sessionless) if floor else None
     click.echo(render(reports))
+    if refused is not None:
+        click.echo("\n" + render_floor(refused))
     if explain:
         click.echo("\nreplay-sim's wrong hits and needless misses:\n" + explain_report(reports["replay-sim"]))

@@ -10,7 +10,7 @@ import click
 
 from replay_sim.cli import cli, db_option
 from replay_sim.resolve.calibration import MatchConfig
-from replay_sim.resolve.tooleffects import store_effects
+from replay_sim.resolve.tooleffects import blockers, store_effects
 from replay_sim.store import Origin, Store
 from replay_sim.store.interchange import export_jsonl, import_jsonl, merge
 
@@ -97,6 +97,7 @@ def stats_command(db: Path, as_json: bool, match_config: Path | None) -> None:
     with Store(db, readonly=True) as store:
         rows = store.stats()
         effects = store_effects(store, config)
+        blocking = blockers(store, effects)
     if as_json:
         for row in rows:
             verdict = effects.get(row["server"], {}).get(row["name"])
@@ -132,3 +133,13 @@ def stats_command(db: Path, as_json: bool, match_config: Path | None) -> None:
         click.echo("\nserver\ttool\teffect")
         for server, tool, verdict in shown:
             click.echo(f"{server}\t{tool}\t{verdict.describe()}")
+    if blocking:
+        click.echo(
+            "\ntools of unknown effect blocking the most recorded answers (each answer recorded after "
+            "one of their calls is served only to an episode that made the same calls): settle each "
+            "by declaring it `read_only = true` (or false) in the matching config, or by "
+            "`replay-sim explore` with its server declared `sandbox = true`"
+        )
+        click.echo("server\ttool\tanswers_blocked")
+        for server, tool, count in blocking[:10]:
+            click.echo(f"{server}\t{tool}\t{count}")

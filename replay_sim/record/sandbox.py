@@ -10,10 +10,12 @@ A server the recorder config declares a **sandbox** is one whose state can be th
 session ``replay-sim explore`` opens starts from the initial state (a fresh connection — a fresh
 process for a command — after the server's ``reset`` command, when it has one). There repeating any
 call is harmless, so for each tool ``T`` of unknown effect with successful recorded calls, up to
-:data:`OBSERVERS` *observers* — other recorded successful calls and resource reads, those sharing
-the most words with ``T``'s calls first (the likeliest to see its effect); among equals reads before
-calls of tools known to change state, resource reads first, the latest first — are each asked in
-two fresh sessions:
+:data:`OBSERVERS` *observers* — other recorded calls and resource reads, those sharing the most
+words with ``T``'s calls first (the likeliest to see its effect); among equals recorded failures
+first (a read of the file ``T`` creates fails before it: the most telling observer, never dropped),
+then reads before calls of tools known to change state, resource reads first, the latest first;
+with no other call to observe with, ``T``'s own calls (``A``, ``B``, then ``A`` again) — are each
+asked in two fresh sessions:
 
 - the observer alone, unless the store already holds its answer from the initial state;
 - up to :data:`OWN_CALLS` different recorded calls of ``T``, then the observer.
@@ -167,21 +169,20 @@ async def _probe_server(prober: _Prober, verdicts: Verdicts) -> None:
         rec
         for rec in recordings
         if rec.origin not in _NOT_ORIGINALS
-        and not rec.failed
         and rec.method in ("tools/call", "resources/read")
         and marker not in canonical_json(rec.params)
     ]
-    distinct = list({rec.key: rec for rec in reversed(originals)}.values())[::-1]  # first of each key
+    # The first recording of each key; observers may have failed (reading what a tool creates).
+    watchers = list({rec.key: rec for rec in reversed(originals)}.values())[::-1]
+    distinct = [rec for rec in watchers if not rec.failed]
     unknown = sorted(
         {r.name for r in distinct if r.method == "tools/call" and _effect(effects, r.name) is Effect.UNKNOWN}
     )
     probed: list[str] = []
     for tool in unknown:
         own = [r for r in distinct if r.method == "tools/call" and r.name == tool][:OWN_CALLS]
-        observers = _observers(distinct, tool, own, effects)
-        if not observers:
-            report.skipped["no other recorded call to observe with"] += 1
-            continue
+        # With nothing else to observe with, the tool's own calls observe it: A, B, then A again.
+        observers = _observers(watchers, tool, own, effects) or own
         for observer in observers[:OBSERVERS]:
             if (*[r.key for r in own], observer.key) in asked:
                 report.skipped["asked by an earlier run"] += 1
@@ -190,9 +191,9 @@ async def _probe_server(prober: _Prober, verdicts: Verdicts) -> None:
                 if not prober.affords(1 + len(own) + 1):
                     report.skipped["over --max-calls"] += 1
                     break
-                if not (await prober.session([observer]))[0]:
-                    report.skipped["observer failed from the initial state"] += 1
-                    continue
+                # An observer failing here (what the tool creates is not there yet) is the most
+                # telling one: asked after the tool's calls, it succeeds if they created it.
+                await prober.session([observer])
                 initial.add(observer.key)
             if not prober.affords(len(own) + 1):
                 report.skipped["over --max-calls"] += 1
@@ -237,8 +238,9 @@ def _observers(
     distinct: list[Recording], tool: str, own: list[Recording], effects: Mapping[str, Verdict]
 ) -> list[Recording]:
     """The observers of ``tool``: those sharing the most words with its calls first; among equals,
-    reads before calls of tools known to change state (whose answers are mostly acknowledgements),
-    resource reads first, the latest first."""
+    recorded failures sharing a word first (a read of what the tool creates fails before it: the
+    most telling), other failures last; then reads before calls of tools known to change state
+    (whose answers are mostly acknowledgements), resource reads first, the latest first."""
     mine = {w for rec in own for w in _words(rec.arguments)}
     ranked = []
     for position, rec in enumerate(distinct):
@@ -247,8 +249,12 @@ def _observers(
         resource = rec.method == "resources/read"
         words = set(_words(rec.name if resource else rec.arguments))
         writes = not resource and _effect(effects, rec.name) is Effect.CHANGES
-        ranked.append((-len(mine & words), writes, not resource, -position, rec))
-    ranked.sort(key=lambda r: r[:4])
+        shared = len(mine & words)
+        # A failure is telling only about what it names: one sharing nothing sees nothing at all.
+        ranked.append(
+            (-shared, not rec.failed if shared else rec.failed, writes, not resource, -position, rec)
+        )
+    ranked.sort(key=lambda r: r[:5])
     return [rec for *_, rec in ranked]
 
 

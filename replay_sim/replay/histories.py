@@ -16,7 +16,7 @@ talks to ``git`` and ``fetch`` has two trails under one episode id.
 from __future__ import annotations
 
 import contextlib
-import json
+import dataclasses
 import threading
 import weakref
 from collections.abc import Hashable, Iterator
@@ -27,12 +27,11 @@ from mcp.server.context import ServerRequestContext
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from replay_sim.protocol import EPISODE_HEADER, EPISODE_META_KEY, agreed_episode
-from replay_sim.replay.conversation import questions
 from replay_sim.replay.episodes import Episode, Episodes, History
 from replay_sim.resolve.lineage import Trail
-from replay_sim.resolve.resolution import Candidate, Problem, Resolution, Tier
+from replay_sim.resolve.resolution import Resolution
 from replay_sim.resolve.resolver import Resolver
-from replay_sim.store import Recording
+from replay_sim.resolve.sessionless import state_dependence
 
 __all__ = ["EPISODE_FIX", "URL_EPISODE", "Histories", "needs_history", "one_client", "scope"]
 
@@ -45,8 +44,6 @@ EPISODE_FIX = (
 """How a client gives its requests a history (the fix named by a sessionless miss)."""
 URL_EPISODE = "replay_sim.episode"
 """The ASGI scope key under which the router passes on the id of an episode URL."""
-
-_NO_HISTORY = "and this request has no episode id and no MCP session"
 
 _ONE_CLIENT: ContextVar[Hashable | None] = ContextVar("replay_sim_one_client", default=None)
 
@@ -146,13 +143,10 @@ class Histories:
 def needs_history(
     resolver: Resolver, server: str, method: str, name: str, arguments: dict[str, Any], resolution: Resolution
 ) -> Resolution | None:
-    """The miss for a call with no history whose answer depends on the server's state, else None.
+    """The miss for a call with no history whose answer may depend on the server's state, else None.
 
-    A request with no episode and no session is resolved as if from the initial state. That is a
-    guess whenever the state matters: when the call changes state (later calls would have to be
-    answered from the state it leaves), or when its recordings answer differently at different
-    points of their sessions (or only after state changes). Calls whose recordings agree are
-    answered as usual, and so are refusals (an unknown tool, invalid arguments).
+    The rule is :func:`~replay_sim.resolve.sessionless.state_dependence`'s (answered only when the
+    recordings show the answer does not depend on state); the miss names the fix (:data:`EPISODE_FIX`).
 
     Args:
         resolver: The resolver that resolved the call (its state lookup and recorded schemas).
@@ -163,53 +157,11 @@ def needs_history(
         resolution: How the call was resolved from the initial state.
 
     Returns:
-        A miss naming the fix (:data:`EPISODE_FIX`), or None when the call can be answered without
-        a history.
+        A miss naming the fix, or None when the call can be answered without a history.
     """
-    if resolution.problem in (Problem.UNKNOWN_TOOL, Problem.INVALID_ARGUMENTS):
+    miss = state_dependence(resolver, server, method, name, arguments, resolution)
+    if miss is None:
         return None
-    what = f"{method} {name!r}"
-    recording = resolution.recording
-    candidates = resolution.candidates
-    if resolution.problem == Problem.OTHER_STATE:
-        why = f"{what} was recorded only after state changes, {_NO_HISTORY} to say if this client made them"
-    elif recording is None:
-        schema = resolver.tool_schema(server, name) if method == "tools/call" else None
-        if schema is None or not schema.changes_state(arguments):
-            return None
-        why = f"{what} may change the server's state, {_NO_HISTORY} to keep that change in"
-    else:
-        # Every recording of the call answered and of the one asked for (a canonical hit's differ).
-        same = [*resolver.lookup.by_key(recording.key), *resolver.lookup.by_key(resolution.key)]
-        group = list({r.id: r for r in same}.values())
-        candidates = [Candidate(r.id, resolution.score) for r in group[:3]]
-        if resolver.lookup.is_mutating(recording.key):
-            why = f"{what} may change the server's state, {_NO_HISTORY} to keep that change in"
-        elif _disagree(group):
-            ids = ", ".join(f"#{r.id}" for r in group)
-            why = (
-                f"the recordings of {what} ({ids}) answer differently at different points of their "
-                f"sessions, {_NO_HISTORY} to say which point this client is at"
-            )
-        else:
-            return None
-    return Resolution(
-        Tier.MISS, 0.0, candidates=candidates, key=resolution.key,
-        reason=f"{why}; to replay calls that depend on state, {EPISODE_FIX}",
-    )  # fmt: skip
-
-
-def _disagree(recordings: list[Recording]) -> bool:
-    """Whether recordings of one call, made for clients asked and answering alike, got different answers.
-
-    A server answers a client it could ask (sampling, elicitation) otherwise than one it could
-    not, and after one answer otherwise than after another: those differences are the client's
-    (:mod:`~replay_sim.replay.conversation` picks by them), not the state's. ``_meta`` aside.
-    """
-    answers: dict[str, tuple[Any, Any]] = {}
-    for r in recordings:
-        asked = json.dumps(questions(r.notifications), sort_keys=True) if r.notifications else ""
-        result = {k: v for k, v in r.result.items() if k != "_meta"} if r.result is not None else None
-        if answers.setdefault(asked, (result, r.error)) != (result, r.error):
-            return True
-    return False
+    return dataclasses.replace(
+        miss, reason=f"{miss.reason}; to replay calls that depend on state, {EPISODE_FIX}"
+    )

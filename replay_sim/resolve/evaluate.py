@@ -42,11 +42,23 @@ from replay_sim.canonical import answer_text, call_identity, call_key, canonical
 from replay_sim.errors import InterchangeError
 from replay_sim.resolve.embedding import Embedder
 from replay_sim.resolve.resolver import Resolver
+from replay_sim.resolve.sessionless import state_dependence
 from replay_sim.resolve.toolstate import answer_of
 from replay_sim.schema import ToolSchema
 from replay_sim.store import Recording, Store
 
-__all__ = ["Finding", "Grade", "Probe", "Report", "compare", "evaluate", "explain", "load_probes", "render"]
+__all__ = [
+    "Finding",
+    "Grade",
+    "Probe",
+    "Report",
+    "compare",
+    "evaluate",
+    "explain",
+    "load_probes",
+    "render",
+    "truth_of",
+]
 
 # (server, method, params, history) -> (served recording or None, step to append to history, why)
 ResolveFn = Callable[[str, str, dict[str, Any], list[str]], tuple[Recording | None, str, str]]
@@ -104,7 +116,8 @@ def load_probes(path: str | Path) -> list[Probe]:
     return probes
 
 
-def _truth(step: dict[str, Any]) -> str:
+def truth_of(step: dict[str, Any]) -> str:
+    """What the real server answered a probe step, canonical (as :func:`answer_of` a recording)."""
     return answer_text(step["truth"].get("result"), step["truth"].get("error"))
 
 
@@ -196,7 +209,7 @@ def evaluate(
         history: list[str] = []
         for number, step in enumerate(probe.steps, start=1):
             name, arguments = call_identity(step["method"], step["params"])
-            truth = _truth(step)
+            truth = truth_of(step)
             answerable = truth in answers[(probe.server, step["method"], name)]
             ident = _identity(schema, probe.server, step["method"], name, arguments)
             design_answerable = ident is not None and truth in designed.get(
@@ -219,11 +232,18 @@ def evaluate(
     return report
 
 
-def _replay_sim(resolver: Resolver) -> ResolveFn:
+def _replay_sim(resolver: Resolver, sessionless: bool = False) -> ResolveFn:
     def resolve(
         server: str, method: str, params: dict[str, Any], history: list[str]
     ) -> tuple[Recording | None, str, str]:
-        found = resolver.resolve(server, method, params, history)
+        if not sessionless:
+            found = resolver.resolve(server, method, params, history)
+            return found.recording, found.step, found.reason or found.tier.value
+        # As the replay server answers a request with no episode and no session: from the initial
+        # state, and only where the recordings show that the state does not matter.
+        found = resolver.resolve(server, method, params, ())
+        name, arguments = call_identity(method, params)
+        found = state_dependence(resolver, server, method, name, arguments, found) or found
         return found.recording, found.step, found.reason or found.tier.value
 
     return resolve
@@ -269,7 +289,12 @@ def _naive(store: Store, embedder: Embedder, threshold: float) -> ResolveFn:
 
 
 def compare(
-    store: Store, probes: Sequence[Probe], resolver: Resolver, embedder: Embedder | None = None
+    store: Store,
+    probes: Sequence[Probe],
+    resolver: Resolver,
+    embedder: Embedder | None = None,
+    *,
+    sessionless: bool = False,
 ) -> dict[str, Report]:
     """Score replay-sim and the baselines on the same probes.
 
@@ -278,6 +303,9 @@ def compare(
         probes: Probes with live truth.
         resolver: The replay-sim resolver to score.
         embedder: Embedder for the naive baseline (None: skip it).
+        sessionless: Score replay-sim as the MCP SDK client's default mode meets it (2026-07-28 era,
+            no episode, no session): every step without a history, under the sessionless rule
+            (:mod:`replay_sim.resolve.sessionless`). The probes' truth still follows their steps.
 
     Returns:
         Reports by system name, replay-sim last.
@@ -288,7 +316,7 @@ def compare(
         for threshold in (0.8, 0.9):
             naive = _naive(store, embedder, threshold)
             reports[f"naive NN @{threshold}"] = evaluate(store, probes, naive, schema)
-    reports["replay-sim"] = evaluate(store, probes, _replay_sim(resolver), schema)
+    reports["replay-sim"] = evaluate(store, probes, _replay_sim(resolver, sessionless), schema)
     return reports
 
 

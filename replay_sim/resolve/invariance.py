@@ -31,9 +31,9 @@ from enum import StrEnum
 from typing import Any, NamedTuple
 
 from replay_sim.canonical import canonical_json, normalize
-from replay_sim.variants import MIN_EVIDENCE, Transform
+from replay_sim.variants import MIN_EVIDENCE, Transform, case_changes, fold_case
 
-__all__ = ["Default", "Invariances", "Observation", "Verdict", "apply", "judge", "learn"]
+__all__ = ["Cased", "Default", "Invariances", "Observation", "Verdict", "apply", "judge", "learn"]
 
 
 class Verdict(StrEnum):
@@ -53,7 +53,19 @@ class Default(NamedTuple):
     value: Any
 
 
-Invariances = dict[str, tuple[Default | Transform, ...]]
+class Cased(NamedTuple):
+    """Letter case learned ignored for these token classes only (:data:`~replay_sim.variants.CASE_CLASSES`).
+
+    An invariance covers only the difference its evidence exercised: pairs that upper-cased the
+    names of ``SELECT name FROM t`` (its keywords were upper case already) say nothing of
+    ``count(*)`` vs ``COUNT(*)``, whose function name SQLite echoes as the column label.
+    """
+
+    classes: frozenset[str]
+
+
+Rule = Default | Cased | Transform
+Invariances = dict[str, tuple[Rule, ...]]
 """Argument name -> what applies to it, in :class:`Transform` order (a :class:`Default` first)."""
 
 
@@ -149,6 +161,21 @@ def _judge_default(calls: Sequence[Observation], name: str) -> tuple[Verdict, An
     return Verdict.UNKNOWN, None
 
 
+def _case_classes(rows: list[_Row]) -> frozenset[str]:
+    """The token classes whose case the agreeing pairs changed (a shown case invariance's reach)."""
+    groups: dict[tuple[Hashable, str], dict[str, list[Any]]] = defaultdict(lambda: defaultdict(list))
+    for group, value, _, failed in rows:
+        if not failed:
+            groups[group][canonical_json(Transform.CASE.apply(value))].append(value)
+    classes: set[str] = set()
+    for spellings in groups.values():
+        for values in spellings.values():
+            for i, a in enumerate(values):
+                for b in values[i + 1 :]:
+                    classes |= case_changes(a, b)
+    return frozenset(classes)
+
+
 def learn(calls: Sequence[Observation], assumed_space: Iterable[str] = ()) -> Invariances:
     """The invariances the recorded calls of one read-only tool show.
 
@@ -164,7 +191,7 @@ def learn(calls: Sequence[Observation], assumed_space: Iterable[str] = ()) -> In
     found: Invariances = {}
     for name in names:
         rows = _rows(calls, name)
-        applies: list[Default | Transform] = []
+        applies: list[Rule] = []
         for transform in Transform:
             if transform is Transform.DEFAULT:
                 verdict, value = _judge_default(calls, name)
@@ -172,7 +199,9 @@ def learn(calls: Sequence[Observation], assumed_space: Iterable[str] = ()) -> In
                     applies.append(Default(value))
                 continue
             verdict = _judge(rows, transform)
-            if verdict is Verdict.SHOWN or (
+            if verdict is Verdict.SHOWN and transform is Transform.CASE:
+                applies.append(Cased(_case_classes(rows)))
+            elif verdict is Verdict.SHOWN or (
                 verdict is Verdict.UNKNOWN and transform is Transform.SPACE and name in assumed
             ):
                 applies.append(transform)
@@ -181,15 +210,16 @@ def learn(calls: Sequence[Observation], assumed_space: Iterable[str] = ()) -> In
     return found
 
 
-def apply(
-    arguments: dict[str, Any], invariances: Mapping[str, Sequence[Default | Transform]]
-) -> dict[str, Any]:
+def apply(arguments: dict[str, Any], invariances: Mapping[str, Sequence[Rule]]) -> dict[str, Any]:
     """The arguments with every ignored difference taken out (a new object)."""
     out = dict(arguments)
     for name, rules in invariances.items():
         for rule in rules:
             if isinstance(rule, Default):
                 out.setdefault(name, normalize(rule.value))  # a copy: recordings share no values
+            elif isinstance(rule, Cased):
+                if name in out:
+                    out[name] = fold_case(out[name], rule.classes)
             elif name in out:
                 out[name] = rule.apply(out[name])
     return out

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from replay_sim.canonical import answer_text
-from replay_sim.effects import Call, Declaration, Verdict, declare, learn
+from replay_sim.effects import Call, Declaration, Effect, Verdict, declare, learn, named
 from replay_sim.errors import StoreError
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.schemas import RecordedSchemas
@@ -29,6 +29,7 @@ from replay_sim.store import Store
 
 __all__ = [
     "EFFECTS_META_PREFIX",
+    "blockers",
     "dry_run",
     "keep_effects",
     "recorded_effects",
@@ -79,7 +80,8 @@ def _learned(
         outcomes, failed, strict=True
     ):
         inert = method != "tools/call" or not succeeded[key] or dry_run(name, arguments)
-        call = Call(rid, method, name, key, answer_text(result, error), fails, inert)
+        things = frozenset({name.lower()}) if method == "resources/read" else named(arguments)
+        call = Call(rid, method, name, key, answer_text(result, error), fails, inert, things)
         # A call recorded outside any session is a session of its own, from the initial state.
         sessions[session if session is not None else ("", rid)].append((seq or 0, call))
     runs = [
@@ -195,3 +197,40 @@ def store_effects(store: Store, config: MatchConfig | None = None) -> dict[str, 
     schemas = RecordedSchemas(store, config)
     servers = sorted({s.name for s in store.servers()} | {row["server"] for row in store.stats()})
     return {server: recorded_effects(store, server, schemas, config) for server in servers}
+
+
+def blockers(store: Store, effects: dict[str, dict[str, Verdict]]) -> list[tuple[str, str, int]]:
+    """The tools of unknown effect that block the most recorded answers, most first.
+
+    A recording made after a call of a tool of unknown effect in its session is served only to an
+    episode that made the same calls (and never to a request with no history): the tool counts as
+    changing state until evidence settles it.
+
+    Args:
+        store: The recording store.
+        effects: Every server's tool effects (:func:`store_effects`).
+
+    Returns:
+        ``(server, tool, recorded answers made after one of its calls)``, most first.
+    """
+    counts: dict[tuple[str, str], int] = defaultdict(int)
+    for server, verdicts in effects.items():
+        unknown = {t for t, v in verdicts.items() if v.effect is Effect.UNKNOWN}
+        if not unknown:
+            continue
+        sessions: dict[Any, list[tuple[int, int, str, bool, bool]]] = defaultdict(list)
+        for rid, method, name, _, arguments, result, error, session, seq in store.outcomes(server):
+            failed = error is not None or bool((result or {}).get("isError"))
+            acted = method == "tools/call" and not failed and not dry_run(name, arguments)
+            sessions[session if session is not None else ("", rid)].append(
+                (seq or 0, rid, name, acted, failed)
+            )
+        for calls in sessions.values():
+            before: set[str] = set()
+            for _, _, name, acted, failed in sorted(calls):
+                if not failed:
+                    for tool in before:
+                        counts[(server, tool)] += 1
+                if acted and name in unknown:
+                    before.add(name)
+    return sorted(((s, t, n) for (s, t), n in counts.items()), key=lambda row: (-row[2], row[0], row[1]))

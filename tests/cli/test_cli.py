@@ -8,7 +8,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 from click.testing import CliRunner
+from recording_helpers import PYTHON, ROOT, proxy_stdio, run_script, step
 from replay_helpers import build_store
 
 from replay_sim.cli import cli
@@ -162,3 +164,21 @@ def test_serve_snapshot_says_it_verified_the_bundle_and_which_id_it_serves(
     assert (
         f"replay-sim: verified snapshot {tmp_path / 'snap'}: serving {frozen.id}" in ran.stderr.splitlines()
     )
+
+
+def test_stats_names_the_tools_of_unknown_effect_that_block_the_most_recorded_answers(tmp_path: Path) -> None:
+    db = tmp_path / "r.db"
+    counter = [PYTHON, ROOT / "fixtures" / "counter_server.py"]
+    script = [
+        step("double", x=2),
+        step("get", key="a"),
+        step("put", key="a", value="1"),
+        step("get", key="b"),
+    ]
+    anyio.run(run_script, proxy_stdio(db, "counter", counter), script)
+    table = _run("stats", "--db", str(db)).stdout
+    blocking = table.split("tools of unknown effect blocking the most recorded answers")[1]
+    assert "`read_only = true`" in blocking and "`sandbox = true`" in blocking
+    # Three answers were recorded after `double` (get a, put, get b), one after `put` (get b).
+    rows = [line.split("\t") for line in blocking.splitlines()[2:] if line]
+    assert rows == [["counter", "double", "3"], ["counter", "put", "1"]]

@@ -32,6 +32,8 @@ from replay_sim.variants import MIN_EVIDENCE, Transform
         (Transform.CASE, "Acme", "ACME"),
         (Transform.CASE, "ACME", "acme"),
         (Transform.CASE, "12:30", None),  # nothing with a case
+        # Code: every letter swapped, so keywords, function names and names each change case.
+        (Transform.CASE, "SELECT count(*) FROM items", "select COUNT(*) from ITEMS"),
         (Transform.SPACE, "Acme", " Acme "),
         (Transform.SPACE, " Acme\n", "Acme"),
         (Transform.SPACE, "   ", None),
@@ -244,6 +246,8 @@ async def test_effect_probes_show_a_pure_tool_a_write_and_a_read_only_hint_that_
         "double": Effect.NONE,
         "get": Effect.NONE,
         "put": Effect.CHANGES,
+        "read": Effect.NONE,  # listed, annotated read-only, never called
+        "sql": Effect.NONE,
         "tally": Effect.CHANGES,
     }
     assert effects["put"].describe().startswith("changes: get before/after differed (recordings ")

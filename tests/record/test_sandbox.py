@@ -189,3 +189,45 @@ async def test_a_tool_left_unknown_is_not_asked_the_same_sessions_again(tmp_path
         again = await probe_effects(store, config, undecided)
         assert (again.sessions, again.asked) == (0, 0)
         assert again.skipped["asked by an earlier run"] == first.sessions - 1  # the observer alone: kept
+
+
+def _sandboxed_counter() -> RecorderConfig:
+    return RecorderConfig({"counter": UpstreamSpec(command=PYTHON, args=(str(COUNTER[1]),), sandbox=True)})
+
+
+@pytest.mark.anyio
+async def test_a_read_that_fails_before_the_tool_creates_what_it_reads_is_the_observer_that_sees_it(
+    tmp_path: Path,
+) -> None:
+    # `read new` fails from the initial state; `get other` succeeds but names another key.
+    db = tmp_path / "r.db"
+    script = [step("read", key="new"), step("get", key="other"), step("put", key="new", value="1")]
+    await run_script(proxy_stdio(db, "counter", COUNTER), script)
+    with Store(db) as store:
+        schemas = RecordedSchemas(store)
+
+        def verdicts(server: str) -> dict[str, Any]:
+            return recorded_effects(store, server, schemas)
+
+        report = await probe_effects(store, _sandboxed_counter(), verdicts)
+        assert verdicts("counter")["put"].effect is Effect.CHANGES
+    # Seen by the failing read (it was skipped as an observer, and put learned effect-free).
+    assert report.effects["counter"]["put"].startswith("changes: read before/after differed")
+
+
+@pytest.mark.anyio
+async def test_a_tool_with_no_other_call_to_observe_with_is_observed_by_its_own_calls(tmp_path: Path) -> None:
+    db = tmp_path / "r.db"
+    await run_script(proxy_stdio(db, "counter", COUNTER), [step("double", x=2), step("double", x=5)])
+    with Store(db) as store:
+        schemas = RecordedSchemas(store)
+
+        def verdicts(server: str) -> dict[str, Any]:
+            return recorded_effects(store, server, schemas)
+
+        assert verdicts("counter")["double"].effect is Effect.UNKNOWN
+        report = await probe_effects(store, _sandboxed_counter(), verdicts)
+        assert verdicts("counter")["double"].effect is Effect.NONE, report.lines()
+        # Asked A, B, then A again: A's answer unchanged by B.
+        probes = [r.arguments for r in store.recordings() if r.origin == Origin.EXPLORE]
+    assert {"x": 2} in probes and {"x": 5} in probes

@@ -166,6 +166,9 @@ async def _post(
 ) -> httpx2.Response:
     if era == "modern":
         params, headers = _modern(method, params)
+        # No session: an episode gives the reads their history (the demo server's `increment` may
+        # change state, so a read with no history is a miss naming the fix).
+        headers["x-replay-episode"] = "fast-path-modern"
     else:
         headers = await _open(http, url, era)
     body = json.dumps({"jsonrpc": "2.0", "id": id_, "method": method, "params": params})

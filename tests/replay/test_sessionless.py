@@ -21,10 +21,13 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from recording_helpers import PYTHON, ROOT, proxy_stdio, run_script, stdio, step
 from replay_helpers import build_store, make_replay, match_of, text_result, tool_call
 
 from replay_sim.listener import serving_in_thread
 from replay_sim.replay.app import create_app
+from replay_sim.replay.factory import open_replay
+from replay_sim.resolve.calibration import MatchConfig, ToolOverride
 
 pytestmark = pytest.mark.anyio
 
@@ -87,9 +90,8 @@ async def test_a_sessionless_read_is_a_miss_even_before_any_write(served: str) -
         assert names_the_fix(await client.call_tool("counter", {}))
 
 
-@pytest.mark.parametrize("mode", MODES)
-async def test_state_independent_calls_are_answered_as_recorded_in_either_era(served: str, mode: str) -> None:
-    async with connect(served, mode) as client:
+async def test_a_session_answers_reads_recorded_from_one_state_as_recorded(served: str) -> None:
+    async with connect(served, "legacy") as client:
         echoed = await client.call_tool("echo", {"message": "hello"})
         readme = await client.read_resource("file:///readme.md")
         unknown = await client.call_tool("nosuch", {})
@@ -97,6 +99,20 @@ async def test_state_independent_calls_are_answered_as_recorded_in_either_era(se
             await client.call_tool("echo", {"message": "boom"})
     assert text(echoed) == "hello" and match_of(echoed)["status"] == "exact"
     assert isinstance(readme.contents[0], types.TextResourceContents) and readme.contents[0].text == "# Demo"
+    assert unknown.is_error and text(unknown) == "Unknown tool: nosuch"  # refused as the real server does
+
+
+async def test_a_sessionless_read_recorded_from_one_state_only_is_a_miss_but_refusals_are_answered(
+    served: str,
+) -> None:
+    # `increment` may change state and every recording of these reads was made before it: whether
+    # this client incremented (unseen: its write went elsewhere or missed) nothing shows.
+    async with connect(served, "auto") as client:
+        echoed = await client.call_tool("echo", {"message": "hello"})
+        unknown = await client.call_tool("nosuch", {})
+        with pytest.raises(MCPError, match="X-Replay-Episode"):
+            await client.read_resource("file:///readme.md")
+    assert names_the_fix(echoed) and "made from one state" in text(echoed)
     assert unknown.is_error and text(unknown) == "Unknown tool: nosuch"  # refused as the real server does
 
 
@@ -172,3 +188,48 @@ async def test_a_sessionless_resource_whose_recordings_differ_is_the_resource_mi
     assert isinstance(answer.reply, MCPError) and "X-Replay-Episode" in answer.reply.error.message
     scoped = await replay.resolve("demo", "resources/read", {"uri": "file:///readme.md"}, ())
     assert scoped.status == "exact"  # with a history (here: empty), the resolver chooses as usual
+
+
+COUNTER = [PYTHON, ROOT / "fixtures" / "counter_server.py"]
+
+
+async def test_a_sessionless_read_recorded_from_one_state_is_not_served_after_the_clients_unseen_write(
+    tmp_path: Path,
+) -> None:
+    # The real counter server, recorded: `get beta` only at the initial state; `get gamma` before
+    # and after a `put` (two states, one answer).
+    db = tmp_path / "r.db"
+    recorded = [step("get", key="beta"), step("get", key="gamma"), step("put", key="alpha", value="1")]
+    await run_script(proxy_stdio(db, "counter", COUNTER), [*recorded, step("get", key="gamma")])
+    # What the real server says to a client that stores beta first (a write no recording answers).
+    truth = await run_script(stdio(*COUNTER), [step("put", key="beta", value="2"), step("get", key="beta")])
+    with serving_in_thread(create_app(open_replay(db))) as url:
+        async with connect(f"{url}/mcp/counter", "auto") as client:
+            wrote = await client.call_tool("put", {"key": "beta", "value": "2"})
+            read = await client.call_tool("get", {"key": "beta"})
+            other = await client.call_tool("get", {"key": "gamma"})
+    assert names_the_fix(wrote)
+    # Served before: the initial state's answer, which the real server no longer gives.
+    assert names_the_fix(read) and "made from one state" in text(read)
+    assert truth[1]["content"][0]["text"] == "2"  # the real answer after the write
+    assert read.content != truth[1]["content"]  # (not replayed: the initial state's recording differs)
+    assert match_of(other)["status"] == "exact"  # recorded from two states that agree
+
+
+async def test_a_sessionless_call_is_answered_when_no_tool_of_its_server_may_change_state(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "r.db"
+    await run_script(proxy_stdio(db, "counter", COUNTER), [step("get", key="beta"), step("double", x=2)])
+    with serving_in_thread(create_app(open_replay(db))) as url:
+        async with connect(f"{url}/mcp/counter", "auto") as client:
+            unknown = await client.call_tool("get", {"key": "beta"})
+    assert names_the_fix(unknown) and "(double, put)" in text(unknown)  # of unknown effect: may change it
+    # The user declares the unannotated tools read-only (get and tally are annotated so).
+    declared = MatchConfig(
+        tools={"counter/put": ToolOverride(read_only=True), "counter/double": ToolOverride(read_only=True)}
+    )
+    with serving_in_thread(create_app(open_replay(db, match_config=declared))) as url:
+        async with connect(f"{url}/mcp/counter", "auto") as client:
+            got = await client.call_tool("get", {"key": "beta"})
+    assert match_of(got)["status"] == "exact"

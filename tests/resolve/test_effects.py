@@ -6,14 +6,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from recording_helpers import PYTHON, ROOT, proxy_stdio, run_script, step
 from resolver_helpers import record_x, x_tool
 
-from replay_sim.effects import Call, Declaration, Effect, declare, learn
+from replay_sim.effects import Call, Declaration, Effect, covers, declare, learn, named
 from replay_sim.resolve.calibration import MatchConfig, ToolOverride
 from replay_sim.resolve.resolution import Tier
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.resolve.tooleffects import store_effects
 from replay_sim.store import Store
+
+COUNTER = [PYTHON, ROOT / "fixtures" / "counter_server.py"]
 
 RO = {"readOnlyHint": True}
 _ids = iter(range(1, 10**6))
@@ -206,3 +209,56 @@ def test_effects_are_learned_again_when_new_recordings_arrive(tmp_path: Path) ->
     record_x(store, "s1", "get", "k", "set")
     assert _resolve(resolver, [("get", "k")]) == [(Tier.EXACT, "unset")]  # a call notices the change
     assert resolver.lookup.effect("srv", "put").effect is Effect.CHANGES
+
+
+@pytest.mark.parametrize(
+    ("arguments", "names"),
+    [
+        ({"path": "/data/a.txt", "content": "hello there"}, {"/data/a.txt"}),
+        ({"key": "Alpha", "value": "1"}, {"alpha"}),
+        ({"entityNames": ["Alice", "Bob"]}, {"alice", "bob"}),
+        ({"entities": [{"name": "Ada", "observations": ["likes chess"]}]}, {"ada"}),
+        ({"query": "INSERT INTO products (name) VALUES ('x')"}, {"products"}),
+        ({"query": "SELECT count(*) FROM orders JOIN items ON 1"}, {"orders", "items"}),
+        ({"x": 2, "expression": "2+3*4", "text": "hello world"}, set()),  # numbers and prose name nothing
+    ],
+)
+def test_a_call_names_the_things_its_identifying_arguments_and_sql_tables_name(
+    arguments: dict[str, Any], names: set[str]
+) -> None:
+    assert named(arguments) == names
+
+
+def _call(names: set[str], answer: str = "{}") -> Call:
+    return Call(1, "tools/call", "t", "k", answer, False, False, frozenset(names))
+
+
+@pytest.mark.parametrize(
+    ("observer", "call", "covered"),
+    [
+        (_call({"/data/b.txt"}), _call({"/data/a.txt"}), False),  # another file sees nothing of a.txt
+        (_call({"/data/a.txt"}), _call({"/data/a.txt"}), True),
+        (_call({"/data"}), _call({"/data/a.txt"}), True),  # the folder that holds it
+        (_call({"gamma"}, '"null"'), _call({"alpha"}), False),
+        (_call(set(), '{"entities": ["alpha"]}'), _call({"alpha"}), True),  # its answer shows it
+        (_call({"products"}), _call({"products"}), True),
+        (_call({"anything"}), _call(set()), True),  # a call naming nothing: any observer
+    ],
+)
+def test_an_observer_covers_a_call_only_when_it_names_or_shows_what_the_call_names(
+    observer: Call, call: Call, covered: bool
+) -> None:
+    assert covers(observer, call) is covered
+
+
+@pytest.mark.anyio
+async def test_a_write_is_not_learned_effect_free_from_a_read_of_another_key(tmp_path: Path) -> None:
+    # The real counter server: `get gamma` before and after `put alpha` agrees, which says nothing
+    # about alpha (it was learned effect-free from that one unrelated read).
+    db = tmp_path / "r.db"
+    script = [step("get", key="gamma"), step("put", key="alpha", value="1"), step("get", key="gamma")]
+    await run_script(proxy_stdio(db, "counter", COUNTER), script)
+    await run_script(proxy_stdio(db, "counter", COUNTER), [step("get", key="alpha")])
+    with Store(db) as store:
+        effects = store_effects(store)["counter"]
+    assert effects["put"].effect is Effect.UNKNOWN

@@ -6,15 +6,17 @@ import json
 from pathlib import Path
 
 import pytest
+from recording_helpers import PYTHON, ROOT, proxy_stdio, run_script, step
 from resolver_helpers import (
     demo_store,
     text,
 )
 
 from replay_sim.errors import InterchangeError
-from replay_sim.resolve.calibration import MatchConfig
+from replay_sim.resolve.calibration import MatchConfig, ToolOverride
 from replay_sim.resolve.embedding import SentenceTransformerEmbedder
-from replay_sim.resolve.evaluate import Grade, Report, compare, evaluate, explain, load_probes, render
+from replay_sim.resolve.evaluate import Grade, Probe, Report, compare, evaluate, explain, load_probes, render
+from replay_sim.resolve.floor import exact_floor, render_floor
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.store import Store
 from replay_sim.store.interchange import import_jsonl
@@ -155,18 +157,31 @@ def test_the_dev_probe_set_scores_what_the_readme_claims_with_no_wrong_hit(
     assert reports["replay-sim"].findings and all(
         f.grade is Grade.NEEDLESS_MISS for f in reports["replay-sim"].findings
     )
+    # The MCP SDK client's default mode (no episode, no session): still no wrong hit.
+    sessionless = compare(store, load_probes(PROBES / "probes.jsonl"), resolver, sessionless=True)
+    assert sessionless["replay-sim"].total() == {
+        Grade.CORRECT_HIT: 13,
+        Grade.WRONG_HIT: 0,
+        Grade.CORRECT_MISS: 56,
+        Grade.NEEDLESS_MISS: 235,
+    }
 
 
 PROBES2 = PROBES.parent / "probes2"
+EXPLORED = (202, 0, 81, 45)
+EXPLORED_SESSIONLESS = (7, 0, 81, 240)
 
 
 @pytest.mark.parametrize(
-    ("recordings", "config", "ours", "exact"),
+    ("recordings", "config", "sessionless", "ours", "exact"),
     [
-        ("recordings.jsonl", None, (118, 0, 77, 133), (182, 39, 61, 46)),
+        ("recordings.jsonl", None, False, (105, 0, 77, 146), (182, 39, 61, 46)),
         # Explored, the sandboxes' effect probes included: above the exact cache, with no wrong hit.
-        ("recordings-explore.jsonl", None, (202, 0, 81, 45), (181, 45, 58, 44)),
-        ("recordings.jsonl", "pure.toml", (176, 0, 77, 75), (182, 39, 61, 46)),
+        ("recordings-explore.jsonl", None, False, EXPLORED, (181, 45, 58, 44)),
+        ("recordings.jsonl", "pure.toml", False, (163, 0, 77, 88), (182, 39, 61, 46)),
+        # The MCP SDK client's default mode (no episode, no session): no wrong hit either.
+        ("recordings.jsonl", None, True, (0, 0, 77, 251), (182, 39, 61, 46)),
+        ("recordings-explore.jsonl", None, True, EXPLORED_SESSIONLESS, (181, 45, 58, 44)),
     ],
 )
 def test_the_second_dev_set_scores_what_the_readme_claims_with_no_wrong_hit(
@@ -174,6 +189,7 @@ def test_the_second_dev_set_scores_what_the_readme_claims_with_no_wrong_hit(
     embedder: SentenceTransformerEmbedder,
     recordings: str,
     config: str | None,
+    sessionless: bool,
     ours: tuple[int, int, int, int],
     exact: tuple[int, int, int, int],
 ) -> None:
@@ -181,8 +197,34 @@ def test_the_second_dev_set_scores_what_the_readme_claims_with_no_wrong_hit(
     import_jsonl(store, PROBES2 / recordings)
     match = MatchConfig.load(PROBES2 / config) if config else None
     resolver = Resolver(store, embedder=embedder, index_dir=tmp_path / "index", config=match)
-    reports = compare(store, load_probes(PROBES2 / "probes.jsonl"), resolver)
+    reports = compare(store, load_probes(PROBES2 / "probes.jsonl"), resolver, sessionless=sessionless)
     order = (Grade.CORRECT_HIT, Grade.WRONG_HIT, Grade.CORRECT_MISS, Grade.NEEDLESS_MISS)
     # README's "Resolver quality" table for the second set, exactly: servers nobody tuned on.
     assert tuple(reports["replay-sim"].total()[g] for g in order) == ours
     assert tuple(reports["exact-only cache"].total()[g] for g in order) == exact
+
+
+@pytest.mark.anyio
+async def test_the_floor_counts_exact_repeats_the_cache_answers_and_names_the_tool_of_unknown_effect(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "r.db"
+    counter = [PYTHON, ROOT / "fixtures" / "counter_server.py"]
+    script = [step("double", x=2), step("get", key="a")]
+    answers = await run_script(proxy_stdio(db, "counter", counter), script)
+    probe = Probe("p1", "exact_repeat", "counter", [{"method": m, "params": p} for m, p in script[1:]])
+    probe.steps[0]["truth"] = {"result": answers[1]}
+    with Store(db) as store:
+        resolver = Resolver(store, index_dir=None, semantic=False)
+        floor = exact_floor(resolver, [probe])
+        declared = Resolver(
+            store,
+            index_dir=None,
+            semantic=False,
+            config=MatchConfig(tools={"counter/double": ToolOverride(read_only=True)}),
+        )
+        settled = exact_floor(declared, [probe])
+    # `get a` was recorded after `double`, of unknown effect: the cache serves it, replay-sim not.
+    assert floor == {"total": 1, "unknown effect: counter/double": 1}
+    assert "unknown effect: counter/double" in render_floor(floor)
+    assert settled == {}  # declared read-only: answered

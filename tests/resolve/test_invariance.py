@@ -7,8 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from recording_helpers import PYTHON, ROOT, proxy_stdio, run_script, stdio, step
 from resolver_helpers import call
 
+from replay_sim.canonical import answer_text
 from replay_sim.resolve.invariance import Default, Observation, Verdict, apply, judge, learn
 from replay_sim.resolve.resolution import FieldDiff, Tier
 from replay_sim.resolve.resolver import Resolver
@@ -246,3 +248,35 @@ def test_the_resolver_answers_a_path_spelling_and_an_omitted_default_the_recordi
     # Another count is another call, and a spelling nobody showed is not taken out.
     assert _resolve(resolver, "log", path="src", max_count=2).tier is Tier.MISS
     assert _resolve(resolver, "log", path="./src").tier is Tier.MISS
+
+
+COUNTER = [PYTHON, ROOT / "fixtures" / "counter_server.py"]
+
+
+@pytest.mark.anyio
+async def test_a_case_invariance_learned_on_identifiers_does_not_cover_a_function_names_case(
+    tmp_path: Path,
+) -> None:
+    # The real counter server's SQLite: the recorded pairs upper-case names only (keywords are
+    # upper case already), with two different answers: case of identifiers is shown ignored.
+    db = tmp_path / "r.db"
+    script = [
+        step("sql", sql="SELECT name FROM items WHERE n = 1"),
+        step("sql", sql="SELECT NAME FROM ITEMS WHERE N = 1"),
+        step("sql", sql="SELECT name FROM items WHERE n = 2"),
+        step("sql", sql="SELECT NAME FROM ITEMS WHERE N = 2"),
+        step("sql", sql="SELECT count(*) FROM items"),
+    ]
+    await run_script(proxy_stdio(db, "counter", COUNTER), script)
+    asked = [
+        step("sql", sql="SELECT COUNT(*) FROM items"),
+        step("sql", sql="SELECT name FROM ITEMS WHERE n = 2"),
+    ]
+    truth = [answer_text(a, None) for a in await run_script(stdio(*COUNTER), asked)]
+    with Store(db) as store:
+        resolver = Resolver(store, index_dir=None, semantic=False)
+        function, identifier = (resolver.resolve("counter", m, p, []) for m, p in asked)
+    # SQLite labels the column `COUNT(*)`, not the recorded `count(*)`: never served.
+    assert function.tier is Tier.MISS
+    assert identifier.tier is Tier.CANONICAL and identifier.recording is not None
+    assert answer_text(identifier.recording.result, None) == truth[1]
