@@ -9,8 +9,10 @@ any command runs; importing the library applies none.
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -19,7 +21,20 @@ from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.runtime import configure_runtime
 from replay_sim.store import DEFAULT_DB
 
-__all__ = ["cli", "db_option", "main", "match_config_option"]
+__all__ = ["Seconds", "cli", "db_option", "main", "match_config_option"]
+
+
+class Seconds(click.FloatRange):
+    """A number of seconds within a range, and finite: ``FloatRange`` lets ``nan`` and ``inf`` through."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if number is not None and not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+        return number
+
 
 db_option = click.option(
     "--db",

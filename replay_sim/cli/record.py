@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import signal
 import sys
@@ -15,7 +14,7 @@ from types import FrameType
 import anyio
 import click
 
-from replay_sim.cli import cli, db_option
+from replay_sim.cli import Seconds, cli, db_option
 from replay_sim.errors import ConfigError
 from replay_sim.httpserver import DEFAULT_KEEP_ALIVE, HttpOptions
 from replay_sim.record.config import DEFAULT_TIMEOUT, RecorderConfig, UpstreamSpec, load_config
@@ -105,7 +104,7 @@ def _address(value: str) -> tuple[str, int]:
 )
 @click.option(
     "--keep-alive",
-    type=click.FloatRange(0, min_open=True),
+    type=Seconds(0, min_open=True),
     default=DEFAULT_KEEP_ALIVE,
     show_default=True,
     help="With --http: seconds an idle client connection is kept open (past every common client's "
@@ -127,8 +126,7 @@ def _address(value: str) -> tuple[str, int]:
 @click.option("--redact-pattern", multiple=True, metavar="REGEX", help="Regex whose matches are redacted.")
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0),
-    callback=lambda _ctx, param, value: _finite(param, value),
+    type=Seconds(min=0),
     help=f"Seconds to wait for one upstream answer, restarted by progress on it (default "
     f"{DEFAULT_TIMEOUT:g}; 0: no limit; overrides the config's). A request that times out is "
     "answered with an error naming the upstream, and not recorded.",
@@ -261,10 +259,3 @@ def _config(
             timeout=limit,
         )
     return RecorderConfig({name or spec.default_name(): spec})  # the default redaction rules
-
-
-def _finite(param: click.Parameter, seconds: float | None) -> float | None:
-    """A number of seconds given on the command line; nan and inf pass ``FloatRange`` but are refused."""
-    if seconds is not None and not math.isfinite(seconds):
-        raise click.BadParameter(f"{seconds} is not a number of seconds (0: no limit)", param=param)
-    return seconds

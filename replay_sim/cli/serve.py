@@ -10,7 +10,7 @@ from pathlib import Path
 import anyio
 import click
 
-from replay_sim.cli import cli, db_option, match_config_option
+from replay_sim.cli import Seconds, cli, db_option, match_config_option
 from replay_sim.cli.sandboxes import sandbox_pool as build_sandbox_pool
 from replay_sim.errors import ConfigError
 from replay_sim.httpserver import DEFAULT_KEEP_ALIVE, LOG_LEVELS, HttpOptions
@@ -60,7 +60,7 @@ TOKEN_ENV = "REPLAY_SIM_TOKEN"
 )
 @click.option(
     "--session-idle-timeout",
-    type=click.FloatRange(0, min_open=True),
+    type=Seconds(0, min_open=True),
     default=_LIMITS.session_idle_timeout,
     show_default=True,
     help="Seconds after which a session that made no request is closed.",
@@ -81,7 +81,7 @@ TOKEN_ENV = "REPLAY_SIM_TOKEN"
 )
 @click.option(
     "--body-timeout",
-    type=click.FloatRange(0, min_open=True),
+    type=Seconds(0, min_open=True),
     default=_LIMITS.body_timeout,
     show_default=True,
     help="Seconds a client has to send a request's headers, and again its body (then 408 and the "
@@ -89,7 +89,7 @@ TOKEN_ENV = "REPLAY_SIM_TOKEN"
 )
 @click.option(
     "--keep-alive",
-    type=click.FloatRange(0, min_open=True),
+    type=Seconds(0, min_open=True),
     default=DEFAULT_KEEP_ALIVE,
     show_default=True,
     help="Seconds an idle HTTP connection is kept open (past every common client's keep-alive, so a "
@@ -117,14 +117,14 @@ TOKEN_ENV = "REPLAY_SIM_TOKEN"
 )
 @click.option(
     "--episode-idle-timeout",
-    type=click.FloatRange(0, min_open=True),
+    type=Seconds(0, min_open=True),
     default=_LIMITS.episode_idle_timeout,
     show_default=True,
     help="Seconds after which an episode that made no request expires (its state freed).",
 )
 @click.option(
     "--episode-rate",
-    type=click.FloatRange(0, min_open=True),
+    type=Seconds(0, min_open=True),
     default=_LIMITS.episode_rate,
     show_default=True,
     help="New episodes a second, sustained, past a burst of --episode-burst (more: 503, retry).",
@@ -154,7 +154,7 @@ TOKEN_ENV = "REPLAY_SIM_TOKEN"
 )
 @click.option(
     "--fault-hold",
-    type=click.FloatRange(0, 3600),
+    type=Seconds(0, 3600),
     default=None,
     help="Seconds a timeout fault holds the answer before its timeout error  [default: 30]",
 )
@@ -205,7 +205,7 @@ TOKEN_ENV = "REPLAY_SIM_TOKEN"
 )
 @click.option(
     "--sandbox-timeout",
-    type=click.FloatRange(0, min_open=True),
+    type=Seconds(0, min_open=True),
     default=30.0,
     show_default=True,
     help="--miss sandbox: seconds a call may wait for an instance before it is a miss saying why.",

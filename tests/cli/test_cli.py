@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 from click.testing import CliRunner
 from recording_helpers import PYTHON, ROOT, proxy_stdio, run_script, step
 from replay_helpers import build_store
@@ -182,3 +183,15 @@ def test_stats_names_the_tools_of_unknown_effect_that_block_the_most_recorded_an
     # Three answers were recorded after `double` (get a, put, get b), one after `put` (get b).
     rows = [line.split("\t") for line in blocking.splitlines()[2:] if line]
     assert rows == [["counter", "double", "3"], ["counter", "put", "1"]]
+
+
+@pytest.mark.parametrize(
+    "option", ["--keep-alive", "--body-timeout", "--session-idle-timeout", "--sandbox-timeout"]
+)
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_serve_refuses_a_number_of_seconds_that_is_not_finite_naming_the_option(
+    option: str, value: str
+) -> None:
+    refused = CliRunner().invoke(cli, ["serve", option, value])
+    assert refused.exit_code == 2
+    assert f"Invalid value for '{option}': '{value}' is not a finite number of seconds" in refused.output

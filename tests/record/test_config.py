@@ -118,8 +118,8 @@ def test_a_missing_config_file_is_a_config_error(tmp_path: Path) -> None:
     ("arguments", "said"),
     [
         (["--config", "CONFIG"], "'timeout' must be a positive, finite number of seconds, not nan"),
-        (["--timeout", "nan", "--name", "t", "--", "true"], "nan is not a number of seconds"),
-        (["--timeout", "inf", "--name", "t", "--", "true"], "inf is not a number of seconds"),
+        (["--timeout", "nan", "--name", "t", "--", "true"], "'nan' is not a finite number of seconds"),
+        (["--timeout", "inf", "--name", "t", "--", "true"], "'inf' is not a finite number of seconds"),
     ],
     ids=["config nan", "option nan", "option inf"],
 )
