@@ -99,11 +99,9 @@ def test_explore_and_backfill_report_a_failing_reset_and_a_gone_upstream_in_one_
 def test_backfill_reads_a_miss_log_from_an_older_snapshot_as_holding_none(tmp_path: Path) -> None:
     older = tmp_path / "older"
     older.mkdir()
+    Store(older / "store.db").close()
     with sqlite3.connect(older / "store.db") as conn:  # a bundle store from before misses were kept
-        conn.executescript(
-            "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
-            "INSERT INTO meta VALUES ('schema_version', '1');"
-        )
+        conn.executescript("DROP TABLE miss_steps; DROP TABLE misses;")
     db = tmp_path / "r.db"
     Store(db).close()
     done = _run("backfill", "--config", _config(tmp_path), "--db", db, "--misses", older)
