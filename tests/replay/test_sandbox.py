@@ -21,8 +21,9 @@ from mcp.shared.exceptions import MCPError
 from recording_helpers import REPLAY_SIM, raw_client, raw_request, stdio, step
 from sandbox_helpers import live_instances, match, record, sandboxed, text, until, write_config
 
+import replay_sim
 from replay_sim.cli import cli
-from replay_sim.errors import ConfigError
+from replay_sim.errors import ConfigError, SnapshotError
 from replay_sim.protocol import LOST_CODE, MATCH_META_KEY
 from replay_sim.record.config import load_config
 from replay_sim.resolve.snapshot import freeze
@@ -242,6 +243,72 @@ async def test_a_snapshot_served_with_sandboxes_keeps_their_answers_in_a_side_st
     ]
     assert len(kept) == 5
     assert verify(bundle).id == sim.replay.snapshot  # the bundle itself is untouched
+
+
+async def test_a_later_freeze_with_sandbox_answers_makes_a_bundle_answering_what_the_side_store_held(
+    counter_db: Path, tmp_path: Path
+) -> None:
+    bundle, folded = tmp_path / "snap", tmp_path / "snap2"
+    await anyio.to_thread.run_sync(freeze, counter_db, bundle)
+    calls = [("put", {"key": "k1", "value": "a"}), ("put", {"key": "k3", "value": "z"}),
+             ("get", {"key": "k3"}), ("get", {"key": "k1"})]  # fmt: skip
+    async with (
+        sandboxed(None, write_config(tmp_path / "recorder.toml"), tmp_path, snapshot=bundle) as sim,
+        Client(sim.episode().url("counter")) as client,
+    ):
+        served = [await client.call_tool(tool, arguments) for tool, arguments in calls]
+    assert [match(r)["status"] for r in served] == ["exact", "sandbox", "sandbox", "sandbox"]
+
+    def held(path: Path) -> set[tuple[object, ...]]:
+        with Store(path, readonly=True) as store:
+            return {
+                (r.session, r.seq, r.name, str(r.arguments), str(r.result), r.origin)
+                for r in store.recordings()
+            }
+
+    side = held(tmp_path / "snap.sandbox.db")
+    invoke = CliRunner().invoke
+    arguments = [
+        "snapshot",
+        "freeze",
+        "--db",
+        str(bundle / "store.db"),
+        "--with-sandbox-answers",
+        "--out",
+        str(folded),
+    ]
+    result = await anyio.to_thread.run_sync(invoke, cli, arguments)
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == verify(folded).id != verify(bundle).id
+    assert held(folded / "store.db") == held(bundle / "store.db") | side
+    # Served with no sandbox at all, the new bundle answers the episode from what the side store held.
+    async with (
+        replay_sim.serving(snapshot=folded) as sim,  # miss error: nothing but the bundle answers
+        Client(sim.episode().url("counter")) as client,
+    ):
+        again = [await client.call_tool(tool, arguments) for tool, arguments in calls]
+    assert [match(r)["status"] for r in again] == ["exact"] * 4
+    assert [text(r) for r in again] == [text(r) for r in served] == ["ok", "ok", "z", "a"]
+
+
+def test_freeze_with_sandbox_answers_and_no_side_store_is_refused_naming_the_file(
+    counter_db: Path, tmp_path: Path
+) -> None:
+    result = CliRunner().invoke(
+        cli,
+        [
+            "snapshot",
+            "freeze",
+            "--db",
+            str(counter_db),
+            "--with-sandbox-answers",
+            "--out",
+            str(tmp_path / "s"),
+        ],
+    )
+    assert isinstance(result.exception, SnapshotError)
+    assert f"{counter_db}.sandbox.db: no sandbox answers kept" in str(result.exception)
+    assert not (tmp_path / "s").exists()
 
 
 def test_a_server_can_only_choose_the_sandbox_policy_and_only_as_a_sandbox(tmp_path: Path) -> None:
