@@ -154,6 +154,19 @@ async def test_an_episode_ended_by_delete_closes_its_instance(counter_db: Path, 
         assert sim.replay.policy.stats()["bound"] == 0
 
 
+async def test_episodes_ended_over_the_admin_api_close_their_instances(
+    counter_db: Path, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path / "recorder.toml")
+    async with sandboxed(counter_db, config, tmp_path) as sim, httpx2.AsyncClient() as http:
+        for n in range(3):  # ended on the server's own loop, as a trainer's DELETE ends them
+            async with Client(sim.episode(f"api-{n}").url("counter")) as client:
+                await client.call_tool("put", {"key": "new", "value": str(n)})
+            assert (await http.delete(f"{sim.url}/api/episodes/api-{n}")).status_code == 200
+        await until(lambda: live_instances(sim, "counter") == 0)
+        assert sim.replay.policy.stats()["bound"] == 0
+
+
 async def test_a_server_answering_a_replayed_call_otherwise_is_a_miss_naming_the_call(tmp_path: Path) -> None:
     db = tmp_path / "replay.db"
     home = ("tools/call", {"name": "env", "arguments": {"name": "HOME"}})
