@@ -26,8 +26,9 @@ from replay_sim.cli import cli
 from replay_sim.errors import ConfigError, SnapshotError
 from replay_sim.protocol import LOST_CODE, MATCH_META_KEY
 from replay_sim.record.config import load_config
+from replay_sim.replay.policies.binding import same_answer
 from replay_sim.resolve.snapshot import freeze
-from replay_sim.store import Origin, Store
+from replay_sim.store import Origin, Recording, Store
 from replay_sim.store.snapshot import verify
 
 pytestmark = pytest.mark.anyio
@@ -322,6 +323,21 @@ def test_freeze_with_sandbox_answers_and_no_side_store_is_refused_naming_the_fil
     assert isinstance(result.exception, SnapshotError)
     assert f"{counter_db}.sandbox.db: no sandbox answers kept" in str(result.exception)
     assert not (tmp_path / "s").exists()
+
+
+def test_re_play_takes_an_answer_leaving_out_what_the_recording_spelled_out_as_the_same_answer() -> None:
+    # A recording made through an SDK client (the dev probe sets) spells out `isError: false` and
+    # `resultType: "complete"`; a server's raw answer leaves them out. Only content differences count.
+    content = [{"type": "text", "text": "Entities deleted successfully"}]
+    recorded = {"content": content, "isError": False, "resultType": "complete", "_meta": {"x": 1}}
+    recording = Recording(
+        1, "memory", "tools/call", "delete_entities", {}, {}, "k", recorded, None, "s", 1, None, "t", "import"
+    )
+    assert same_answer(recording, {"result": {"content": content}, "error": None})
+    assert not same_answer(recording, {"result": {"content": content, "isError": True}, "error": None})
+    assert not same_answer(
+        recording, {"result": {"content": [{"type": "text", "text": "no"}]}, "error": None}
+    )
 
 
 def test_a_server_can_only_choose_the_sandbox_policy_and_only_as_a_sandbox(tmp_path: Path) -> None:
