@@ -54,7 +54,7 @@ CAP = 32
 """Live instances at most (``--max-sandboxes``): 32 x ~70 MB."""
 WARM = 4
 """Warm instances kept per server (``--sandbox-pool``)."""
-WAIT = 300.0
+WAIT = 600.0
 """Seconds a call waits for an instance (``--sandbox-timeout``) before it is a miss."""
 TEMPLATE = "rXXX-eXXXX"
 LIVE_CHECKS = 3
