@@ -69,9 +69,9 @@ def write_config(
 async def sandboxed(db: Path, config: Path, tmp: Path, **options: Any) -> AsyncIterator[ReplayServer]:
     """Serve ``db`` over HTTP with ``--miss sandbox`` and the record side's pool (no warm instances)."""
     pool = sandbox_pool(load_config(config), pool=0, max_instances=options.pop("max_instances", 8))
-    async with replay_sim.serving(
-        db=db, miss="sandbox", sandboxes=pool, index_dir=tmp / "index", **options
-    ) as sim:
+    if "snapshot" not in options:  # a snapshot is served with its own index, and no other
+        options["index_dir"] = tmp / "index"
+    async with replay_sim.serving(db=db, miss="sandbox", sandboxes=pool, **options) as sim:
         yield sim
 
 

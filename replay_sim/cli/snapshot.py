@@ -8,6 +8,8 @@ from pathlib import Path
 import click
 
 from replay_sim.cli import cli, db_option, match_config_option
+from replay_sim.errors import SnapshotError
+from replay_sim.replay.policies.sandbox import sandbox_side_file
 from replay_sim.resolve import snapshot as served
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.store import snapshot
@@ -24,9 +26,25 @@ def snapshot_group() -> None:
 @db_option
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="New bundle folder.")
 @match_config_option
-def freeze_command(db: Path, out: Path, match_config: MatchConfig | None) -> None:
+@click.option(
+    "--with-sandbox-answers",
+    is_flag=True,
+    help="Also take in what sandboxes answered while --db (a bundle's store.db) was served "
+    "read-only with --miss sandbox: the side store <bundle>.sandbox.db.",
+)
+def freeze_command(db: Path, out: Path, match_config: MatchConfig | None, with_sandbox_answers: bool) -> None:
     """Write a read-only snapshot (store, index, manifest, matching config) and print its id."""
-    frozen = served.freeze(db, out, config=match_config)
+    fold = []
+    if with_sandbox_answers:
+        side = sandbox_side_file(db)
+        if not side.is_file():
+            raise SnapshotError(
+                f"{side}: no sandbox answers kept for {db} (they are kept there while a snapshot is "
+                "served with --miss sandbox); give --db the served bundle's store.db, or leave out "
+                "--with-sandbox-answers"
+            )
+        fold.append(side)
+    frozen = served.freeze(db, out, config=match_config, fold=fold)
     click.echo(frozen.id)
 
 

@@ -7,6 +7,7 @@ how an index is built or what a matching config means; this module supplies both
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from replay_sim.resolve.schemas import RecordedSchemas
 from replay_sim.resolve.tooleffects import keep_effects
 from replay_sim.store import Store
 from replay_sim.store import snapshot as bundle
+from replay_sim.store.interchange import fold_in
 from replay_sim.store.snapshot import Snapshot
 
 __all__ = ["build_snapshot_index", "freeze", "match_config", "open_snapshot", "verify"]
@@ -44,7 +46,13 @@ def build_snapshot_index(
     return embedder.model_id, config.as_dict()
 
 
-def freeze(db: str | Path, out: str | Path, *, config: MatchConfig | None = None) -> Snapshot:
+def freeze(
+    db: str | Path,
+    out: str | Path,
+    *,
+    config: MatchConfig | None = None,
+    fold: Sequence[str | Path] = (),
+) -> Snapshot:
     """Write a read-only snapshot bundle of a store, with replay-sim's vector index.
 
     The tools' learned effects are kept in the bundle's store (:func:`keep_effects`), so its
@@ -54,18 +62,25 @@ def freeze(db: str | Path, out: str | Path, *, config: MatchConfig | None = None
         db: The store to freeze (it must exist).
         out: The bundle folder to create; it must not exist yet.
         config: The matching config the snapshot is served with (defaults when None).
+        fold: More stores whose calls the bundle takes in, sessions kept whole (a served
+            snapshot's sandbox answers, ``<bundle>.sandbox.db``); calls ``db`` has already are
+            skipped. ``db`` itself is not changed.
 
     Returns:
         The new snapshot.
 
     Raises:
         SnapshotError: ``out`` exists already or cannot be written.
-        StoreError: The store is missing or cannot be read.
+        StoreError: The store (or a store to fold in) is missing or cannot be read.
         VectorIndexError: The index cannot be built.
     """
-    return bundle.freeze(
-        db, out, partial(build_snapshot_index, config=config), partial(keep_effects, config=config)
-    )
+
+    def keep(copy: Store) -> None:
+        for path in fold:
+            fold_in(copy, path)
+        keep_effects(copy, config=config)
+
+    return bundle.freeze(db, out, partial(build_snapshot_index, config=config), keep)
 
 
 def match_config(snapshot: Snapshot) -> MatchConfig:

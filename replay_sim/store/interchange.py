@@ -18,7 +18,7 @@ from replay_sim.errors import InterchangeError
 from replay_sim.store import Origin, ServerRecord, Store
 from replay_sim.store.lines import parse_line
 
-__all__ = ["export_jsonl", "import_jsonl", "merge"]
+__all__ = ["export_jsonl", "fold_in", "import_jsonl", "merge"]
 
 
 def _line(obj: dict[str, Any]) -> str:
@@ -197,6 +197,23 @@ class _Writer:
             )
 
 
+def fold_in(target: Store, source: str | Path) -> dict[str, int]:
+    """Import another store's content into ``target`` (one transaction); calls it has are skipped.
+
+    Args:
+        target: The store written to.
+        source: The store file read (never written).
+
+    Returns:
+        Counts as :func:`import_jsonl` returns them.
+
+    Raises:
+        StoreError: ``source`` is missing or cannot be read.
+    """
+    with Store(source, readonly=True) as store:
+        return import_jsonl(target, source, lines=[line.rstrip("\n") for line in export_lines(store)])
+
+
 def merge(sources: Iterable[str | Path], out: str | Path) -> dict[str, int]:
     """Merge several stores into one (``out`` may exist); calls already in ``out`` are skipped.
 
@@ -210,10 +227,7 @@ def merge(sources: Iterable[str | Path], out: str | Path) -> dict[str, int]:
     totals = {"server": 0, "listing": 0, "call": 0, "duplicate": 0}
     with Store(out) as target:
         for source in sources:
-            with Store(source, readonly=True) as store:
-                counts = import_jsonl(
-                    target, source, lines=[line.rstrip("\n") for line in export_lines(store)]
-                )
+            counts = fold_in(target, source)
             for kind, count in counts.items():
                 totals[kind] += count
     return totals

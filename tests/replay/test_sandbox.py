@@ -23,16 +23,18 @@ from recording_helpers import REPLAY_SIM, raw_client, raw_request, stdio, step
 from resolver_helpers import GatedEmbedder
 from sandbox_helpers import live_instances, match, record, sandboxed, text, until, write_config
 
+import replay_sim
 from replay_sim.cli import cli
 from replay_sim.cli.sandboxes import sandbox_pool
-from replay_sim.errors import ConfigError
+from replay_sim.errors import ConfigError, SnapshotError
 from replay_sim.protocol import LOST_CODE, MATCH_META_KEY
 from replay_sim.record.config import load_config
 from replay_sim.replay.factory import open_replay
+from replay_sim.replay.policies.binding import same_answer
 from replay_sim.resolve.embedding import SentenceTransformerEmbedder
 from replay_sim.resolve.resolution import Tier
 from replay_sim.resolve.snapshot import freeze
-from replay_sim.store import Origin, Store
+from replay_sim.store import Origin, Recording, Store
 from replay_sim.store.snapshot import verify
 
 pytestmark = pytest.mark.anyio
@@ -159,6 +161,19 @@ async def test_an_episode_ended_by_delete_closes_its_instance(counter_db: Path, 
         assert sim.replay.policy.stats()["bound"] == 0
 
 
+async def test_episodes_ended_over_the_admin_api_close_their_instances(
+    counter_db: Path, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path / "recorder.toml")
+    async with sandboxed(counter_db, config, tmp_path) as sim, httpx2.AsyncClient() as http:
+        for n in range(3):  # ended on the server's own loop, as a trainer's DELETE ends them
+            async with Client(sim.episode(f"api-{n}").url("counter")) as client:
+                await client.call_tool("put", {"key": "new", "value": str(n)})
+            assert (await http.delete(f"{sim.url}/api/episodes/api-{n}")).status_code == 200
+        await until(lambda: live_instances(sim, "counter") == 0)
+        assert sim.replay.policy.stats()["bound"] == 0
+
+
 async def test_a_server_answering_a_replayed_call_otherwise_is_a_miss_naming_the_call(tmp_path: Path) -> None:
     db = tmp_path / "replay.db"
     home = ("tools/call", {"name": "env", "arguments": {"name": "HOME"}})
@@ -248,6 +263,87 @@ async def test_a_snapshot_served_with_sandboxes_keeps_their_answers_in_a_side_st
     ]
     assert len(kept) == 5
     assert verify(bundle).id == sim.replay.snapshot  # the bundle itself is untouched
+
+
+async def test_a_later_freeze_with_sandbox_answers_makes_a_bundle_answering_what_the_side_store_held(
+    counter_db: Path, tmp_path: Path
+) -> None:
+    bundle, folded = tmp_path / "snap", tmp_path / "snap2"
+    await anyio.to_thread.run_sync(freeze, counter_db, bundle)
+    calls = [("put", {"key": "k1", "value": "a"}), ("put", {"key": "k3", "value": "z"}),
+             ("get", {"key": "k3"}), ("get", {"key": "k1"})]  # fmt: skip
+    async with (
+        sandboxed(None, write_config(tmp_path / "recorder.toml"), tmp_path, snapshot=bundle) as sim,
+        Client(sim.episode().url("counter")) as client,
+    ):
+        served = [await client.call_tool(tool, arguments) for tool, arguments in calls]
+    assert [match(r)["status"] for r in served] == ["exact", "sandbox", "sandbox", "sandbox"]
+
+    def held(path: Path) -> set[tuple[object, ...]]:
+        with Store(path, readonly=True) as store:
+            return {
+                (r.session, r.seq, r.name, str(r.arguments), str(r.result), r.origin)
+                for r in store.recordings()
+            }
+
+    side = held(tmp_path / "snap.sandbox.db")
+    invoke = CliRunner().invoke
+    arguments = [
+        "snapshot",
+        "freeze",
+        "--db",
+        str(bundle / "store.db"),
+        "--with-sandbox-answers",
+        "--out",
+        str(folded),
+    ]
+    result = await anyio.to_thread.run_sync(invoke, cli, arguments)
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == verify(folded).id != verify(bundle).id
+    assert held(folded / "store.db") == held(bundle / "store.db") | side
+    # Served with no sandbox at all, the new bundle answers the episode from what the side store held.
+    async with (
+        replay_sim.serving(snapshot=folded) as sim,  # miss error: nothing but the bundle answers
+        Client(sim.episode().url("counter")) as client,
+    ):
+        again = [await client.call_tool(tool, arguments) for tool, arguments in calls]
+    assert [match(r)["status"] for r in again] == ["exact"] * 4
+    assert [text(r) for r in again] == [text(r) for r in served] == ["ok", "ok", "z", "a"]
+
+
+def test_freeze_with_sandbox_answers_and_no_side_store_is_refused_naming_the_file(
+    counter_db: Path, tmp_path: Path
+) -> None:
+    result = CliRunner().invoke(
+        cli,
+        [
+            "snapshot",
+            "freeze",
+            "--db",
+            str(counter_db),
+            "--with-sandbox-answers",
+            "--out",
+            str(tmp_path / "s"),
+        ],
+    )
+    assert isinstance(result.exception, SnapshotError)
+    assert f"{counter_db}.sandbox.db: no sandbox answers kept" in str(result.exception)
+    assert not (tmp_path / "s").exists()
+
+
+def test_re_play_takes_an_answer_leaving_out_what_the_recording_spelled_out_as_the_same_answer() -> None:
+    # A recording made through an SDK client (the dev probe sets) spells out `isError: false` and
+    # `resultType: "complete"`; a server's raw answer leaves them out. Only content differences count.
+    content = [{"type": "text", "text": "Entities deleted successfully"}]
+    recorded = {"content": content, "isError": False, "resultType": "complete", "_meta": {"x": 1}}
+    recording = Recording(
+        1, "memory", "tools/call", "delete_entities", {}, {}, "k", recorded, None, "s", 1, None, "t", "import"
+    )
+    assert same_answer(recording, {"result": {"content": content}, "error": None})
+    assert not same_answer(recording, {"result": {"content": content, "isError": True}, "error": None})
+    assert not same_answer(
+        recording, {"result": {"content": [{"type": "text", "text": "no"}]}, "error": None}
+    )
 
 
 def test_a_server_can_only_choose_the_sandbox_policy_and_only_as_a_sandbox(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.to_thread
 
-from replay_sim.canonical import call_identity, canonical_json
+from replay_sim.canonical import answer_text, call_identity, canonical_json
 from replay_sim.resolve.lineage import DIVERGED, StateLookup, Trail
 from replay_sim.store import Origin, Recording, Store
 
@@ -33,15 +33,11 @@ class Divergence(Exception):
     """A re-played call was answered otherwise than the episode was: the server is not deterministic."""
 
 
-def _answer_json(result: dict[str, Any] | None, error: dict[str, Any] | None) -> str:
-    """An answer as canonical JSON, ``_meta`` aside (it carries timings and provenance, not content)."""
-    kept = None if result is None else {k: v for k, v in result.items() if k != "_meta"}
-    return canonical_json({"result": kept, "error": error})
-
-
 def same_answer(recording: Recording, answer: dict[str, Any]) -> bool:
     """Whether an instance's answer (:meth:`SandboxInstance.call`'s dict) is the recorded one."""
-    return _answer_json(recording.result, recording.error) == _answer_json(
+    # As live truth is compared: `_meta` aside, and the defaults a recording made through an SDK
+    # client spells out (`isError: false`, `resultType: "complete"`) the same as their absence.
+    return answer_text(recording.result, recording.error) == answer_text(
         answer.get("result"), answer.get("error")
     )
 

@@ -148,6 +148,7 @@ class SandboxPolicy:
         self._bindings: dict[int, Binding] = {}  # id(trail) -> its binding, while the trail lives
         self._tg: anyio.abc.TaskGroup | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._closing: asyncio.Queue[Binding] | None = None  # bindings of ended trails, to unbind
         self._stack = AsyncExitStack()
         self.counts: dict[str, int] = {"instances": 0, "replayed": 0, "answers": 0, "lost": 0}
         """Instances bound, calls re-played, calls answered, episodes lost — since the start."""
@@ -159,7 +160,9 @@ class SandboxPolicy:
         if isinstance(self.pool, AbstractAsyncContextManager):  # its instances live in its task group
             await self._stack.enter_async_context(self.pool)
         self._tg = await self._stack.enter_async_context(anyio.create_task_group())
+        self._closing = asyncio.Queue()
         self._tg.start_soon(self._reap)
+        self._tg.start_soon(self._unbind_ended, self._closing)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -167,6 +170,10 @@ class SandboxPolicy:
         self._tg.cancel_scope.cancel()  # the reaper
         self._tg = self._loop = None
         bindings, self._bindings = list(self._bindings.values()), {}
+        if self._closing is not None:  # ended trails whose instances were not closed yet
+            while not self._closing.empty():
+                bindings.append(self._closing.get_nowait())
+            self._closing = None
         with anyio.CancelScope(shield=True):
             for binding in bindings:
                 await binding.unbind()
@@ -194,16 +201,22 @@ class SandboxPolicy:
                     )
                     await binding.unbind()
 
+    async def _unbind_ended(self, closing: asyncio.Queue[Binding]) -> None:
+        """Close the instances of ended trails, as :meth:`_ended` hands them over."""
+        while True:
+            binding = await closing.get()
+            await binding.unbind()
+
     def _ended(self, key: int) -> None:
         """A trail was freed (its episode ended or expired, its MCP session closed): close its instance."""
         binding = self._bindings.pop(key, None)
         if binding is None or binding.instance is None:
             return
-        loop, tg = self._loop, self._tg
-        if loop is None or tg is None or loop.is_closed():
+        loop, closing = self._loop, self._closing
+        if loop is None or closing is None or loop.is_closed():
             return
-        try:
-            loop.call_soon_threadsafe(tg.start_soon, binding.unbind)
+        try:  # a bare callback, in no task: it may only hand the binding over (anyio needs a task)
+            loop.call_soon_threadsafe(closing.put_nowait, binding)
         except RuntimeError:  # the loop closed meanwhile: __aexit__ closed the pool and its instances
             return
 

@@ -1,0 +1,201 @@
+"""The first dev probe set served with ``--miss sandbox``: precision and recall against live truth.
+
+``fixtures/probes/`` holds an exploration of five real servers (git, filesystem, memory, time,
+everything) and 238 probes (304 steps), each step with the real server's answer. ``replay-sim
+eval`` scores the resolver alone (a miss is a miss); this plays every probe as an episode over
+HTTP against ``serving(..., miss="sandbox")``, with each server declared a sandbox in a recorder
+config made from the generator's own launch settings (``fixtures/probes/generate.py``:
+``servers()``, the initial states it builds under ``/tmp/replay-sim-probes``). git, filesystem
+and memory keep their state at absolute paths, so they run with ``isolation = "mount"`` (each
+instance its own copy of the path, at the same path); time and everything hold theirs in the
+process.
+
+Each step is graded against its ``truth`` (``replay_sim.canonical.answer_text``, ``_meta``
+aside): correct hit, wrong hit, or miss — and by where the answer came from (the cache's tiers or
+a sandbox). The same probes are then played a second time on the same replay: what the first run's
+instances answered is recorded, so the cache answers it.
+
+Run with ``python -m bench sandbox_probes`` (it rebuilds ``/tmp/replay-sim-probes``, as the
+generator does: do not run it while the generator runs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import sys
+import tempfile
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+
+import replay_sim
+from bench.load import payload
+from replay_sim.canonical import answer_text
+from replay_sim.cli.sandboxes import sandbox_pool
+from replay_sim.record.config import RecorderConfig, UpstreamSpec
+from replay_sim.store import Store
+from replay_sim.store.interchange import import_jsonl
+
+ROOT = Path(__file__).resolve().parent.parent
+PROTOCOL = "2025-11-25"
+ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+CONCURRENT = 4
+"""Probes played at once."""
+CAP = 8
+"""Live instances at most (``--max-sandboxes``)."""
+
+
+def _generator(folder: Path) -> Any:
+    spec = importlib.util.spec_from_file_location(f"generate_{folder.name}", folder / "generate.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def first_set() -> tuple[Any, RecorderConfig]:
+    """``fixtures/probes``: its initial states built, every server a sandbox launched as for the truth."""
+    gen = _generator(ROOT / "fixtures" / "probes")
+    gen.VENV = Path(sys.executable).parent  # this venv's mcp-server-git and mcp-server-time
+    gen.ROOT.mkdir(parents=True, exist_ok=True)
+    if not (gen.ROOT / "git" / "template").exists():
+        gen.build_git_template(gen.ROOT / "git" / "template")
+    for server in ("git", "filesystem", "memory"):
+        gen.reset(server)
+    mounts = {"git": (gen.GIT,), "filesystem": (gen.FS,), "memory": (gen.MEM.parent,)}
+    servers = {}
+    for name, params in gen.servers().items():
+        # Through env(1), not `env`: the config's env values are secrets, redacted from every answer,
+        # and these (HOME, the fixed git author) are no secrets but part of the answers.
+        settings = [f"{k}={v}" for k, v in (params.env or {}).items()]
+        servers[name] = UpstreamSpec(
+            command="/usr/bin/env", args=(*settings, params.command, *params.args), sandbox=True,
+            mounts=tuple(str(p) for p in mounts.get(name, ())),
+        )  # fmt: skip
+    return gen, RecorderConfig(servers)
+
+
+def second_set() -> tuple[Any, RecorderConfig]:
+    """``fixtures/probes2``: its servers' venv and initial states; sqlite and the editor get mounts."""
+    gen = _generator(ROOT / "fixtures" / "probes2")
+    gen.ensure_servers_venv()
+    for server in ("sqlite", "editor"):
+        gen.reset(server)
+    mounts = {"sqlite": (str(gen.DB.parent),), "editor": (str(gen.ED),)}
+    servers = {
+        name: dataclasses.replace(spec, reset=None, isolation=None, mounts=mounts.get(name, ()))
+        if name in mounts
+        else spec
+        for name, spec in gen.upstreams(False).items()
+    }
+    return gen, RecorderConfig(servers)
+
+
+def grade(step: dict[str, Any], response: dict[str, Any]) -> tuple[str, str]:
+    """(grade, source) of one served step: ``correct``/``wrong``/``miss``, and the tier that answered."""
+    truth = answer_text(step["truth"].get("result"), step["truth"].get("error"))
+    if "error" in response:  # a recorded (or re-played) JSON-RPC error, or the replay refusing
+        same = answer_text(None, response["error"]) == truth
+        return ("correct" if same else "miss"), (
+            "error" if same else f"error {response['error'].get('code')}"
+        )
+    result = response.get("result") or {}
+    status = str((result.get("_meta") or {}).get(replay_sim.MATCH_META_KEY, {}).get("status", "?"))
+    if status == "miss":
+        return "miss", status
+    return ("correct" if answer_text(result, None) == truth else "wrong"), status
+
+
+async def _probe(
+    http: httpx2.AsyncClient, base: str, probe: dict[str, Any], run: int, out: list[tuple[Any, ...]]
+) -> None:
+    url = f"{base}/episodes/{probe['id']}-run{run}/mcp/{probe['server']}"
+    init = {"protocolVersion": PROTOCOL, "capabilities": {}, "clientInfo": {"name": "probe", "version": "0"}}
+    response = await http.post(url, json={"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init},
+                               headers=ACCEPT)  # fmt: skip
+    headers = ACCEPT | {
+        "Mcp-Session-Id": response.headers["mcp-session-id"],
+        "MCP-Protocol-Version": PROTOCOL,
+    }
+    await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
+    for number, step in enumerate(probe["steps"], start=1):
+        request = {"jsonrpc": "2.0", "id": number, "method": step["method"], "params": step["params"]}
+        answered = payload(await http.post(url, json=request, headers=headers))
+        verdict, source = grade(step, answered)
+        out.append((probe["id"], number, probe["category"], probe["server"], verdict, source,
+                    json.dumps(answered)[:700]))  # fmt: skip
+    await http.delete(url, headers=headers)
+    await http.delete(f"{base}/api/episodes/{probe['id']}-run{run}")
+
+
+async def _runs(
+    db: Path, config: RecorderConfig, tmp: Path, probes: list[dict[str, Any]]
+) -> list[list[tuple[Any, ...]]]:
+    pool = sandbox_pool(config, pool=0, max_instances=CAP)
+    runs = []
+    async with replay_sim.serving(
+        db, miss="sandbox", sandboxes=pool, sandbox_timeout=120, index_dir=tmp / "index"
+    ) as sim, httpx2.AsyncClient(timeout=300) as http:  # fmt: skip
+        for run in (1, 2):
+            out: list[tuple[Any, ...]] = []
+            limit = anyio.Semaphore(CONCURRENT)
+
+            async def one(
+                probe: dict[str, Any],
+                run: int = run,
+                out: list[tuple[Any, ...]] = out,
+                limit: anyio.Semaphore = limit,
+            ) -> None:
+                async with limit:
+                    await _probe(http, sim.url, probe, run, out)
+
+            async with anyio.create_task_group() as group:
+                for probe in probes:
+                    group.start_soon(one, probe)
+            runs.append(out)
+        shown = ("started", "crashed", "failed", "last_failure")
+        print("pool:", json.dumps({s: {k: f[k] for k in shown} for s, f in pool.stats().items()}))
+    return runs
+
+
+def report(label: str, steps: list[tuple[Any, ...]]) -> None:
+    """Print one run: precision, recall (every step is answerable by a sandbox), per category, sources."""
+    grades = Counter(s[4] for s in steps)
+    hits = grades["correct"] + grades["wrong"]
+    print(f"{label}: {len(steps)} steps, {dict(grades)}; precision "
+          f"{grades['correct'] / hits if hits else 0:.3f}, recall {grades['correct'] / len(steps):.3f}; "
+          f"answered by {dict(Counter(s[5] for s in steps if s[4] != 'miss'))}")  # fmt: skip
+    categories: dict[str, Counter[str]] = defaultdict(Counter)
+    for s in steps:
+        categories[s[2]][s[4]] += 1
+    for category, counts in sorted(categories.items()):
+        total = sum(counts.values())
+        wrong, missed = counts["wrong"], counts["miss"]
+        print(f"  {category}: {counts['correct']}/{total} correct, {wrong} wrong, {missed} miss")
+    for s in steps:
+        if s[4] != "correct":
+            print(f"  {s[4]}: {s[0]} step {s[1]} ({s[3]}, {s[2]}, {s[5]}): {s[6]}")
+
+
+def main() -> None:
+    """Per probe set: build its initial states, serve its recordings with sandboxes, play it twice."""
+    for folder, build in (("probes", first_set), ("probes2", second_set)):
+        probes_dir = ROOT / "fixtures" / folder
+        _, config = build()
+        probes = [json.loads(line) for line in (probes_dir / "probes.jsonl").read_text().splitlines() if line]
+        with tempfile.TemporaryDirectory() as tmp:
+            db = Path(tmp) / "probes.db"
+            with Store(db) as store:
+                import_jsonl(store, probes_dir / "recordings.jsonl")
+            first, second = anyio.run(_runs, db, config, Path(tmp), probes)
+        report(f"fixtures/{folder}, first run", first)
+        report(f"fixtures/{folder}, second run (same probes, same replay)", second)
+
+
+if __name__ == "__main__":
+    main()
