@@ -203,11 +203,11 @@ class Answering:
                 resolution = Resolution(
                     Tier.MISS, 0.0, reason=still_loading(self.resolver.warmup, self.warm_wait)
                 )
-                asks = getattr(self.policy, "asks_real_server", None)
-                if asks is None or not asks(server):
+                if not self.asks_real_server(server):
                     return Answer(name, resolution, self._reply(server, method, name, resolution))
-        if not resolution.hit and method == "tools/call":
-            # Checked only when nothing answers: a recorded answer is the real server's own verdict.
+        if not resolution.hit and method == "tools/call" and not self.asks_real_server(server):
+            # Checked only when nothing answers: a recorded answer is the real server's own verdict,
+            # and so is the answer of the real server a miss policy asks (a sandbox, live).
             refused = surface.refusal(method, name, arguments, self.snapshot)
             if refused is not None:
                 answer = Answer(name, *refused, refused=True)
@@ -234,6 +234,11 @@ class Answering:
         if not miss.hit and not loading:
             self.misses.keep(server, method, name, arguments, answer.status, miss, kept=history)
         return answer
+
+    def asks_real_server(self, server: str) -> bool:
+        """Whether the miss policy answers ``server``'s misses by asking the real server (sandbox, live)."""
+        asks = getattr(self.policy, "asks_real_server", None)
+        return asks is not None and bool(asks(server))
 
     def claimed(
         self, server: str, method: str, name: str, arguments: dict[str, Any], trail: Trail | None
