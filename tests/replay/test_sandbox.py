@@ -433,8 +433,10 @@ async def test_a_call_replay_sim_would_refuse_is_answered_by_the_real_server_in_
     # An unlisted tool: the recorded surface would refuse it in the SDK's words; the real server
     # answers in its own, and that answer is the faithful one.
     config = write_config(tmp_path / "recorder.toml")
-    async with sandboxed(counter_db, config, tmp_path) as sim:
-        async with Client(sim.episode("one").url("counter")) as client:
-            unknown = await client.call_tool("nosuch", {})
+    async with (
+        sandboxed(counter_db, config, tmp_path) as sim,
+        Client(sim.episode("one").url("counter")) as client,
+    ):
+        unknown = await client.call_tool("nosuch", {})
     assert unknown.is_error and text(unknown) == "unknown tool 'nosuch'"
     assert match(unknown)["status"] == "sandbox"
