@@ -10,6 +10,7 @@ and ``record/test_recorder_servers.py``-style HTTP tests below.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -253,7 +254,9 @@ def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def _echo(modern: bool) -> dict[str, Any]:
-    meta = MODERN_META if modern else {}
+    # A 2026-era request has no session: a fresh episode says which state it is asked from (the
+    # initial one), without which a call of a server with a state-changing tool is a miss.
+    meta = {**MODERN_META, "replay-sim/episode": f"fresh-{uuid.uuid4().hex}"} if modern else {}
     params = {"name": "echo", "arguments": {"message": "hello"}, "_meta": meta}
     return {"jsonrpc": "2.0", "id": 99, "method": "tools/call", "params": params}
 
