@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
 from replay_sim.store import Store
 
 
@@ -22,3 +27,15 @@ def write_from_process(path: str, session: str) -> None:
     with Store(path) as store:
         for n in range(40):
             echo_call(store, n, session)
+
+
+@contextmanager
+def write_locked(path: str | Path) -> Iterator[None]:
+    """Another connection holds the store's write lock (``BEGIN IMMEDIATE``) while the block runs."""
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    finally:
+        other.execute("ROLLBACK")
+        other.close()

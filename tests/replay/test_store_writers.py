@@ -9,8 +9,6 @@ written once the lock is free.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +17,7 @@ import httpx2
 import pytest
 from recording_helpers import PYTHON, spawn
 from replay_helpers import build_store, payload, raw_session, tool_call
+from store_helpers import write_locked
 
 from replay_sim.listener import serving_in_thread
 from replay_sim.replay.app import create_app
@@ -105,20 +104,8 @@ async def test_closing_a_replay_writes_its_queued_misses_before_closing_the_stor
 ) -> None:
     db = tmp_path / "replay.db"
     replay = _served_replay(db, embedder)
-    with _locked_briefly(db):  # the miss cannot be written at once: it waits in the queue
+    with write_locked(db):  # the miss cannot be written at once: it waits in the queue
         await replay.resolve("demo", "tools/call", tool_call("echo", message="kept at close"), [])
     replay.close()
     with Store(db, readonly=True) as store:
         assert [m.params["arguments"]["message"] for m in read_misses(store)] == ["kept at close"]
-
-
-@contextmanager
-def _locked_briefly(db: Path) -> Iterator[None]:
-    """Another connection holds the store's write lock while the block runs."""
-    other = sqlite3.connect(db, isolation_level=None)
-    other.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    finally:
-        other.execute("ROLLBACK")
-        other.close()

@@ -7,30 +7,16 @@ replay served over HTTP beside a second *process* is tests/replay/test_store_wri
 from __future__ import annotations
 
 import logging
-import sqlite3
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from store_helpers import write_locked
 
 from replay_sim.canonical import call_key
 from replay_sim.store import Store, misslog
 from replay_sim.store.miss_history import log_size
 from replay_sim.store.misses import read_misses
 from replay_sim.store.misslog import MissLog
-
-
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """Another connection holds the store's write lock while the block runs."""
-    other = sqlite3.connect(path, isolation_level=None)
-    other.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    finally:
-        other.execute("ROLLBACK")
-        other.close()
 
 
 def _miss(log: MissLog, n: int, text: str = "x") -> None:
@@ -40,7 +26,7 @@ def _miss(log: MissLog, n: int, text: str = "x") -> None:
 def test_misses_wait_for_another_writers_lock_and_are_all_written_when_it_frees(tmp_path: Path) -> None:
     store = Store(tmp_path / "r.db")
     log = MissLog(store)
-    with _locked(store.path):
+    with write_locked(store.path):
         for n in range(50):
             _miss(log, n)
         _miss(log, 7)  # a repeat: one row, counted twice
@@ -60,7 +46,7 @@ def test_past_its_byte_bound_what_waits_is_not_kept_and_that_is_said_once(
     monkeypatch.setattr(misslog, "MAX_WAITING_BYTES", 5_000)
     store = Store(tmp_path / "r.db")
     log = MissLog(store)
-    with _locked(store.path), caplog.at_level(logging.WARNING, logger="replay_sim"):
+    with write_locked(store.path), caplog.at_level(logging.WARNING, logger="replay_sim"):
         for n in range(20):
             _miss(log, n, "y" * 1_000)  # ~1 KB of params each: four or five fit
         while log.dropped < 15:  # the writer serialises them as they come, locked or not
@@ -78,7 +64,7 @@ def test_closing_while_another_writer_keeps_the_lock_gives_up_after_its_bound_an
 ) -> None:
     store = Store(tmp_path / "r.db")
     log = MissLog(store)
-    with _locked(store.path), caplog.at_level(logging.WARNING, logger="replay_sim"):
+    with write_locked(store.path), caplog.at_level(logging.WARNING, logger="replay_sim"):
         for n in range(3):
             _miss(log, n)
         log.close(timeout=0.5)
