@@ -73,6 +73,12 @@ def make_store(db: Path) -> None:
     store.close()
 
 
+def initialize(client: str) -> dict[str, Any]:
+    """A handshake-era ``initialize`` request from a client named ``client``."""
+    params = {"protocolVersion": PROTOCOL, "capabilities": {}, "clientInfo": {"name": client, "version": "0"}}
+    return {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params}
+
+
 def payload(response: httpx2.Response) -> dict[str, Any]:
     """The JSON-RPC message in a streamable HTTP answer (plain JSON or the last SSE data event)."""
     response.raise_for_status()
@@ -85,17 +91,7 @@ def payload(response: httpx2.Response) -> dict[str, Any]:
 async def one_session(http: httpx2.AsyncClient, url: str, n: int, call_ms: list[float]) -> float:
     """Initialize, make ``CALLS`` checked exact-hit calls, close; returns the session's seconds."""
     started = time.perf_counter()
-    init = {
-        "jsonrpc": "2.0",
-        "id": 0,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": PROTOCOL,
-            "capabilities": {},
-            "clientInfo": {"name": "load", "version": "0"},
-        },
-    }
-    response = await http.post(url, json=init, headers=ACCEPT)
+    response = await http.post(url, json=initialize("load"), headers=ACCEPT)
     assert payload(response)["result"]["serverInfo"]["name"] == "demo"
     headers = ACCEPT | {
         "Mcp-Session-Id": response.headers["mcp-session-id"],

@@ -35,7 +35,7 @@ from typing import Any
 import anyio
 import httpx2
 
-from bench.load import payload, percentile
+from bench.load import ACCEPT, PROTOCOL, initialize, payload, percentile
 
 SIZES = (64, 256, 1024)
 QUICK_SIZES = (64, 256)
@@ -44,8 +44,6 @@ CALLS = 8
 PAUSE = (0.0, 8.0)
 """Seconds a rollout pauses before each call after its first (uniform)."""
 RECORDED = 200
-PROTOCOL = "2025-11-25"
-ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 BIN = Path(sys.executable).parent
 
 
@@ -184,17 +182,7 @@ async def rollout(
     url = f"{base}/episodes/rollout-{n}-{random.getrandbits(32):08x}/mcp/demo"
     rng = random.Random(n)
     try:
-        init = {
-            "jsonrpc": "2.0",
-            "id": 0,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": PROTOCOL,
-                "capabilities": {},
-                "clientInfo": {"name": "rl", "version": "0"},
-            },
-        }
-        response = await http.post(url, json=init, headers=ACCEPT)
+        response = await http.post(url, json=initialize("rl"), headers=ACCEPT)
         headers = ACCEPT | {
             "Mcp-Session-Id": response.headers["mcp-session-id"],
             "MCP-Protocol-Version": PROTOCOL,
