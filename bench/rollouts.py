@@ -159,6 +159,8 @@ class Tally:
     transport_errors: list[str] = field(default_factory=list)
     wrong: list[str] = field(default_factory=list)
     call_ms: list[float] = field(default_factory=list)
+    open_ms: list[float] = field(default_factory=list)
+    """Each rollout's ``initialize`` round trip (waiting its turn while many start at once)."""
 
 
 def _request(i: int, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -182,7 +184,9 @@ async def rollout(
     url = f"{base}/episodes/rollout-{n}-{random.getrandbits(32):08x}/mcp/demo"
     rng = random.Random(n)
     try:
+        started = time.perf_counter()
         response = await http.post(url, json=initialize("rl"), headers=ACCEPT)
+        tally.open_ms.append((time.perf_counter() - started) * 1000)
         headers = ACCEPT | {
             "Mcp-Session-Id": response.headers["mcp-session-id"],
             "MCP-Protocol-Version": PROTOCOL,
@@ -228,6 +232,7 @@ def measure(base: str, pid: int, size: int, calls: int, pause: tuple[float, floa
         "wrong": tally.wrong,
         "p50_ms": statistics.median(tally.call_ms) if tally.call_ms else float("nan"),
         "p99_ms": percentile(tally.call_ms, 99) if tally.call_ms else float("nan"),
+        "open_p99_ms": percentile(tally.open_ms, 99) if tally.open_ms else float("nan"),
         "server_cpu_us_per_call": (cpu_seconds(pid) - cpu) / calls_made * 1e6,
         "seconds": elapsed,
     }
@@ -272,6 +277,7 @@ def main() -> list[dict[str, Any]]:
             f"{len(r['transport_errors'])} transport errors, {len(r['wrong'])} wrong answers; "
             f"p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms "
             f"({r['p50_ms'] / base['p50_ms']:.2f}x / {r['p99_ms'] / base['p99_ms']:.2f}x baseline); "
+            f"initialize p99 {r['open_p99_ms']:.0f} ms; "
             f"server CPU {r['server_cpu_us_per_call']:.0f} us/call "
             f"({r['server_cpu_us_per_call'] / base['server_cpu_us_per_call']:.2f}x)",
             flush=True,

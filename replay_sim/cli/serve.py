@@ -77,7 +77,15 @@ TOKEN_ENV = "REPLAY_SIM_TOKEN"
     type=click.IntRange(1),
     default=_LIMITS.max_concurrent,
     show_default=True,
-    help="MCP requests in flight from which new sessions are refused at once (503, Retry-After).",
+    help="MCP requests in flight from which a request opening a session waits for its turn.",
+)
+@click.option(
+    "--admission-wait",
+    type=Seconds(0),
+    default=_LIMITS.admission_wait,
+    show_default=True,
+    help="Seconds a request opening a session waits for its turn past --max-concurrent; then 503 "
+    "with Retry-After (0: refused at once).",
 )
 @click.option(
     "--body-timeout",
@@ -240,6 +248,7 @@ def serve_command(
     session_idle_timeout: float,
     max_sessions: int,
     max_concurrent: int,
+    admission_wait: float,
     body_timeout: float,
     keep_alive: float,
     log_level: str,
@@ -307,6 +316,7 @@ def serve_command(
                 session_idle_timeout=session_idle_timeout,
                 max_sessions=max_sessions,
                 max_concurrent=max_concurrent,
+                admission_wait=admission_wait,
                 body_timeout=body_timeout,
             ),
         )
@@ -393,6 +403,7 @@ def serve_command(
         session_idle_timeout=session_idle_timeout,
         max_sessions=max_sessions,
         max_concurrent=max_concurrent,
+        admission_wait=admission_wait,
         body_timeout=body_timeout,
         max_episodes=max_episodes,
         episode_idle_timeout=episode_idle_timeout,

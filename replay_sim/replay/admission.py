@@ -1,16 +1,19 @@
 """Admission control for the replay server: bounded sessions, bounded work, bounded body reads.
 
 An RL trainer opens sessions by the thousand and does not always close them. The replay server
-keeps what it takes on bounded — :class:`Limits`, settable from ``replay-sim serve`` — and says
-"not now" fast rather than late: while too many MCP requests are in flight, a request that would
-open a session gets ``503`` with a JSON-RPC error and ``Retry-After`` at once, so the sessions
-already open keep their pace. A client that sends its headers but not its body gets ``408`` and
-its connection closed once :attr:`Limits.body_timeout` has passed.
+keeps what it takes on bounded — :class:`Limits`, settable from ``replay-sim serve``. While too
+many MCP requests are in flight, a request that would open a session waits its turn (first come,
+first served) for one of them to finish, so the sessions already open keep their pace and a batch of
+rollouts starting at once all start — the MCP SDK client does not retry a ``503``. One that waited
+:attr:`Limits.admission_wait` in vain gets ``503`` with a JSON-RPC error and ``Retry-After``. A
+client that sends its headers but not its body gets ``408`` and its connection closed once
+:attr:`Limits.body_timeout` has passed.
 """
 
 from __future__ import annotations
 
 import json
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,7 +40,9 @@ class Limits:
             Long enough for a rollout's slowest model turn, short enough that abandoned sessions go.
         max_sessions: Open sessions per recorded server (None: unbounded); one more gets ``503``.
         max_concurrent: MCP requests in flight, over every server, from which a request that would
-            open a session gets ``503`` at once; requests of open sessions are still served.
+            open a session waits for one to finish; requests of open sessions are still served.
+        admission_wait: Seconds a request that would open a session waits for its turn while
+            ``max_concurrent`` requests are in flight; then ``503`` (0: refused at once).
         body_timeout: Seconds a client has to send a request's body after its headers (None: no limit).
         retry_after: Seconds a refused client is told to wait (``Retry-After``).
         max_episodes: Live named episodes; a new one past it is refused (``503``), none evicted.
@@ -49,6 +54,7 @@ class Limits:
     session_idle_timeout: float | None = 600.0
     max_sessions: int | None = 10_000
     max_concurrent: int = 512
+    admission_wait: float = 10.0
     body_timeout: float | None = 30.0
     retry_after: int = 1
     max_episodes: int = DEFAULT_MAX_EPISODES
@@ -85,7 +91,7 @@ async def _refuse(send: Send, status: int, message: str, headers: list[tuple[byt
 
 
 class Admission:
-    """Counts the MCP requests in flight and refuses new sessions fast while there are too many.
+    """Counts the MCP requests in flight; new sessions queue for a slot while there are too many.
 
     Args:
         limits: The limits to keep.
@@ -94,20 +100,35 @@ class Admission:
     def __init__(self, limits: Limits) -> None:
         self.limits = limits
         self.in_flight = 0  # POSTs being handled (one event loop: no lock needed)
+        self._waiting: deque[anyio.Event] = deque()  # opening requests, oldest first
+
+    @property
+    def waiting(self) -> int:
+        """Requests that would open a session, waiting for their turn."""
+        return len(self._waiting)
 
     async def __call__(self, app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
-        """Hand one MCP request to ``app`` unless it would open a session while overloaded."""
+        """Hand one MCP request to ``app``; one that would open a session first waits for its turn."""
         if scope["method"] != "POST":  # GET streams live long and do no work; DELETE ends a session
             await app(scope, receive, send)
             return
-        opening = _opens_session(scope)
         retry = [(b"retry-after", str(self.limits.retry_after).encode())]
-        if opening and self.in_flight >= self.limits.max_concurrent:
+        if not _opens_session(scope):
+            self.in_flight += 1
+            try:
+                await app(scope, receive, send)
+            finally:
+                self._release()
+            return
+        queued = self.waiting
+        if not await self._admit():
             await _refuse(
                 send,
                 503,
                 f"replay server overloaded: {self.in_flight} MCP requests in flight (serve "
-                f"--max-concurrent {self.limits.max_concurrent}); retry in {self.limits.retry_after} s",
+                f"--max-concurrent {self.limits.max_concurrent}) and {queued} new sessions ahead of "
+                f"this one for {self.limits.admission_wait:g} s (--admission-wait); retry in "
+                f"{self.limits.retry_after} s",
                 retry,
             )
             return
@@ -120,10 +141,44 @@ class Admission:
                     message = {**message, "headers": [*headers, *retry]}
             await send(message)
 
-        self.in_flight += 1
         try:
-            await app(scope, receive, retry_later if opening else send)
+            await app(scope, receive, retry_later)
         finally:
+            self._release()
+
+    async def _admit(self) -> bool:
+        """Take a slot for a request that would open a session, waiting in line for it if need be.
+
+        Returns:
+            Whether the request holds a slot (counted in :attr:`in_flight`); False once it has
+            waited :attr:`Limits.admission_wait` without one.
+        """
+        if self.in_flight < self.limits.max_concurrent and not self._waiting:
+            self.in_flight += 1
+            return True
+        if self.limits.admission_wait <= 0:
+            return False
+        turn = anyio.Event()
+        self._waiting.append(turn)
+        try:
+            with anyio.move_on_after(self.limits.admission_wait):
+                await turn.wait()
+        except BaseException:  # cancelled while waiting: give back a slot handed over meanwhile
+            if turn.is_set():
+                self._release()
+            else:
+                self._waiting.remove(turn)
+            raise
+        if turn.is_set():
+            return True  # a finishing request handed its slot over
+        self._waiting.remove(turn)
+        return False
+
+    def _release(self) -> None:
+        """One request is done: its slot goes to the oldest waiting one while there is room."""
+        if self._waiting and self.in_flight <= self.limits.max_concurrent:
+            self._waiting.popleft().set()  # the slot changes hands: in_flight stays
+        else:
             self.in_flight -= 1
 
 

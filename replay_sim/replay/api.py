@@ -241,6 +241,9 @@ def _load_metrics(load: dict[str, Any]) -> str:
         "# HELP replay_sim_requests_in_flight MCP requests being handled.",
         "# TYPE replay_sim_requests_in_flight gauge",
         f"replay_sim_requests_in_flight {load['in_flight']}",
+        "# HELP replay_sim_sessions_waiting Requests that would open a session, waiting for a slot.",
+        "# TYPE replay_sim_sessions_waiting gauge",
+        f"replay_sim_sessions_waiting {load['waiting']}",
         "# HELP replay_sim_open_sessions Open MCP sessions, by server.",
         "# TYPE replay_sim_open_sessions gauge",
     ]

@@ -109,9 +109,10 @@ class ReplayApp:
         self._guarded = HostGuard(routed, hosts or HostCheck())
 
     def load(self) -> dict[str, Any]:
-        """Requests in flight, open sessions per server, live episodes: for the admin API, ``/metrics``."""
+        """Requests in flight and waiting for a session, sessions per server, episodes: for ``/metrics``."""
         return {
             "in_flight": self.admission.in_flight,
+            "waiting": self.admission.waiting,
             # The SDK keeps no public count of its sessions; its registry is the truth.
             "sessions": {name: len(m._server_instances) for name, m in sorted(self.managers.items())},
             "episodes": len(self.episodes),

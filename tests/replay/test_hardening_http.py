@@ -9,7 +9,8 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -280,6 +281,15 @@ def _metric(url: str, name: str) -> float:
     raise AssertionError(f"no {name} in /metrics")
 
 
+def _wait_for_metric(url: str, name: str, done: Callable[[float], bool]) -> None:
+    async def until() -> None:
+        with anyio.fail_after(60):
+            while not done(_metric(url, name)):
+                await anyio.sleep(0.05)
+
+    anyio.run(until)
+
+
 def test_calls_of_unrecorded_tool_names_share_one_metrics_series(tmp_path: Path) -> None:
     replay = make_replay(tmp_path / "names.db")
     with serving_in_thread(create_app(replay)) as url:
@@ -328,13 +338,7 @@ def test_an_idle_session_is_closed_after_the_configured_timeout(tmp_path: Path) 
     with serving_in_thread(create_app(replay, limits=Limits(session_idle_timeout=0.3))) as url:
         opened = httpx2.post(f"{url}/mcp/demo", json=INIT, headers=ACCEPT, timeout=30)
         session = opened.headers["mcp-session-id"]
-
-        async def closed() -> None:
-            with anyio.fail_after(60):
-                while _metric(url, 'replay_sim_open_sessions{server="demo"}') > 0:
-                    await anyio.sleep(0.05)
-
-        anyio.run(closed)
+        _wait_for_metric(url, 'replay_sim_open_sessions{server="demo"}', lambda n: n == 0)
         ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
         gone = httpx2.post(
             f"{url}/mcp/demo",
@@ -356,29 +360,40 @@ def _half_sent(url: str, path: str, headers: str = "") -> socket.socket:
     return client
 
 
-def test_new_sessions_are_refused_at_once_while_too_much_is_in_flight(tmp_path: Path) -> None:
+def test_a_new_session_waits_its_turn_while_too_much_is_in_flight_and_opens_once_a_slot_frees(
+    tmp_path: Path,
+) -> None:
+    replay = make_replay(tmp_path / "queue.db")
+    limits = Limits(max_concurrent=1, admission_wait=120, body_timeout=None)
+    with serving_in_thread(create_app(replay, limits=limits)) as url:
+        with ThreadPoolExecutor(1) as pool:
+            with _half_sent(url, "/mcp/demo"):
+                _wait_for_metric(url, "replay_sim_requests_in_flight", lambda n: n >= 1)
+                opening = pool.submit(httpx2.post, f"{url}/mcp/demo", json=INIT, headers=ACCEPT, timeout=120)
+                _wait_for_metric(url, "replay_sim_sessions_waiting", lambda n: n >= 1)
+                assert not opening.done()  # in line, not refused
+                assert httpx2.get(f"{url}/api/health", timeout=30).status_code == 200
+            # the half-sent request ends with its connection: its slot goes to the one in line
+            answered = opening.result(timeout=120)
+        assert answered.status_code == 200 and "mcp-session-id" in answered.headers
+        assert _metric(url, "replay_sim_sessions_waiting") == 0
+
+
+def test_a_new_session_is_refused_with_retry_after_once_it_waited_its_admission_wait(
+    tmp_path: Path,
+) -> None:
     replay = make_replay(tmp_path / "busy.db")
-    with serving_in_thread(create_app(replay, limits=Limits(max_concurrent=1, body_timeout=None))) as url:
+    limits = Limits(max_concurrent=1, admission_wait=0.2, body_timeout=None)
+    with serving_in_thread(create_app(replay, limits=limits)) as url:
         with _half_sent(url, "/mcp/demo"):
-
-            async def busy() -> None:
-                with anyio.fail_after(60):
-                    while _metric(url, "replay_sim_requests_in_flight") < 1:
-                        await anyio.sleep(0.05)
-
-            anyio.run(busy)
+            _wait_for_metric(url, "replay_sim_requests_in_flight", lambda n: n >= 1)
             refused = httpx2.post(f"{url}/mcp/demo", json=INIT, headers=ACCEPT, timeout=30)
             assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
-            assert "overloaded" in refused.json()["error"]["message"]
-            assert httpx2.get(f"{url}/api/health", timeout=30).status_code == 200
-        # once nothing is in flight, sessions open again
-
-        async def idle() -> None:
-            with anyio.fail_after(60):
-                while _metric(url, "replay_sim_requests_in_flight") > 0:
-                    await anyio.sleep(0.05)
-
-        anyio.run(idle)
+            message = refused.json()["error"]["message"]
+            assert "overloaded" in message and "--admission-wait" in message
+            assert _metric(url, "replay_sim_sessions_waiting") == 0
+        # once nothing is in flight, sessions open again at once
+        _wait_for_metric(url, "replay_sim_requests_in_flight", lambda n: n == 0)
         assert httpx2.post(f"{url}/mcp/demo", json=INIT, headers=ACCEPT, timeout=30).status_code == 200
 
 
