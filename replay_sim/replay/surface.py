@@ -28,6 +28,7 @@ from replay_sim.resolve.dialect import Judgement, SchemaEvidence, adapt_refusal,
 from replay_sim.resolve.resolution import Problem, Resolution, Tier
 from replay_sim.schema import tool_schemas
 from replay_sim.store import Recording, ServerRecord, Store
+from replay_sim.store.changes import Mark, changes_since
 
 __all__ = ["Surface"]
 
@@ -61,7 +62,7 @@ class Surface:
         self.schemas = tool_schemas(self.listings.get("tools/list"))
         self._refusals: dict[str, Recording] | None = None
         self._evidence: dict[str, SchemaEvidence] = {}
-        self._version: tuple[int, int] | None = None
+        self._version: Mark | None = None
 
     def problems(self) -> list[str]:
         """Listings the server's capabilities promise but the store lacks."""
@@ -74,15 +75,20 @@ class Surface:
         ]
 
     def _fresh(self) -> None:
-        """Forget what was learned from the recordings when calls were added since."""
+        """Forget what was learned from this server's recordings when calls of it were added since."""
         try:
-            version = (self.store.generation, self.store.data_version())
+            self._version, appended = changes_since(self.store, self._version)
         except StoreError:  # a closed store: keep what was learned
             return
-        if version != self._version:
-            self._version = version
+        if appended is None:
             self._evidence.clear()
-            self._refusals = None
+        elif self.record.name in appended.servers:
+            for server, tool in appended.tools:
+                if server == self.record.name:
+                    self._evidence.pop(tool, None)
+        else:
+            return
+        self._refusals = None
 
     def judge(self, tool: str, arguments: dict[str, Any]) -> Judgement:
         """What the recordings say a real server does with these arguments (a listed tool)."""

@@ -32,6 +32,7 @@ from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.tooleffects import dry_run, remembered_effects
 from replay_sim.schema import ToolSchema
 from replay_sim.store import Recording, Store
+from replay_sim.store.changes import Appended
 
 __all__ = ["DIVERGED", "StateLookup", "Trail", "history_affinity"]
 
@@ -81,6 +82,11 @@ class Trail:
         return len(self.steps)
 
 
+def _effects(verdicts: dict[str, Verdict]) -> dict[str, Any]:
+    """What replay reads of learned verdicts: each tool's effect (not the evidence's wording)."""
+    return {tool: verdict.effect for tool, verdict in verdicts.items()}
+
+
 class StateLookup:
     """Recordings by key, and the one made from an episode's state, with the caches that make it fast.
 
@@ -106,6 +112,7 @@ class StateLookup:
         self._sessions: dict[str, list[tuple[int, str]]] = {}
         self._prefixes: dict[int, list[str]] = {}
         self._prefix_mut: dict[int, tuple[str, ...]] = {}
+        self._in_session: dict[str, set[int]] = {}  # session -> recordings whose prefix is cached
         self._effects: dict[str, dict[str, Verdict]] = {}
         self._effective: dict[tuple[str, str], ToolSchema] = {}
 
@@ -116,8 +123,37 @@ class StateLookup:
         self._sessions.clear()
         self._prefixes.clear()
         self._prefix_mut.clear()
+        self._in_session.clear()
         self._effects.clear()
         self._effective.clear()
+
+    def forget(self, appended: Appended) -> bool:
+        """Forget what calls appended to the store may have changed, and say whether that sufficed.
+
+        A new call changes the recordings of its key, its session (every prefix in it) and what
+        is learned of its server's tools' effects. When those effects, or whether a key changes
+        state, come out different, states derived from them anywhere are stale.
+
+        Returns:
+            False when everything derived from the store must be forgotten (:meth:`clear`).
+        """
+        before = {server: self._effects.get(server) for server in appended.servers}
+        mutating = {key: self._mutating[key] for key in appended.keys if key in self._mutating}
+        for key in appended.keys:
+            self._keys.pop(key, None)
+            self._mutating.pop(key, None)
+        for session in appended.sessions:
+            self._sessions.pop(session, None)
+            for recording_id in self._in_session.pop(session, ()):
+                self._prefixes.pop(recording_id, None)
+                self._prefix_mut.pop(recording_id, None)
+        for server in appended.servers:
+            self._effects.pop(server, None)
+        self._effective = {k: v for k, v in self._effective.items() if k[0] not in appended.servers}
+        for server, verdicts in before.items():
+            if verdicts is not None and _effects(verdicts) != _effects(self.effects(server)):
+                return False
+        return all(self.is_mutating(key) == was for key, was in mutating.items())
 
     def effects(self, server: str) -> dict[str, Verdict]:
         """Every tool's effect on ``server``, declared or learned from its recordings (cached)."""
@@ -193,6 +229,7 @@ class StateLookup:
                     calls = [(r.seq or 0, r.key) for r in self.store.recordings(session=recording.session)]
                     self._sessions[recording.session] = calls
                 cached = [key for seq, key in calls if seq < (recording.seq or 0)]
+                self._in_session.setdefault(recording.session, set()).add(recording.id)
             self._prefixes[recording.id] = cached
         return cached
 

@@ -18,6 +18,7 @@ same answers.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -43,6 +44,7 @@ from replay_sim.resolve.toolstate import ToolState
 from replay_sim.resolve.warmup import Warmup
 from replay_sim.schema import ToolSchema
 from replay_sim.store import Recording, Store
+from replay_sim.store.changes import Mark, changes_since
 
 __all__ = ["Resolver"]
 
@@ -91,7 +93,7 @@ class Resolver:
         self.lookup = StateLookup(store, self.schemas, cache_size, self.config)
         self.live_index = LiveIndex(store, self.schemas, index_dir, auto_build=auto_index)
         self._states: dict[tuple[str, str], ToolState] = {}
-        self._version: tuple[int, int] | None = None
+        self._version: Mark | None = None
         self._builder: CachedEmbedder | None = None
         self.warmup = Warmup(self._warm_up)
         self._inline = threading.local()  # .on: within resolve_now, which defers what embeds
@@ -99,21 +101,26 @@ class Resolver:
     # -- caches -----------------------------------------------------------------------------
 
     def _check_version(self) -> None:
-        """Drop store-derived caches when calls were added (by this process or another one).
+        """Forget store-derived caches that calls added since (by this process or another) touch.
 
-        The store's generation counts this connection's content commits; ``data_version`` catches
-        other connections' (a recorder writing to the same file, where embedding-cache writes count
-        too: a needless refresh is cheap, a stale cache would be a wrong answer).
+        Another process may be recording into the served store: a commit of its calls makes the
+        tools, keys and sessions it touched be read again, not every tool's state
+        (:func:`~replay_sim.store.changes.changes_since`); a change of anything else, or of what
+        is learned of the tools' effects, forgets everything (a stale cache would be a wrong answer).
         """
         try:
-            version = (self.store.generation, self.store.data_version())
+            self._version, appended = changes_since(self.store, self._version)
         except StoreError:  # a closed store: keep serving from what is cached
             return
-        if version != self._version:
-            self._version = version
-            self.schemas.clear()
-            self._states.clear()
-            self.lookup.clear()
+        if appended is not None:
+            with contextlib.suppress(StoreError):  # else: forget everything
+                if not appended or self.lookup.forget(appended):
+                    for tool in appended.tools:
+                        self._states.pop(tool, None)
+                    return
+        self.schemas.clear()
+        self._states.clear()
+        self.lookup.clear()
 
     @property
     def embedder(self) -> CachedEmbedder:
