@@ -282,6 +282,17 @@ def serve_command(
     ray_address: str | None,
 ) -> None:
     """Replay the recorded servers: /mcp/<server> over HTTP (plus admin API and dashboard), or stdio."""
+    limits = Limits(  # each Ray replica's too
+        session_idle_timeout=session_idle_timeout,
+        max_sessions=max_sessions,
+        max_concurrent=max_concurrent,
+        admission_wait=admission_wait,
+        body_timeout=body_timeout,
+        max_episodes=max_episodes,
+        episode_idle_timeout=episode_idle_timeout,
+        episode_rate=episode_rate,
+        episode_burst=episode_burst,
+    )
     if on_ray:
         if snapshot is None or stdio:
             raise click.UsageError(
@@ -312,13 +323,7 @@ def serve_command(
             config=None if config is None else str(config),
             sandbox_pool=sandbox_pool,
             max_sandboxes=max_sandboxes,
-            limits=Limits(
-                session_idle_timeout=session_idle_timeout,
-                max_sessions=max_sessions,
-                max_concurrent=max_concurrent,
-                admission_wait=admission_wait,
-                body_timeout=body_timeout,
-            ),
+            limits=limits,
         )
 
         def ready(url: str) -> None:
@@ -399,17 +404,6 @@ def serve_command(
             said = f"faults {faults.describe()} (timeouts held {faults.hold:g} s)" if faults else "no faults"
             click.echo(f"injecting latency {latency} and {said}", err=True)
 
-    limits = Limits(
-        session_idle_timeout=session_idle_timeout,
-        max_sessions=max_sessions,
-        max_concurrent=max_concurrent,
-        admission_wait=admission_wait,
-        body_timeout=body_timeout,
-        max_episodes=max_episodes,
-        episode_idle_timeout=episode_idle_timeout,
-        episode_rate=episode_rate,
-        episode_burst=episode_burst,
-    )
     options = HttpOptions(
         keep_alive=keep_alive, header_timeout=body_timeout, log_level=log_level, access_log=access_log
     )

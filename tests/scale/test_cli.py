@@ -6,6 +6,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+from click.testing import CliRunner
+
+from replay_sim.cli import cli
+from replay_sim.replay.admission import Limits
+
 REPLAY_SIM = str(Path(sys.executable).parent / "replay-sim")
 
 
@@ -29,3 +35,23 @@ def test_plain_serve_never_imports_ray() -> None:
     probe = "import sys, replay_sim, replay_sim.cli, replay_sim.cli.serve; print('ray' in sys.modules)"
     answer = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert answer.stdout.strip() == "False", answer.stderr
+
+
+def test_serve_ray_gives_each_replica_every_limit_of_the_command_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from replay_sim.scale import deploy
+
+    given: list[deploy.ScaleSettings] = []
+    monkeypatch.setattr(deploy, "run", lambda settings, **_: given.append(settings))  # Ray itself not run
+    limits = [
+        "--max-episodes", "7", "--episode-idle-timeout", "9", "--episode-rate", "3", "--episode-burst", "4",
+        "--max-concurrent", "5", "--admission-wait", "2", "--max-sessions", "6",
+    ]  # fmt: skip
+    result = CliRunner().invoke(cli, ["serve", "--ray", "--snapshot", str(tmp_path), *limits])
+    assert result.exit_code == 0, result.output
+    (settings,) = given
+    assert settings.limits == Limits(
+        max_episodes=7, episode_idle_timeout=9, episode_rate=3, episode_burst=4, max_concurrent=5,
+        admission_wait=2, max_sessions=6,
+    )  # fmt: skip
