@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from replay_sim.canonical import answer_text
-from replay_sim.effects import Call, Declaration, Effect, Verdict, declare, learn, named
+from replay_sim.effects import Call, Declaration, Effect, Verdict, declare, kind_of, learn, named
 from replay_sim.errors import StoreError
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.schemas import RecordedSchemas
@@ -81,7 +81,8 @@ def _learned(
     ):
         inert = method != "tools/call" or not succeeded[key] or dry_run(name, arguments)
         things = frozenset({name.lower()}) if method == "resources/read" else named(arguments)
-        call = Call(rid, method, name, key, answer_text(result, error), fails, inert, things)
+        kind = kind_of(arguments) if method == "tools/call" else None
+        call = Call(rid, method, name, key, answer_text(result, error), fails, inert, things, kind)
         # A call recorded outside any session is a session of its own, from the initial state.
         sessions[session if session is not None else ("", rid)].append((seq or 0, call))
     runs = [
@@ -119,8 +120,10 @@ def _learner() -> str:
     digest = hashlib.sha256()
     try:
         # The modules' source, named (a function may be wrapped); __name__ is _learned's.
-        for module in (learn.__module__, answer_text.__module__, ToolSchema.__module__, __name__):
+        for module in (answer_text.__module__, ToolSchema.__module__, __name__):
             digest.update(Path(str(sys.modules[module].__file__)).read_bytes())
+        for source in sorted(Path(str(sys.modules["replay_sim.effects"].__file__)).parent.glob("*.py")):
+            digest.update(source.read_bytes())  # the effects package: every module of it
     except (OSError, KeyError):
         return ""
     return digest.hexdigest()[:16]
@@ -215,13 +218,15 @@ def blockers(store: Store, effects: dict[str, dict[str, Verdict]]) -> list[tuple
     """
     counts: dict[tuple[str, str], int] = defaultdict(int)
     for server, verdicts in effects.items():
-        unknown = {t for t, v in verdicts.items() if v.effect is Effect.UNKNOWN}
+        unknown = {t: v for t, v in verdicts.items() if v.effect is Effect.UNKNOWN}
         if not unknown:
             continue
         sessions: dict[Any, list[tuple[int, int, str, bool, bool]]] = defaultdict(list)
         for rid, method, name, _, arguments, result, error, session, seq in store.outcomes(server):
             failed = error is not None or bool((result or {}).get("isError"))
             acted = method == "tools/call" and not failed and not dry_run(name, arguments)
+            if acted and name in unknown:  # a call of a kind shown effect-free blocks nothing
+                acted = unknown[name].of_kind(kind_of(arguments)).changes_state
             sessions[session if session is not None else ("", rid)].append(
                 (seq or 0, rid, name, acted, failed)
             )
