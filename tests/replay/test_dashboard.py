@@ -72,9 +72,7 @@ def test_the_dashboard_shows_a_sql_tools_effect_per_kind_of_statement_with_its_w
         "INSERT INTO notes VALUES ('y', 2)"
     ]
     script = [step("query", sql=s) for s in [*sqls, "SELECT name FROM notes"]]
-    anyio.run(
-        run_script, proxy_stdio(db, "counter", [PYTHON, ROOT / "fixtures" / "counter_server.py"]), script
-    )
+    anyio.run(run_script, proxy_stdio(db, "notes", [PYTHON, ROOT / "fixtures" / "notes_server.py"]), script)
     with Store(db) as store:
         replay = Replay(store, resolver=Resolver(store, index_dir=None))
         with serving_in_thread(create_app(replay)) as url:

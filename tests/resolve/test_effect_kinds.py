@@ -15,7 +15,7 @@ from replay_sim.resolve.resolution import Tier
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.store import Store
 
-COUNTER = [PYTHON, ROOT / "fixtures" / "counter_server.py"]
+NOTES = [PYTHON, ROOT / "fixtures" / "notes_server.py"]
 
 
 @pytest.mark.parametrize(
@@ -87,7 +87,7 @@ def _replay(resolver: Resolver, statements: list[str]) -> list[tuple[Tier, str |
     trail = resolver.lookup.trail([])
     out = []
     for sql in statements:
-        found = resolver.resolve("counter", "tools/call", {"name": "query", "arguments": {"sql": sql}}, trail)
+        found = resolver.resolve("notes", "tools/call", {"name": "query", "arguments": {"sql": sql}}, trail)
         resolver.advance(trail, found)
         answer = None if found.recording is None else found.recording.result["content"][0]["text"]  # type: ignore[index]
         out.append((found.tier, answer))
@@ -103,15 +103,15 @@ INSERT = "INSERT INTO notes VALUES ('y', 2)"
 async def test_an_unrecorded_select_of_a_read_write_sql_tool_does_not_make_the_episode_diverge(
     tmp_path: Path,
 ) -> None:
-    # The real counter server's `query` tool (no annotations) reads and writes: recorded SELECTs
+    # The real notes server's `query` tool (no annotations) reads and writes: recorded SELECTs
     # before and after each other agree, and a SELECT after the INSERT differs.
     db = tmp_path / "r.db"
     script = [step("query", sql=s) for s in (S1, S2, S1, S2, INSERT, S1, S2)]
-    answers = await run_script(proxy_stdio(db, "counter", COUNTER), script)
+    answers = await run_script(proxy_stdio(db, "notes", NOTES), script)
     assert json.loads(answers[5]["content"][0]["text"]) == [["x", 1], ["y", 2]]
     with Store(db) as store:
         resolver = Resolver(store, index_dir=None, semantic=False)
-        verdict = resolver.lookup.effect("counter", "query")
+        verdict = resolver.lookup.effect("notes", "query")
         assert verdict.effect is Effect.CHANGES
         assert verdict.of_kind("select").effect is Effect.NONE
         assert verdict.of_kind("insert").effect is Effect.CHANGES
@@ -133,13 +133,13 @@ async def test_an_unrecorded_select_of_a_read_write_sql_tool_does_not_make_the_e
 async def test_stats_shows_each_kinds_effect_and_its_witnesses(tmp_path: Path) -> None:
     db = tmp_path / "r.db"
     await run_script(
-        proxy_stdio(db, "counter", COUNTER), [step("query", sql=s) for s in (S1, S2, S1, S2, INSERT, S1)]
+        proxy_stdio(db, "notes", NOTES), [step("query", sql=s) for s in (S1, S2, S1, S2, INSERT, S1)]
     )
     table = subprocess.run(
         [REPLAY_SIM, "stats", "--db", str(db)], capture_output=True, text=True, check=True
     ).stdout
-    assert "counter\tquery [select]\tnone: 2 reads unchanged (recording pairs " in table
-    assert "counter\tquery [insert]\tchanges: query [select] before/after differed" in table
+    assert "notes\tquery [select]\tnone: 2 reads unchanged (recording pairs " in table
+    assert "notes\tquery [insert]\tchanges: query [select] before/after differed" in table
     rows = json.loads(
         subprocess.run(
             [REPLAY_SIM, "stats", "--db", str(db), "--json"], capture_output=True, text=True, check=True
