@@ -141,16 +141,18 @@ class Verdict:
         return f"{self.effect}: {self.reason}"
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready form (the stats command and the admin API)."""
-        return {
+        """JSON-ready form (the stats command and the admin API); ``kinds`` only when learned."""
+        found: dict[str, Any] = {
             "effect": str(self.effect),
             "source": self.source,
             "reason": self.reason,
             "witnesses": [list(p) for p in self.witnesses],
             "contrary": None if self.contrary is None else list(self.contrary),
             "shown": self.shown,
-            "kinds": {kind: verdict.as_dict() for kind, verdict in self.kinds},
         }
+        if self.kinds:
+            found["kinds"] = {kind: verdict.as_dict() for kind, verdict in self.kinds}
+        return found
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Verdict:
