@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from recording_helpers import PYTHON, REPLAY_SIM, ROOT, proxy_stdio, run_script, step
 
-from replay_sim.effects import Call, Effect, kind_of, learn
+from replay_sim.effects import Call, Effect, Verdict, kind_of, learn
 from replay_sim.resolve.resolution import Tier
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.store import Store
@@ -73,6 +73,7 @@ def test_a_tool_whose_calls_differ_in_kind_gets_a_verdict_per_kind_from_that_kin
     assert kinds["select"].effect is Effect.NONE and kinds["select"].shown == 2
     assert kinds["insert"].effect is Effect.CHANGES
     assert verdict.of_kind("select").effect is Effect.NONE
+    assert Verdict.from_dict(verdict.as_dict()) == verdict  # a store keeps per-kind verdicts whole
     assert verdict.of_kind("delete") is verdict and verdict.of_kind(None) is verdict  # unrecorded: the tool's
     # One SELECT seen to change nothing says little about the others: the kind stays unknown.
     once = [q(s1, "A"), q(s1, "A"), q("INSERT INTO t VALUES (2)", "ok"), q(s1, "A B")]
