@@ -133,6 +133,8 @@ def stats_command(db: Path, as_json: bool, match_config: Path | None) -> None:
         click.echo("\nserver\ttool\teffect")
         for server, tool, verdict in shown:
             click.echo(f"{server}\t{tool}\t{verdict.describe()}")
+            for kind, own in verdict.kinds:  # a tool learned per kind of call: each kind's own
+                click.echo(f"{server}\t{tool} [{kind}]\t{own.describe()}")
     if blocking:
         click.echo(
             "\ntools of unknown effect blocking the most recorded answers (each answer recorded after "

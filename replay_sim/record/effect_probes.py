@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from replay_sim.canonical import answer_text, call_identity, call_key
-from replay_sim.effects import Call, Declaration, Effect, Verdict, declare, learn, named, repeatable
+from replay_sim.effects import Call, Declaration, Effect, Verdict, declare, kind_of, learn, named, repeatable
 from replay_sim.schema import ToolSchema
 
 __all__ = ["EffectProbes", "Probe", "leaves"]
@@ -99,7 +99,7 @@ class EffectProbes:
         self._count += 1  # ids name the pairs a verdict rests on
         names = frozenset({name.lower()}) if method == "resources/read" else named(arguments)
         call = Call(self._count, method, name, call_key("", method, name, arguments), answer, failed,
-                    method != "tools/call" or failed or dry_run, names)  # fmt: skip
+                    method != "tools/call" or failed or dry_run, names, kind_of(arguments))  # fmt: skip
         clean = {k: v for k, v in params.items() if k != "_meta"}
         self._sessions[session].append(_Asked(call, Probe(method, clean), explored))
         self._since += 1

@@ -27,6 +27,11 @@ a change — a tool is learned effect-free only when none of them saw anything c
 calls of ``T`` asked from the initial state are themselves answers a replay can give. What was
 asked belongs to the store: a later run probes only tools still of unknown effect, and never asks
 a session the store already holds.
+
+A tool learned per kind of call (:attr:`~replay_sim.effects.Verdict.kinds`: a SQL tool whose
+``INSERT`` calls change state) has each kind of unknown effect probed the same way, as a tool of
+its own (``query [select]``): its calls of that kind, observed by other recorded calls — never by
+the tool's calls of kinds known to change state — or by themselves.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from replay_sim.canonical import canonical_json
-from replay_sim.effects import Effect, Verdict
+from replay_sim.effects import Effect, Verdict, kind_of
 from replay_sim.errors import UpstreamError
 from replay_sim.record.config import RecorderConfig, UpstreamSpec
 from replay_sim.record.effect_probes import leaves
@@ -178,11 +183,12 @@ async def _probe_server(prober: _Prober, verdicts: Verdicts) -> None:
     unknown = sorted(
         {r.name for r in distinct if r.method == "tools/call" and _effect(effects, r.name) is Effect.UNKNOWN}
     )
-    probed: list[str] = []
-    for tool in unknown:
-        own = [r for r in distinct if r.method == "tools/call" and r.name == tool][:OWN_CALLS]
+    targets = [(tool, None) for tool in unknown] + _unknown_kinds(distinct, effects)
+    probed: list[tuple[str, str | None]] = []
+    for tool, kind in targets:
+        own = [r for r in distinct if _of(r, tool, kind)][:OWN_CALLS]
         # With nothing else to observe with, the tool's own calls observe it: A, B, then A again.
-        observers = _observers(watchers, tool, own, effects) or own
+        observers = _observers(watchers, tool, own, effects, kind) or own
         for observer in observers[:OBSERVERS]:
             if (*[r.key for r in own], observer.key) in asked:
                 report.skipped["asked by an earlier run"] += 1
@@ -200,18 +206,39 @@ async def _probe_server(prober: _Prober, verdicts: Verdicts) -> None:
                 break
             await prober.session([*own, observer])
             effects = verdicts(name)
-            if _effect(effects, tool) is Effect.CHANGES:
+            if _effect(effects, tool, kind) is Effect.CHANGES:
                 break
-        probed.append(tool)
+        probed.append((tool, kind))
     effects = verdicts(name)  # one tool's probes can settle another's (a change it was suspected of)
-    for tool in probed:
+    for tool, kind in probed:
         verdict = effects.get(tool)
-        report.effects[name][tool] = "unknown" if verdict is None else verdict.describe()
+        label = tool if kind is None else f"{tool} [{kind}]"
+        report.effects[name][label] = "unknown" if verdict is None else verdict.of_kind(kind).describe()
 
 
-def _effect(effects: Mapping[str, Verdict], tool: str) -> Effect:
+def _effect(effects: Mapping[str, Verdict], tool: str, kind: str | None = None) -> Effect:
     verdict = effects.get(tool)
-    return Effect.UNKNOWN if verdict is None else verdict.effect
+    return Effect.UNKNOWN if verdict is None else verdict.of_kind(kind).effect
+
+
+def _of(rec: Recording, tool: str, kind: str | None) -> bool:
+    """Whether ``rec`` is a call of ``tool`` (of that kind of call, when one is given)."""
+    return (
+        rec.method == "tools/call" and rec.name == tool and (kind is None or kind_of(rec.arguments) == kind)
+    )
+
+
+def _unknown_kinds(distinct: list[Recording], effects: Mapping[str, Verdict]) -> list[tuple[str, str | None]]:
+    """The kinds of call of unknown effect of tools learned per kind (a SQL tool's ``select`` calls
+    when its ``insert`` calls change state): each is probed like a tool of its own."""
+    found = set()
+    for rec in distinct:
+        verdict = effects.get(rec.name) if rec.method == "tools/call" else None
+        if verdict is not None and verdict.kinds:
+            kind = kind_of(rec.arguments)
+            if kind is not None and dict(verdict.kinds).get(kind, verdict).effect is Effect.UNKNOWN:
+                found.add((rec.name, kind))
+    return sorted(found)
 
 
 def _sessions(recordings: list[Recording]) -> list[list[Recording]]:
@@ -229,22 +256,36 @@ def _initial_keys(sessions: list[list[Recording]], effects: Mapping[str, Verdict
         for rec in calls:
             if not rec.failed:
                 found.add(rec.key)
-                if rec.method == "tools/call" and _effect(effects, rec.name) is not Effect.NONE:
+                if (
+                    rec.method == "tools/call"
+                    and _effect(effects, rec.name, kind_of(rec.arguments)) is not Effect.NONE
+                ):
                     break  # what follows may have been answered from another state
     return found
 
 
 def _observers(
-    distinct: list[Recording], tool: str, own: list[Recording], effects: Mapping[str, Verdict]
+    distinct: list[Recording],
+    tool: str,
+    own: list[Recording],
+    effects: Mapping[str, Verdict],
+    kind: str | None = None,
 ) -> list[Recording]:
-    """The observers of ``tool``: those sharing the most words with its calls first; among equals,
-    recorded failures sharing a word first (a read of what the tool creates fails before it: the
-    most telling), other failures last; then reads before calls of tools known to change state
-    (whose answers are mostly acknowledgements), resource reads first, the latest first."""
+    """The observers of ``tool`` (of its ``kind`` of call): those sharing the most words with its
+    calls first; among equals, recorded failures sharing a word first (a read of what the tool
+    creates fails before it: the most telling), other failures last; then reads before calls of
+    tools known to change state (whose answers are mostly acknowledgements), resource reads first,
+    the latest first. For a kind, the tool's calls of other kinds known to change state are none."""
     mine = {w for rec in own for w in _words(rec.arguments)}
     ranked = []
     for position, rec in enumerate(distinct):
-        if rec.method == "tools/call" and rec.name == tool:
+        if _of(rec, tool, kind):
+            continue
+        if (
+            kind is not None
+            and _of(rec, tool, None)
+            and _effect(effects, tool, kind_of(rec.arguments)) is Effect.CHANGES
+        ):
             continue
         resource = rec.method == "resources/read"
         words = set(_words(rec.name if resource else rec.arguments))

@@ -33,7 +33,7 @@ from typing import Any, NamedTuple
 from replay_sim.canonical import canonical_json, normalize
 from replay_sim.variants import MIN_EVIDENCE, Transform, case_changes, fold_case
 
-__all__ = ["Cased", "Default", "Invariances", "Observation", "Verdict", "apply", "judge", "learn"]
+__all__ = ["Cased", "Default", "Invariances", "Observation", "Scoped", "Verdict", "apply", "judge", "learn"]
 
 
 class Verdict(StrEnum):
@@ -64,7 +64,19 @@ class Cased(NamedTuple):
     classes: frozenset[str]
 
 
-Rule = Default | Cased | Transform
+class Scoped(NamedTuple):
+    """A scoped difference (:attr:`~replay_sim.variants.Transform.scoped`) learned ignored for the
+    kinds of difference its evidence pairs made only (:meth:`~replay_sim.variants.Transform.changes`).
+
+    Pairs that padded a query with spaces say nothing of a trailing newline; ``2`` vs ``"2"`` nothing
+    of ``"2.50"`` vs ``2.5``; reordered strings nothing of reordered objects.
+    """
+
+    transform: Transform
+    reach: frozenset[str]
+
+
+Rule = Default | Cased | Scoped | Transform
 Invariances = dict[str, tuple[Rule, ...]]
 """Argument name -> what applies to it, in :class:`Transform` order (a :class:`Default` first)."""
 
@@ -161,18 +173,21 @@ def _judge_default(calls: Sequence[Observation], name: str) -> tuple[Verdict, An
     return Verdict.UNKNOWN, None
 
 
-def _case_classes(rows: list[_Row]) -> frozenset[str]:
-    """The token classes whose case the agreeing pairs changed (a shown case invariance's reach)."""
+def _reach(rows: list[_Row], transform: Transform) -> frozenset[str]:
+    """The kinds of difference the agreeing pairs made (a shown invariance's reach): for letter
+    case the token classes (:func:`~replay_sim.variants.case_changes`), else
+    :meth:`~replay_sim.variants.Transform.changes`."""
+    changes = case_changes if transform is Transform.CASE else transform.changes
     groups: dict[tuple[Hashable, str], dict[str, list[Any]]] = defaultdict(lambda: defaultdict(list))
     for group, value, _, failed in rows:
         if not failed:
-            groups[group][canonical_json(Transform.CASE.apply(value))].append(value)
+            groups[group][canonical_json(transform.apply(value))].append(value)
     classes: set[str] = set()
     for spellings in groups.values():
         for values in spellings.values():
             for i, a in enumerate(values):
                 for b in values[i + 1 :]:
-                    classes |= case_changes(a, b)
+                    classes |= changes(a, b)
     return frozenset(classes)
 
 
@@ -199,11 +214,13 @@ def learn(calls: Sequence[Observation], assumed_space: Iterable[str] = ()) -> In
                     applies.append(Default(value))
                 continue
             verdict = _judge(rows, transform)
-            if verdict is Verdict.SHOWN and transform is Transform.CASE:
-                applies.append(Cased(_case_classes(rows)))
-            elif verdict is Verdict.SHOWN or (
-                verdict is Verdict.UNKNOWN and transform is Transform.SPACE and name in assumed
-            ):
+            if transform is Transform.SPACE and name in assumed and verdict is not Verdict.REFUTED:
+                applies.append(transform)  # the design's assumption, whole, until refuted
+            elif verdict is Verdict.SHOWN and transform is Transform.CASE:
+                applies.append(Cased(_reach(rows, transform)))
+            elif verdict is Verdict.SHOWN and transform.scoped:
+                applies.append(Scoped(transform, _reach(rows, transform)))
+            elif verdict is Verdict.SHOWN:
                 applies.append(transform)
         if applies:
             found[name] = tuple(applies)
@@ -220,6 +237,9 @@ def apply(arguments: dict[str, Any], invariances: Mapping[str, Sequence[Rule]]) 
             elif isinstance(rule, Cased):
                 if name in out:
                     out[name] = fold_case(out[name], rule.classes)
+            elif isinstance(rule, Scoped):
+                if name in out:
+                    out[name] = rule.transform.apply(out[name], rule.reach)
             elif name in out:
                 out[name] = rule.apply(out[name])
     return out

@@ -27,7 +27,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from replay_sim.effects import Verdict, declare, learn
+from replay_sim.effects import Verdict, declare, kind_of, learn
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.tooleffects import dry_run, remembered_effects
 from replay_sim.schema import ToolSchema
@@ -168,8 +168,16 @@ class StateLookup:
         return found if found is not None else learn([], {tool: declare(None)})[tool]
 
     def changes_state(self, server: str, tool: str, arguments: Any) -> bool:
-        """Whether a call of ``tool`` with these arguments counts as a state change."""
-        return self.effect(server, tool).changes_state and not dry_run(tool, arguments)
+        """Whether a call of ``tool`` with these arguments counts as a state change.
+
+        A tool learned per kind of call (:attr:`~replay_sim.effects.Verdict.kinds`) answers by the
+        call's kind: an unrecorded ``SELECT`` of a SQL tool seen writing changes nothing when its
+        recorded ``SELECT`` calls were shown to change nothing.
+        """
+        verdict = self.effect(server, tool)
+        if verdict.kinds:
+            verdict = verdict.of_kind(kind_of(arguments))
+        return verdict.changes_state and not dry_run(tool, arguments)
 
     def effective(self, server: str, schema: ToolSchema) -> ToolSchema:
         """``schema`` with ``read_only`` set to what the tool's effect says (learned or declared)."""

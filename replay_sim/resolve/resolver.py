@@ -331,7 +331,8 @@ class Resolver:
                     Tier.SEMANTIC, hit[1], hit[0], key=key, step=hit[0].key, differences=differences
                 )
         refused = judgement.refusal is not None  # a refused call changes nothing
-        step = DIVERGED + key if schema.changes_state(arguments) and not refused else key
+        changes = self.lookup.changes_state(server, name, arguments)  # by the call's kind, if learned so
+        step = DIVERGED + key if changes and not refused else key
         candidates = near_misses(state, normalised, self.index, self.embedder)
         if same_state_miss:
             reason = f"{what} was recorded, but only after state changes this episode did not make"

@@ -58,7 +58,7 @@ def state_dependence(
         why = f"{what} was recorded only after state changes, {NO_HISTORY} to say if this client made them"
     elif recording is None:
         schema = resolver.tool_schema(server, name) if method == "tools/call" else None
-        if schema is None or not schema.changes_state(arguments):
+        if schema is None or not lookup.changes_state(server, name, arguments):
             return None
         why = f"{what} may change the server's state, {NO_HISTORY} to keep that change in"
     else:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from replay_sim.canonical import answer_text
-from replay_sim.effects import Call, Declaration, Effect, Verdict, declare, learn, named
+from replay_sim.effects import Call, Declaration, Effect, Verdict, declare, kind_of, learn, named
 from replay_sim.errors import StoreError
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.schemas import RecordedSchemas
@@ -81,7 +81,8 @@ def _learned(
     ):
         inert = method != "tools/call" or not succeeded[key] or dry_run(name, arguments)
         things = frozenset({name.lower()}) if method == "resources/read" else named(arguments)
-        call = Call(rid, method, name, key, answer_text(result, error), fails, inert, things)
+        kind = kind_of(arguments) if method == "tools/call" else None
+        call = Call(rid, method, name, key, answer_text(result, error), fails, inert, things, kind)
         # A call recorded outside any session is a session of its own, from the initial state.
         sessions[session if session is not None else ("", rid)].append((seq or 0, call))
     runs = [
@@ -119,8 +120,10 @@ def _learner() -> str:
     digest = hashlib.sha256()
     try:
         # The modules' source, named (a function may be wrapped); __name__ is _learned's.
-        for module in (learn.__module__, answer_text.__module__, ToolSchema.__module__, __name__):
+        for module in (answer_text.__module__, ToolSchema.__module__, __name__):
             digest.update(Path(str(sys.modules[module].__file__)).read_bytes())
+        for source in sorted(Path(str(sys.modules["replay_sim.effects"].__file__)).parent.glob("*.py")):
+            digest.update(source.read_bytes())  # the effects package: every module of it
     except (OSError, KeyError):
         return ""
     return digest.hexdigest()[:16]
@@ -200,7 +203,8 @@ def store_effects(store: Store, config: MatchConfig | None = None) -> dict[str, 
 
 
 def blockers(store: Store, effects: dict[str, dict[str, Verdict]]) -> list[tuple[str, str, int]]:
-    """The tools of unknown effect that block the most recorded answers, most first.
+    """The tools (or a tool's kinds of call: ``query [select]``) of unknown effect that block the most
+    recorded answers, most first.
 
     A recording made after a call of a tool of unknown effect in its session is served only to an
     episode that made the same calls (and never to a request with no history): the tool counts as
@@ -215,22 +219,28 @@ def blockers(store: Store, effects: dict[str, dict[str, Verdict]]) -> list[tuple
     """
     counts: dict[tuple[str, str], int] = defaultdict(int)
     for server, verdicts in effects.items():
-        unknown = {t for t, v in verdicts.items() if v.effect is Effect.UNKNOWN}
+        unknown = {
+            t: v
+            for t, v in verdicts.items()
+            if v.effect is Effect.UNKNOWN or any(k.effect is Effect.UNKNOWN for _, k in v.kinds)
+        }
         if not unknown:
             continue
-        sessions: dict[Any, list[tuple[int, int, str, bool, bool]]] = defaultdict(list)
+        sessions: dict[Any, list[tuple[int, int, str | None, bool]]] = defaultdict(list)
         for rid, method, name, _, arguments, result, error, session, seq in store.outcomes(server):
             failed = error is not None or bool((result or {}).get("isError"))
-            acted = method == "tools/call" and not failed and not dry_run(name, arguments)
-            sessions[session if session is not None else ("", rid)].append(
-                (seq or 0, rid, name, acted, failed)
-            )
+            blocker = None  # the tool (or the tool's kind of call: `query [select]`) of unknown effect
+            if method == "tools/call" and not failed and not dry_run(name, arguments) and name in unknown:
+                kind = kind_of(arguments) if unknown[name].kinds else None
+                if unknown[name].of_kind(kind).effect is Effect.UNKNOWN:
+                    blocker = name if unknown[name].of_kind(kind) is unknown[name] else f"{name} [{kind}]"
+            sessions[session if session is not None else ("", rid)].append((seq or 0, rid, blocker, failed))
         for calls in sessions.values():
             before: set[str] = set()
-            for _, _, name, acted, failed in sorted(calls):
+            for _, _, blocker, failed in sorted(calls, key=lambda c: (c[0], c[1])):
                 if not failed:
                     for tool in before:
                         counts[(server, tool)] += 1
-                if acted and name in unknown:
-                    before.add(name)
+                if blocker is not None:
+                    before.add(blocker)
     return sorted(((s, t, n) for (s, t), n in counts.items()), key=lambda row: (-row[2], row[0], row[1]))

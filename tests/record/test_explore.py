@@ -34,7 +34,7 @@ from replay_sim.variants import MIN_EVIDENCE, Transform
         (Transform.CASE, "12:30", None),  # nothing with a case
         # Code: every letter swapped, so keywords, function names and names each change case.
         (Transform.CASE, "SELECT count(*) FROM items", "select COUNT(*) from ITEMS"),
-        (Transform.SPACE, "Acme", " Acme "),
+        (Transform.SPACE, "Acme", " Acme \n"),  # a space before, a space and a newline after
         (Transform.SPACE, " Acme\n", "Acme"),
         (Transform.SPACE, "   ", None),
         (Transform.ORDER, ["a", "b"], ["b", "a"]),
@@ -114,7 +114,7 @@ async def test_recording_with_explore_lets_replay_answer_what_the_real_server_ig
     explored = [r for r in store.recordings() if r.origin == Origin.EXPLORE]
     assert {r.name for r in explored} == {"search_nodes", "open_nodes"}  # never a write
     asked = [r.arguments for r in explored]
-    assert {"query": "ALICE"} in asked and {"query": " Alice "} in asked
+    assert {"query": "ALICE"} in asked and {"query": " Alice \n"} in asked
     assert {"names": ["Bob", "Alice"]} in asked
     assert sum(r.arguments.get("query", "").isupper() for r in explored) <= MIN_EVIDENCE + 1
 
@@ -392,4 +392,4 @@ async def test_a_second_record_explore_run_asks_nothing_the_store_already_settle
     with Store(db) as store:
         last = store.recordings()[-1].session
         second = [r.arguments for r in store.recordings(session=last) if r.origin == Origin.EXPLORE]
-    assert {"query": "BOB"} not in second and {"query": " Bob "} not in second  # settled in the first run
+    assert {"query": "BOB"} not in second and {"query": " Bob \n"} not in second  # settled in the first run

@@ -18,7 +18,7 @@ from replay_sim.record.sandbox import OBSERVERS, probe_effects
 from replay_sim.resolve.resolution import Tier
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.resolve.schemas import RecordedSchemas
-from replay_sim.resolve.tooleffects import recorded_effects
+from replay_sim.resolve.tooleffects import blockers, recorded_effects, store_effects
 from replay_sim.store import Origin, Store
 
 COUNTER = [PYTHON, ROOT / "fixtures" / "counter_server.py"]
@@ -231,3 +231,49 @@ async def test_a_tool_with_no_other_call_to_observe_with_is_observed_by_its_own_
         # Asked A, B, then A again: A's answer unchanged by B.
         probes = [r.arguments for r in store.recordings() if r.origin == Origin.EXPLORE]
     assert {"x": 2} in probes and {"x": 5} in probes
+
+
+NOTES = [PYTHON, ROOT / "fixtures" / "notes_server.py"]
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_a_sandbox_learns_the_effect_of_a_sql_tools_select_calls_apart_from_its_writes(
+    tmp_path: Path,
+) -> None:
+    # The real notes server's `query` (no annotations): recorded, a SELECT changed across an INSERT,
+    # so the tool changes state; nothing shows whether its SELECTs do, so an unrecorded SELECT
+    # made the episode diverge.
+    select, insert = "SELECT name, n FROM notes ORDER BY n", "INSERT INTO notes VALUES ('y', 2)"
+    db = tmp_path / "r.db"
+    await run_script(
+        proxy_stdio(db, "notes", NOTES), [step("query", sql=s) for s in (select, insert, select)]
+    )
+    episode = [step("query", sql=insert), step("query", sql="SELECT n FROM notes"), step("query", sql=select)]
+    with Store(db) as store:
+        verdict = Resolver(store, index_dir=None, semantic=False).lookup.effect("notes", "query")
+        assert verdict.effect is Effect.CHANGES and verdict.of_kind("select").effect is Effect.UNKNOWN
+        # `stats` names the kinds blocking answers (which of the two changed the SELECT's answer is
+        # not settled yet): the INSERT and the SELECT recorded after a SELECT, the SELECT after the INSERT.
+        found = blockers(store, store_effects(store))
+        assert found == [("notes", "query [select]", 2), ("notes", "query [insert]", 1)]
+    command = " ".join(json.dumps(str(part)) for part in NOTES[1:])
+    config = tmp_path / "recorder.toml"
+    config.write_text(
+        f"[servers.notes]\ncommand = {json.dumps(PYTHON)}\nargs = [{command}]\nsandbox = true\n"
+    )
+    done = subprocess.run(
+        [REPLAY_SIM, "explore", "--config", str(config), "--db", str(db)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert "notes/query [select]: none: " in done.stdout  # its SELECT asked twice in one fresh session
+    with Store(db) as store:
+        resolver = Resolver(store, index_dir=None, semantic=False)
+        verdict = resolver.lookup.effect("notes", "query")
+        assert verdict.effect is Effect.CHANGES and verdict.of_kind("select").effect is Effect.NONE
+        assert dict(verdict.kinds)["insert"].effect is Effect.CHANGES
+        truth = [answer_text(a, None) for a in await run_script(stdio(*NOTES), episode)]
+        replayed = _episode(resolver, "notes", *episode)
+    # The unrecorded SELECT misses without making the episode diverge; the rest is the server's.
+    assert [tier for tier, _ in replayed] == [Tier.EXACT, Tier.MISS, Tier.EXACT]
+    assert [replayed[0][1], replayed[2][1]] == [truth[0], truth[2]]

@@ -168,7 +168,9 @@ def test_the_dev_probe_set_scores_what_the_readme_claims_with_no_wrong_hit(
 
 
 PROBES2 = PROBES.parent / "probes2"
-EXPLORED = (202, 0, 81, 45)
+# 201, not 202: the explored pairs padded read_query's SQL with spaces only, which says nothing of
+# p0132's trailing newline (a whitespace invariance reaches only what its pairs changed, issue #19).
+EXPLORED = (201, 0, 81, 46)
 EXPLORED_SESSIONLESS = (7, 0, 81, 240)
 
 

@@ -11,7 +11,7 @@ from recording_helpers import PYTHON, ROOT, proxy_stdio, run_script, stdio, step
 from resolver_helpers import call
 
 from replay_sim.canonical import answer_text
-from replay_sim.resolve.invariance import Default, Observation, Verdict, apply, judge, learn
+from replay_sim.resolve.invariance import Default, Observation, Scoped, Verdict, apply, judge, learn
 from replay_sim.resolve.resolution import FieldDiff, Tier
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.store import Store
@@ -66,7 +66,7 @@ def test_array_order_and_whitespace_are_judged_the_same_way() -> None:
     ]
     assert judge(calls, "names", Transform.ORDER) is Verdict.SHOWN
     assert judge(calls, "q", Transform.SPACE) is Verdict.REFUTED
-    assert learn(calls) == {"names": (Transform.ORDER,)}
+    assert learn(calls) == {"names": (Scoped(Transform.ORDER, frozenset({"string"})),)}
 
 
 def test_the_default_whitespace_assumption_holds_until_a_recording_refutes_it() -> None:
@@ -104,7 +104,10 @@ def test_each_kind_of_spelling_is_learned_from_agreeing_pairs_and_refuted_by_one
 ) -> None:
     agreeing = [seen(f"answer {n}", v=value) for n, pair in enumerate([first, second]) for value in pair]
     assert judge(agreeing, "v", transform) is Verdict.SHOWN
-    assert learn(agreeing) == {"v": (transform,)}
+    reach = {
+        Transform.NUMBER: frozenset({"type", "spelling"}),  # 1 vs "1"; "2.50" vs 2.5
+    }
+    assert learn(agreeing) == {"v": (Scoped(transform, reach[transform]) if transform.scoped else transform,)}
     assert judge(agreeing[:2], "v", transform) is Verdict.UNKNOWN  # one pair is one answer
     disagreeing = [*agreeing, seen("one answer", v=third[0]), seen("another", v=third[1])]
     assert judge(disagreeing, "v", transform) is Verdict.REFUTED
@@ -280,3 +283,47 @@ async def test_a_case_invariance_learned_on_identifiers_does_not_cover_a_functio
     assert function.tier is Tier.MISS
     assert identifier.tier is Tier.CANONICAL and identifier.recording is not None
     assert answer_text(identifier.recording.result, None) == truth[1]
+
+
+NOTES = [PYTHON, ROOT / "fixtures" / "notes_server.py"]
+
+
+@pytest.mark.anyio
+async def test_a_learned_whitespace_number_or_order_invariance_covers_only_the_difference_its_pairs_made(
+    tmp_path: Path,
+) -> None:
+    # The real notes server's `format` strips spaces (not newlines) from text, echoes a string
+    # factor as given, and sorts string tags (not numbers). The recorded pairs padded text with
+    # spaces, quoted factors without respelling them and reversed string tags — two answers each.
+    db = tmp_path / "r.db"
+    recorded = [
+        {"text": "alpha one"}, {"text": " alpha one "}, {"text": "beta two"}, {"text": " beta two "},
+        {"text": "factor line", "factor": 2}, {"text": "factor line", "factor": "2"}, {"text": "factor line", "factor": 3},
+        {"text": "factor line", "factor": "3"}, {"text": "factor line", "factor": 2.5},
+        {"text": "tag line", "tags": ["a", "b"]}, {"text": "tag line", "tags": ["b", "a"]}, {"text": "tag line", "tags": ["c", "d"]},
+        {"text": "tag line", "tags": ["d", "c"]}, {"text": "tag line", "tags": [1, 2]},
+    ]  # fmt: skip
+    await run_script(proxy_stdio(db, "notes", NOTES), [step("format", **a) for a in recorded])
+    asked = [
+        {"text": "alpha one\n"},  # a trailing newline: no pair changed one
+        {"text": "factor line", "factor": "2.50"},  # a respelled number: no pair respelled one
+        {"text": "tag line", "tags": [2, 1]},  # reordered numbers: no pair reordered any
+        {"text": "alpha one "},  # what the pairs did show: answered
+        {"text": "factor line", "factor": "2.5"},
+        {"text": "tag line", "tags": ["d", "c"]},
+    ]
+    truth = [
+        answer_text(a, None) for a in await run_script(stdio(*NOTES), [step("format", **a) for a in asked])
+    ]
+    with Store(db) as store:
+        resolver = Resolver(store, index_dir=None, semantic=False)
+        found = [
+            resolver.resolve("notes", "tools/call", {"name": "format", "arguments": a}, []) for a in asked
+        ]
+    served = [None if f.recording is None else answer_text(f.recording.result, None) for f in found]
+    # Before, each learned invariance applied to every difference of its kind: all three were
+    # served another call's answer (`"alpha one"` for `"alpha one\n"`, `"2.5"` for `"2.50"`, `[1, 2]` for `[2, 1]`).
+    assert [s != t for s, t in zip(served[:3], truth[:3], strict=True)] == [True] * 3  # they would be wrong
+    assert [f.tier for f in found[:3]] == [Tier.MISS] * 3
+    assert [f.tier for f in found[3:]] == [Tier.CANONICAL, Tier.CANONICAL, Tier.EXACT]
+    assert served[3:] == truth[3:]

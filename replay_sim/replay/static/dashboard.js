@@ -78,13 +78,23 @@ function drawTools(calls) {
 
 const EFFECT_COLORS = { none: "#2e7d32", changes: "#ef6c00", unknown: "#616161" };
 
+function effectRow(server, tool, kind, v) {
+  const badge = el("span", { class: "tier" }, v.effect);
+  badge.style.background = EFFECT_COLORS[v.effect] || "#444";
+  const witnesses = (v.witnesses || []).map((p) => p.join("/")).join(", ");
+  const evidence = witnesses ? `${v.reason} — witnesses ${witnesses}` : v.reason;
+  const attrs = { "data-tool": tool, "data-effect": v.effect };
+  if (kind) attrs["data-kind"] = kind;
+  return el("tr", attrs, el("td", {}, server), el("td", {}, kind ? `${tool} [${kind}]` : tool),
+    el("td", {}, badge), el("td", { class: "muted" }, evidence));
+}
+
 function drawEffects(effects) {
   const rows = [];
   Object.entries(effects || {}).forEach(([server, tools]) => Object.entries(tools).forEach(([tool, v]) => {
-    const badge = el("span", { class: "tier" }, v.effect);
-    badge.style.background = EFFECT_COLORS[v.effect] || "#444";
-    rows.push(el("tr", { "data-tool": tool, "data-effect": v.effect },
-      el("td", {}, server), el("td", {}, tool), el("td", {}, badge), el("td", { class: "muted" }, v.reason)));
+    rows.push(effectRow(server, tool, null, v));
+    // A tool learned per kind of call (SQL statement kinds): each kind's own effect and witnesses.
+    Object.entries(v.kinds || {}).forEach(([kind, k]) => rows.push(effectRow(server, tool, kind, k)));
   }));
   document.querySelector("#effects tbody").replaceChildren(...rows);
 }
