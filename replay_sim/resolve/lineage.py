@@ -83,8 +83,11 @@ class Trail:
 
 
 def _effects(verdicts: dict[str, Verdict]) -> dict[str, Any]:
-    """What replay reads of learned verdicts: each tool's effect (not the evidence's wording)."""
-    return {tool: verdict.effect for tool, verdict in verdicts.items()}
+    """What replay reads of learned verdicts: each tool's effect and its kinds' (not the evidence)."""
+    return {
+        tool: (verdict.effect, tuple((kind, of_kind.effect) for kind, of_kind in verdict.kinds))
+        for tool, verdict in verdicts.items()
+    }
 
 
 class StateLookup:
