@@ -199,6 +199,12 @@ class LiveIndex:
     def _load_or_build(self, embedder: Embedder) -> IndexSet:
         if not self.auto_build:
             index = IndexSet.load(Path(self.directory or DEFAULT_INDEX_DIR))
+            if (index.model_id, index.dimension) != (embedder.model_id, embedder.dimension):
+                raise VectorIndexError(
+                    f"{self.directory}: index built with embedding model {index.model_id!r}, but queries "
+                    f"are embedded with {embedder.model_id!r}: their cosines would mean nothing; rebuild "
+                    "it with `replay-sim index build --embedding NAME` for the model you serve with"
+                )
             if not index.is_current(self.store):
                 raise VectorIndexError(
                     f"{self.directory}: index is stale for {self.store.path}; run `replay-sim index build`"
