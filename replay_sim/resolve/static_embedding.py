@@ -43,7 +43,8 @@ class StaticEmbedder:
 
     def __init__(self, model: SentenceTransformerEmbedder | None = None) -> None:
         self.model = model or SentenceTransformerEmbedder()
-        self._table: dict[int, np.ndarray] = {}
+        self._table: np.ndarray | None = None
+        self._known = np.zeros(0, dtype=bool)
         self._lock = threading.Lock()
 
     @property
@@ -64,30 +65,35 @@ class StaticEmbedder:
         ids: list[list[int]] = tokenizer(
             [t[:MAX_TEXT_CHARS] for t in texts], add_special_tokens=False, truncation=True, max_length=limit
         )["input_ids"]
-        table = self._vectors(st, {i for row in ids for i in row} | {-1})
-        out = np.empty((len(texts), self.dimension), dtype=np.float32)
-        for n, row in enumerate(ids):
-            out[n] = np.mean([table[i] for i in row], axis=0) if row else table[-1]
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
-        return np.ascontiguousarray(out / np.maximum(norms, 1e-12), dtype=np.float32)
+        empty = int(tokenizer.vocab_size)  # the row of the empty sentence, after the vocabulary's
+        rows = [row or [empty] for row in ids]
+        flat = np.fromiter((i for row in rows for i in row), dtype=np.int64)
+        table = self._table_with(st, flat)
+        starts = np.cumsum([0] + [len(row) for row in rows[:-1]])
+        sums = np.add.reduceat(table[flat], starts)  # the mean's direction is the sum's
+        norms = np.linalg.norm(sums, axis=1, keepdims=True)
+        return np.ascontiguousarray(sums / np.maximum(norms, 1e-12), dtype=np.float32)
 
-    def _vectors(self, st: Any, wanted: set[int]) -> dict[int, np.ndarray]:
-        """The token table, with every token of ``wanted`` in it (-1: the empty sentence)."""
+    def _table_with(self, st: Any, tokens: np.ndarray) -> np.ndarray:
+        """The token table (a row per vocabulary id, then the empty sentence), ``tokens`` filled in."""
+        import torch
+
         with self._lock:
-            missing = sorted(wanted - self._table.keys())
-            if missing:
-                import torch
-
-                tokenizer = st.tokenizer
-                cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
-                if -1 in missing:
-                    missing.remove(-1)
-                    self._table[-1] = self._forward(st, torch.tensor([[cls, sep]]))[0]
-                for start in range(0, len(missing), _TOKEN_BATCH):
-                    chunk = missing[start : start + _TOKEN_BATCH]
-                    rows = torch.tensor([[cls, token, sep] for token in chunk])
-                    for token, vector in zip(chunk, self._forward(st, rows), strict=True):
-                        self._table[token] = vector
+            tokenizer = st.tokenizer
+            empty = int(tokenizer.vocab_size)
+            if self._table is None:  # zeros: pages of tokens never seen take no memory
+                self._table = np.zeros((empty + 1, self.dimension), dtype=np.float32)
+                self._known = np.zeros(empty + 1, dtype=bool)
+            missing = np.unique(tokens[~self._known[tokens]]).tolist()
+            cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
+            if missing and missing[-1] == empty:
+                missing.pop()
+                self._table[empty] = self._forward(st, torch.tensor([[cls, sep]]))[0]
+                self._known[empty] = True
+            for at in range(0, len(missing), _TOKEN_BATCH):
+                chunk = missing[at : at + _TOKEN_BATCH]
+                self._table[chunk] = self._forward(st, torch.tensor([[cls, token, sep] for token in chunk]))
+                self._known[chunk] = True
             return self._table
 
     @staticmethod
