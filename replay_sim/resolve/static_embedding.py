@@ -62,9 +62,13 @@ class StaticEmbedder:
         st = self.model.load()
         tokenizer = st.tokenizer
         limit = int(st.max_seq_length) - 2  # what the model itself would read
-        ids: list[list[int]] = tokenizer(
-            [t[:MAX_TEXT_CHARS] for t in texts], add_special_tokens=False, truncation=True, max_length=limit
-        )["input_ids"]
+        with self._lock:  # a fast tokenizer called from two threads at once can fail ("Already borrowed")
+            ids: list[list[int]] = tokenizer(
+                [t[:MAX_TEXT_CHARS] for t in texts],
+                add_special_tokens=False,
+                truncation=True,
+                max_length=limit,
+            )["input_ids"]
         empty = int(tokenizer.vocab_size)  # the row of the empty sentence, after the vocabulary's
         rows = [row or [empty] for row in ids]
         flat = np.fromiter((i for row in rows for i in row), dtype=np.int64)
