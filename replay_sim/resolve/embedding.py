@@ -70,7 +70,7 @@ class SentenceTransformerEmbedder:
     Args:
         model_path: A sentence-transformers model folder (default: the packaged MiniLM).
         model_id: The id recorded with cached vectors.
-        batch_size: Texts per forward pass; 32 took 7 – 23 % less CPU per text than 64 on
+        batch_size: Texts per forward pass; 32 took 7-23 % less CPU per text than 64 on
             length-sorted call texts (``bench/index_build.py``: smaller activations stay in cache).
         threads: torch intra-op threads, set (process-wide) when the model loads. None leaves
             torch's own choice, unless :func:`~replay_sim.resolve.runtime.configure_runtime` asked
