@@ -44,8 +44,8 @@ def index_group() -> None:
     type=click.Choice(sorted(EMBEDDINGS)),
     default=None,
     help="Embedding model: minilm (all-MiniLM-L6-v2, the default) or minilm-static (its static token "
-    "vectors: ~10x faster, opt-in; see README). Default: the one the index was built with, else minilm. "
-    "Another one than the index's rebuilds it.",
+    "vectors: 12-24x faster on CPU, opt-in; see README). Default: the one the index was built with, "
+    "else minilm. Another one than the index's rebuilds it.",
 )
 def build_command(db: Path, index_dir: Path, match_config: MatchConfig | None, embedding: str | None) -> None:
     """Embed new recordings and bring the index up to date (incremental); keep the tools' learned effects."""
