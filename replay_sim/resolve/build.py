@@ -28,6 +28,9 @@ __all__ = ["LiveIndex", "build_index"]
 
 Schemas = Callable[[str, str], ToolSchema | None]
 
+WINDOW_BATCHES = 32
+"""Batches whose texts are sorted by length together (a window of 16,384 recordings at 512)."""
+
 
 def _same_store(index: IndexSet, store: Store) -> bool:
     """Whether ``store`` still holds what the index was built from (so it can be extended)."""
@@ -74,7 +77,7 @@ def build_index(
         progress: Called as ``progress(done, total)`` once the calls to embed are known (``done``
             0) and after each batch.
         hnsw_threshold: Partition size above which HNSW is used.
-        batch: Recordings embedded per batch.
+        batch: Recordings embedded per batch (and per progress step).
 
     Returns:
         The current index.
@@ -109,9 +112,20 @@ def build_index(
     total, done = len(todo), 0
     if progress is not None:
         progress(0, total)  # before the first batch, which loads the model (a minute on a slow machine)
-    for start in range(0, total, batch):
-        chunk = todo[start : start + batch]
-        vectors = embedder.encode([call_text(r.arguments, free_text(r.server, r.name)) for r in chunk])
+    # Texts are embedded shortest first within a window of recordings, so a batch pads little (the
+    # model's cost is per padded token), and added to the partitions in recording order.
+    window = batch * WINDOW_BATCHES
+    for start in range(0, total, window):
+        chunk = todo[start : start + window]
+        texts = [call_text(r.arguments, free_text(r.server, r.name)) for r in chunk]
+        order = sorted(range(len(chunk)), key=lambda i: len(texts[i]))
+        vectors = np.empty((len(chunk), index.dimension), dtype=np.float32)
+        for at in range(0, len(order), batch):
+            rows = order[at : at + batch]
+            vectors[rows] = embedder.encode([texts[i] for i in rows])
+            done += len(rows)
+            if progress is not None:
+                progress(done, total)
         groups: dict[tuple[str, str], list[int]] = {}
         for i, rec in enumerate(chunk):
             groups.setdefault((rec.server, rec.name), []).append(i)
@@ -121,9 +135,6 @@ def build_index(
                 part = index.partitions[key] = FaissIndex(index.dimension, hnsw_threshold)
                 index.fields[key] = fields_token(free_text(*key))
             part.add(np.array([chunk[i].id for i in rows]), vectors[rows])
-        done += len(chunk)
-        if progress is not None:
-            progress(done, total)
     last = store.recording(upto) if upto else None
     index.last_id, index.last_key = (last.id, last.key) if last else (0, "")
     index.fingerprint = fingerprint
@@ -199,6 +210,12 @@ class LiveIndex:
     def _load_or_build(self, embedder: Embedder) -> IndexSet:
         if not self.auto_build:
             index = IndexSet.load(Path(self.directory or DEFAULT_INDEX_DIR))
+            if (index.model_id, index.dimension) != (embedder.model_id, embedder.dimension):
+                raise VectorIndexError(
+                    f"{self.directory}: index built with embedding model {index.model_id!r}, but queries "
+                    f"are embedded with {embedder.model_id!r}: their cosines would mean nothing; rebuild "
+                    "it with `replay-sim index build --embedding NAME` for the model you serve with"
+                )
             if not index.is_current(self.store):
                 raise VectorIndexError(
                     f"{self.directory}: index is stale for {self.store.path}; run `replay-sim index build`"

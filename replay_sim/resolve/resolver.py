@@ -28,7 +28,8 @@ from replay_sim.canonical import call_identity, call_key
 from replay_sim.errors import ReplaySimError, StoreError
 from replay_sim.resolve.build import LiveIndex
 from replay_sim.resolve.calibration import MatchConfig
-from replay_sim.resolve.embedding import MAX_TEXT_CHARS, CachedEmbedder, Embedder, default_embedder
+from replay_sim.resolve.embedders import index_embedder
+from replay_sim.resolve.embedding import MAX_TEXT_CHARS, CachedEmbedder, Embedder
 from replay_sim.resolve.index import DEFAULT_INDEX_DIR, IndexSet, call_text
 from replay_sim.resolve.lineage import DIVERGED, StateLookup, Trail
 from replay_sim.resolve.reasons import (
@@ -62,7 +63,8 @@ class Resolver:
     Args:
         store: The recording store.
         config: Matching config (thresholds, per-tool overrides); defaults apply when None.
-        embedder: Embedding model for the semantic tier (default: packaged MiniLM, loaded lazily).
+        embedder: Embedding model for the semantic tier (default: the model the index in
+            ``index_dir`` names, else the packaged MiniLM; loaded lazily).
         index_dir: Where the vector index lives; None keeps it in memory.
         semantic: Enable the semantic tier.
         canonical: Enable the canonical tier.
@@ -127,14 +129,20 @@ class Resolver:
         """The query embedder: the model behind a bounded in-memory cache that also reads the store's.
 
         Query embeddings are never written to the store (serving writes nothing); an embedder
-        given as a :class:`CachedEmbedder` is used as it is.
+        given as a :class:`CachedEmbedder` is used as it is. Without one, queries are embedded by
+        the model the persisted index names (:func:`~replay_sim.resolve.embedders.index_embedder`).
+
+        Raises:
+            VectorIndexError: The index names a model this replay-sim does not know.
         """
         if self._cached is None:
             given = self._embedder
             self._cached = (
                 given
                 if isinstance(given, CachedEmbedder)
-                else CachedEmbedder(given or default_embedder(), self.store, store_writes=False)
+                else CachedEmbedder(
+                    given or index_embedder(self.live_index.directory), self.store, store_writes=False
+                )
             )
         return self._cached
 

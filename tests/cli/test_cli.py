@@ -15,7 +15,9 @@ from recording_helpers import PYTHON, ROOT, proxy_stdio, run_script, step
 from replay_helpers import build_store
 
 from replay_sim.cli import cli
+from replay_sim.resolve.embedding import DEFAULT_MODEL_ID
 from replay_sim.resolve.snapshot import freeze
+from replay_sim.resolve.static_embedding import STATIC_MODEL_ID
 from replay_sim.store import Store
 
 REPLAY_SIM = [sys.executable, "-m", "replay_sim"]
@@ -152,6 +154,27 @@ def test_index_build_says_what_it_is_doing_when_not_on_a_terminal(tmp_path: Path
         lines[0] == f"indexing: {len(calls)} calls to index (loading the embedding model may take a minute)"
     )
     assert lines[-1] == f"indexing: {len(calls)}/{len(calls)} calls indexed"
+
+
+def test_index_build_takes_the_opt_in_static_embedding_and_keeps_it_until_told_otherwise(
+    tmp_path: Path, embedder: Any
+) -> None:
+    build_store(tmp_path / "r.db").close()
+    build = ["index", "build", "--db", str(tmp_path / "r.db"), "--index-dir", str(tmp_path / "index")]
+    manifest = tmp_path / "index" / "manifest.json"
+    static = CliRunner().invoke(cli, [*build, "--embedding", "minilm-static"])
+    assert static.exit_code == 0, static.output
+    assert json.loads(manifest.read_text())["model"] == STATIC_MODEL_ID
+    assert f"({STATIC_MODEL_ID})" in static.stdout
+    with Store(tmp_path / "r.db") as store:
+        store.record_call("demo", "tools/call", {"name": "echo", "arguments": {"message": "new"}})
+    again = CliRunner().invoke(cli, build)  # no --embedding: the index's own
+    assert again.exit_code == 0, again.output
+    assert json.loads(manifest.read_text())["model"] == STATIC_MODEL_ID
+    assert "(1 embedded, 0 from cache)" in again.stdout  # extended, not rebuilt
+    default = CliRunner().invoke(cli, [*build, "--embedding", "minilm"])
+    assert default.exit_code == 0, default.output
+    assert json.loads(manifest.read_text())["model"] == DEFAULT_MODEL_ID
 
 
 def test_serve_snapshot_says_it_verified_the_bundle_and_which_id_it_serves(

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
+import faiss
 import numpy as np
 import pytest
 from resolver_helpers import (
@@ -163,3 +165,34 @@ def test_an_index_manifest_naming_another_file_than_a_partitions_own_is_refused(
     manifest.write_text(json.dumps(entries))
     with pytest.raises(VectorIndexError, match=rf"notes/search names file '{named}', not its own"):
         IndexSet.load(tmp_path / "index")
+
+
+class _Logged:
+    """The real model, noting the texts of each batch it is asked to encode."""
+
+    def __init__(self, model: SentenceTransformerEmbedder) -> None:
+        self.model, self.model_id, self.dimension = model, model.model_id, model.dimension
+        self.batches: list[list[str]] = []
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        self.batches.append(list(texts))
+        return self.model.encode(texts)
+
+
+def test_a_build_embeds_shortest_texts_first_and_stores_each_calls_own_vector_in_recording_order(
+    tmp_path: Path, embedder: SentenceTransformerEmbedder
+) -> None:
+    store = Store(tmp_path / "r.db")
+    store.put_listing("demo", "tools/list", {"tools": []})
+    messages = ["a much longer message than the others, " * 3, "hi", "a medium message", "yo", "short one"]
+    ids = [call(store, "echo", {"message": m}, f"Echo: {m}") for m in messages]
+    logged = _Logged(embedder)
+    index = build_index(store, embedder=logged, directory=tmp_path / "index", batch=2)
+    lengths = [len(text) for batch in logged.batches for text in batch]
+    assert lengths == sorted(lengths)  # batches pad little: the model's cost is per padded token
+    part = index.partition("demo", "echo")
+    assert part is not None
+    stored = faiss.vector_to_array(part.index.id_map).tolist()
+    assert stored == ids  # added in recording order, as before
+    alone = np.stack([embedder.encode([call_text({"message": m}, ())])[0] for m in messages])
+    np.testing.assert_allclose(part.vectors(ids), alone, atol=1e-5)  # the vectors do not change
