@@ -333,7 +333,11 @@ class Database:
 
     def data_version(self) -> int:
         """A number that changes when *another* connection commits to the file (``PRAGMA data_version``)."""
-        return int(self._query("PRAGMA data_version")[0][0])
+        with self._lock:  # asked before every answer: no context manager of its own
+            try:
+                return int(self.conn.execute("PRAGMA data_version").fetchone()[0])
+            except sqlite3.Error as exc:
+                raise self._translated("read", exc) from exc
 
 
 _STORE_TABLES = {
