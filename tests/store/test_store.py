@@ -244,9 +244,28 @@ def test_a_write_that_must_not_wait_fails_at_once_while_another_process_writes(t
     finally:
         other.execute("ROLLBACK")
         other.close()
-    assert store.conn.execute("PRAGMA busy_timeout").fetchone() == (30000,)  # waits again for others
+    assert store.meta("note") is None  # a read waits again for others
+    assert store.conn.execute("PRAGMA busy_timeout").fetchone() == (30000,)
     store.set_meta("note", 2, wait=False)
     assert store.meta("note") == 2
+
+
+def test_a_recorder_commits_each_call_in_three_statements_and_reads_still_wait_for_others(
+    tmp_path: Path,
+) -> None:
+    # A recorder commits every call before answering it: SQLite's busy wait, off for BEGIN
+    # IMMEDIATE (the store waits for other writers itself), is not switched back on in between.
+    store = Store(tmp_path / "r.db")
+    session = store.start_session("echo")
+    echo_call(store, 1, session)
+    statements: list[str] = []
+    store.conn.set_trace_callback(statements.append)
+    for n in (2, 3):
+        echo_call(store, n, session)
+    assert [s.split()[0] for s in statements] == ["BEGIN", "INSERT", "COMMIT"] * 2
+    assert [r.seq for r in store.recordings(session=session)] == [1, 2, 3]
+    assert statements[-2:][0] == "PRAGMA busy_timeout = 30000"  # before that read
+    store.conn.set_trace_callback(None)
 
 
 def test_the_recorded_names_are_the_keys_of_the_stats(tmp_path: Path) -> None:
