@@ -167,7 +167,10 @@ class Prepared:
             The result's JSON bytes, or None when the SDK path must answer (as it does when the
             store cannot be read: its answer is the error naming the recording and the store).
         """
-        answered = self.answer_again(server, method, params, scope, version, style)
+        try:
+            answered = self._answer(server, method, params, scope, version, style, None)
+        except StoreError:
+            return None
         return None if answered is None else answered[0]
 
     def answer_again(
