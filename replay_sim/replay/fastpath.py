@@ -11,7 +11,9 @@ SDK untouched (:meth:`FastPath.__call__` returns False having sent nothing).
 
 Over stdio, :class:`StdioFastPath` answers request lines the same way before the SDK's stream
 sees them, once the connection's era is settled: the client's first request (which decides it
-for the SDK) and everything the SDK must see go on to the SDK.
+for the SDK) and everything the SDK must see go on to the SDK. A line repeating one it answered
+(but for its id) is answered again from what that answer depended on, checked per call
+(:meth:`Prepared.again <replay_sim.replay.prepared.Prepared.again>`), without parsing or resolving it.
 """
 
 from __future__ import annotations

@@ -20,7 +20,8 @@ or later by itself through the transport's :class:`Writer`; it sees every messag
 writes, and its answers and the server's are written whole, one at a time, in the order they were
 handed over. :class:`Opening` tells a shortcut what the connection's first requests settled (its era,
 and a handshake's version once the server answered ``initialize``): until then the server must see
-every request.
+every request. :class:`Repeated` cuts a request line's id out of it, so a shortcut can answer a line
+it answered before but for its id without parsing it.
 """
 
 from __future__ import annotations
