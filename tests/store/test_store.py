@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import multiprocessing
+import re
 import sqlite3
 import subprocess
 import sys
 import threading
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,7 @@ import pytest
 from store_helpers import echo_call, write_from_process
 
 from replay_sim.errors import StoreError, StoreLockedError
-from replay_sim.store import Origin, ServerRecord, Store
+from replay_sim.store import Origin, ServerRecord, Store, utc_now
 
 
 def test_a_recorded_call_reads_back_exactly_as_written(tmp_path: Path) -> None:
@@ -447,3 +449,11 @@ def test_exporting_a_store_with_a_corrupt_row_is_a_one_line_error_naming_it(tmp_
     )
     assert run.returncode == 1 and run.stderr.count("\n") == 1, run.stderr
     assert f"{path}: recording #3 is corrupt" in run.stderr
+
+
+def test_a_call_is_stamped_with_the_utc_time_to_the_microsecond() -> None:
+    before = datetime.now(UTC)
+    stamp = utc_now()
+    after = datetime.now(UTC)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", stamp)
+    assert before - timedelta(microseconds=1) <= datetime.fromisoformat(stamp) <= after
