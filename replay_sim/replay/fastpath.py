@@ -331,10 +331,12 @@ class StdioFastPath(_Checks):
         if answered is None:
             return None
         result, again = answered
-        if again is not None and repeated is not None and repeated.holds(request):
-            if len(self._repeats) >= _REPEATS:
-                del self._repeats[next(iter(self._repeats))]
-            self._repeats[repeated.template] = (again, scope)
+        if repeated is not None:
+            self._repeats.pop(repeated.template, None)  # what it kept no longer holds
+            if again is not None and repeated.holds(request):
+                if len(self._repeats) >= _REPEATS:
+                    del self._repeats[next(iter(self._repeats))]
+                self._repeats[repeated.template] = (again, scope)
         return envelope(request["id"], result, Style.PYDANTIC)
 
     def sent(self, message: Any) -> None:
