@@ -8,7 +8,9 @@ Three paths to ``fixtures/echo_server.py`` over stdio, from the same SDK client,
 - ``recorded``: through ``replay-sim record`` (forward, commit to SQLite before answering).
 
 Reports the medians over N calls (after a warm-up), the milliseconds added to ``direct`` and the
-recorder's CPU time per call. Target: at most 0.3 ms added per call.
+recorder's CPU time per call. Target: at most 0.2 ms added per call. The same three paths are then
+driven by a raw line client (write a request line, read its answer line; no SDK client, whose
+own ~1 ms per call and its jitter dwarf what a proxy adds), calls interleaved likewise.
 
 With ``REPLAY_SIM_BENCH_BEFORE=DIR`` (a checkout of another version, e.g. a ``git worktree`` of
 the previous commit) a fourth path, ``before``, runs that checkout's recorder in the same rounds.
@@ -17,8 +19,10 @@ the previous commit) a fourth path, ``before``, runs that checkout's recorder in
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -36,7 +40,8 @@ ROOT = Path(__file__).resolve().parent.parent
 ECHO = ROOT / "fixtures" / "echo_server.py"
 CALLS = 600
 WARMUP = 50
-TARGET_MS = 0.3
+TARGET_MS = 0.2
+RAW_CALLS = 2000
 _RAW = TypeAdapter(dict[str, Any])
 
 
@@ -123,6 +128,83 @@ async def measure(calls: int = CALLS) -> dict[str, float]:
     return figures
 
 
+def raw_measure(calls: int = RAW_CALLS) -> dict[str, float]:
+    """Median per-call milliseconds of each path driven by a raw line client, calls interleaved."""
+    with tempfile.TemporaryDirectory() as tmp:
+        echo = [sys.executable, str(ECHO)]
+        commands = {
+            "direct": echo,
+            "relay": [sys.executable, "-m", "bench.recorder_overhead", "relay", *echo],
+            "recorded": [
+                str(Path(sys.executable).parent / "replay-sim"),
+                *("record", "--db", str(Path(tmp) / "raw.db"), "--name", "echo", "--", *echo),
+            ],
+        }
+        cwd: dict[str, str] = {}
+        before = os.environ.get("REPLAY_SIM_BENCH_BEFORE")
+        if before:  # `python -m replay_sim` in that checkout imports its own package
+            commands["before"] = [sys.executable, "-m", "replay_sim", *commands["recorded"][1:]]
+            commands["before"][5] = str(Path(tmp) / "raw-before.db")
+            cwd["before"] = before
+        processes = {
+            kind: subprocess.Popen(
+                command,
+                cwd=cwd.get(kind),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                bufsize=0,
+            )
+            for kind, command in commands.items()
+        }
+        times: dict[str, list[float]] = {kind: [] for kind in commands}
+        try:
+            init = {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "b", "version": "0"},
+            }
+            for process in processes.values():
+                assert process.stdin is not None and process.stdout is not None
+                process.stdin.write(
+                    json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init}).encode()
+                    + b"\n"
+                )
+                process.stdout.readline()
+                process.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+            for i in range(1, WARMUP + calls + 1):
+                params = {"name": "echo", "arguments": {"text": f"call {i}"}}
+                line = json.dumps(
+                    {"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": params}
+                ).encode()
+                for kind, process in processes.items():
+                    assert process.stdin is not None and process.stdout is not None
+                    started = time.perf_counter()
+                    process.stdin.write(line + b"\n")
+                    answer = process.stdout.readline()
+                    if i > WARMUP:
+                        times[kind].append((time.perf_counter() - started) * 1000)
+                    assert f"call {i}".encode() in answer, answer
+        finally:
+            for process in processes.values():
+                assert process.stdin is not None
+                process.stdin.close()
+                process.wait(timeout=60)
+    medians = {kind: statistics.median(values) for kind, values in times.items()}
+    figures = {
+        "raw_direct_ms": medians["direct"],
+        "raw_relay_added_ms": medians["relay"] - medians["direct"],
+        "raw_added_ms": medians["recorded"] - medians["direct"],
+        "raw_added_mean_ms": statistics.mean(times["recorded"]) - statistics.mean(times["direct"]),
+    }
+    if "before" in medians:
+        figures["raw_before_added_ms"] = medians["before"] - medians["direct"]
+        figures["raw_before_added_mean_ms"] = statistics.mean(times["before"]) - statistics.mean(
+            times["direct"]
+        )
+    return figures
+
+
 def main() -> dict[str, float]:
     """Print the recorder overhead figures."""
     figures = anyio.run(measure)
@@ -133,6 +215,19 @@ def main() -> dict[str, float]:
         f"a bare Python line relay adds {figures['relay_added_ms']:.3f} ms "
         f"(CPU {figures['relay_cpu_ms']:.3f} ms per call); recorder CPU "
         f"{figures['recorder_cpu_ms']:.3f} ms per call"
+    )
+    raw = raw_measure()
+    figures.update(raw)
+    print(
+        f"   the same over {RAW_CALLS} calls from a raw line client: direct {raw['raw_direct_ms']:.3f} ms, "
+        f"recorded adds {raw['raw_added_ms']:.3f} ms (mean {raw['raw_added_mean_ms']:.3f} ms), "
+        f"a bare Python line relay {raw['raw_relay_added_ms']:.3f} ms"
+        + (
+            f"; the recorder in REPLAY_SIM_BENCH_BEFORE adds {raw['raw_before_added_ms']:.3f} ms "
+            f"(mean {raw['raw_before_added_mean_ms']:.3f} ms)"
+            if "raw_before_added_ms" in raw
+            else ""
+        )
     )
     if "before_added_ms" in figures:
         print(

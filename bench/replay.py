@@ -14,10 +14,15 @@ Reported: the median of sequential exact-hit ``tools/call`` round trips on one s
 per call in that phase, and calls/s at 64 and 256 concurrent sessions. Targets: round trip <= 1.0x
 ``bare_json`` and <= 1.5x ``raw``; throughput >= 1.0x ``bare_json``.
 
-stdio: ``replay-sim serve --stdio`` and a bare SDK stdio server, driven by a raw line client (write a
-request line, read its answer line); the replay's median exact hit must be <= 0.35 ms.
+stdio: ``replay-sim serve --stdio``, a bare SDK stdio server and a bare Python line echo (a blocking
+loop answering each line with a constant: the floor for a Python stdio server here), driven by a
+raw line client (write a request line, read its answer line), interleaved in rounds; the replay's
+median exact hit must be <= 0.1 ms. With ``REPLAY_SIM_BENCH_BEFORE=DIR`` (a checkout of another
+version, e.g. a ``git worktree`` of the previous commit) that checkout's ``serve --stdio`` runs in
+the same rounds.
 
-Run with ``python -m bench`` (every bench module) or ``python -m bench.replay``.
+Run with ``python -m bench`` (every bench module), ``python -m bench.replay``, or
+``python -m bench.replay stdio`` for the stdio figures alone.
 """
 
 from __future__ import annotations
@@ -50,7 +55,8 @@ WARMUP = 200
 ROUNDS = 3
 KINDS = ("bare_json", "replay", "raw", "bare_sse")
 STDIO_CALLS = 3000
-STDIO_TARGET_MS = 0.35
+STDIO_ROUNDS = 5
+STDIO_TARGET_MS = 0.1
 BIN = Path(sys.executable).parent
 
 
@@ -259,9 +265,9 @@ def measure(kind: str, db: Path) -> dict[str, float]:
         }
 
 
-def stdio_round_trip(command: list[str], calls: int = STDIO_CALLS) -> float:
+def stdio_round_trip(command: list[str], calls: int = STDIO_CALLS, cwd: str | None = None) -> float:
     """Median milliseconds of an exact-hit ``tools/call`` over a stdio server, by a raw line client."""
-    process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+    process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, cwd=cwd)
     assert process.stdin is not None and process.stdout is not None
     stdin, stdout = process.stdin, process.stdout
 
@@ -308,18 +314,41 @@ def _bare_stdio() -> None:
     anyio.run(main)
 
 
+def _line_echo() -> None:
+    """The floor: a blocking loop answering each request line with a constant result (no MCP at all)."""
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    result = json.dumps(RESULT, separators=(",", ":")).encode()
+    for line in stdin:
+        request = json.loads(line)
+        if "id" in request:
+            id_ = json.dumps(request["id"]).encode()
+            stdout.write(b'{"jsonrpc":"2.0","id":' + id_ + b',"result":' + result + b"}\n")
+            stdout.flush()
+
+
 def stdio(db: Path) -> dict[str, float]:
-    """The stdio figures: ``replay-sim serve --stdio`` and the bare SDK server, interleaved, best of each."""
+    """The stdio figures: the replay, the bare SDK server and the line echo, interleaved, best of each."""
     commands = {
         "replay": [str(BIN / "replay-sim"), "serve", "--stdio", "--server", "bench", "--db", str(db)],
         "bare": [sys.executable, "-m", "bench.replay", "bare-stdio"],
+        "echo": [sys.executable, "-m", "bench.replay", "line-echo"],
     }
+    cwd: dict[str, str] = {}
+    before = os.environ.get("REPLAY_SIM_BENCH_BEFORE")
+    if before:  # `python -m replay_sim` in that checkout imports its own package
+        commands["before"] = [sys.executable, "-m", "replay_sim", *commands["replay"][1:]]
+        cwd["before"] = before
     best: dict[str, float] = {}
-    for _ in range(ROUNDS):
+    for _ in range(STDIO_ROUNDS):
         for kind, command in commands.items():
-            median = stdio_round_trip(command)
+            median = stdio_round_trip(command, cwd=cwd.get(kind))
             best[kind] = min(best.get(kind, median), median)
-    return {"replay_ms": best["replay"], "bare_ms": best["bare"], "ratio": best["replay"] / best["bare"]}
+    figures = {f"{kind}_ms": figure for kind, figure in best.items()}
+    figures["vs_bare"] = best["replay"] / best["bare"]
+    figures["vs_echo"] = best["replay"] / best["echo"]
+    if "before" in best:
+        figures["vs_before"] = best["replay"] / best["before"]
+    return figures
 
 
 def main() -> dict[str, Any]:
@@ -367,5 +396,11 @@ if __name__ == "__main__":
         _serve(sys.argv[2], int(sys.argv[3]), sys.argv[4])
     elif len(sys.argv) >= 2 and sys.argv[1] == "bare-stdio":
         _bare_stdio()
+    elif len(sys.argv) >= 2 and sys.argv[1] == "line-echo":
+        _line_echo()
+    elif len(sys.argv) >= 2 and sys.argv[1] == "stdio":
+        with tempfile.TemporaryDirectory() as tmp:
+            make_store(Path(tmp) / "bench.db")
+            print(json.dumps(stdio(Path(tmp) / "bench.db"), indent=2))
     else:
         main()

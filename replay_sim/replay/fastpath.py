@@ -11,7 +11,9 @@ SDK untouched (:meth:`FastPath.__call__` returns False having sent nothing).
 
 Over stdio, :class:`StdioFastPath` answers request lines the same way before the SDK's stream
 sees them, once the connection's era is settled: the client's first request (which decides it
-for the SDK) and everything the SDK must see go on to the SDK.
+for the SDK) and everything the SDK must see go on to the SDK. A line repeating one it answered
+(but for its id) is answered again from what that answer depended on, checked per call
+(:meth:`Prepared.again <replay_sim.replay.prepared.Prepared.again>`), without parsing or resolving it.
 """
 
 from __future__ import annotations
@@ -40,10 +42,10 @@ from starlette.types import Message, Scope, Send
 from replay_sim import untrusted
 from replay_sim.errors import EpisodeError
 from replay_sim.protocol import agreed_episode
-from replay_sim.replay.prepared import FAST_METHODS, Prepared, Style, envelope
+from replay_sim.replay.prepared import FAST_METHODS, Again, Prepared, Style, envelope
 from replay_sim.replay.responses import prefers_json
 from replay_sim.replay.surface import Surface
-from replay_sim.stdio_transport import Opening, request_of
+from replay_sim.stdio_transport import Opening, Repeated, request_of
 
 __all__ = ["FastPath", "StdioFastPath"]
 
@@ -57,6 +59,8 @@ _PARAMS = {
 }
 _MINIMAL = {"tools/call": {"name": ""}, "resources/read": {"uri": ""}, "prompts/get": {"name": ""}}
 _ENVELOPES = 256  # distinct 2026-era envelopes whose verdict is kept
+_REPEATS = 1024  # stdio request lines kept to be answered again (each up to _REPEATED_LINE bytes)
+_REPEATED_LINE = 16 << 10
 
 
 class _Checks:
@@ -277,9 +281,22 @@ class StdioFastPath(_Checks):
         self.name = name
         self.client = client
         self.opening = Opening()
+        self._repeats: dict[bytes, tuple[Again, Hashable]] = {}  # template -> its call, its scope
 
     def answer(self, line: bytes) -> bytes | None:
-        """The response line to a request line, or None: the SDK reads the line."""
+        """The response line to a request line, or None: the SDK reads the line.
+
+        A line repeating one answered before but for its id (a client calling a tool again) is
+        answered from what that answer depended on, without parsing or resolving it, when
+        :meth:`Prepared.again <replay_sim.replay.prepared.Prepared.again>` finds it unchanged.
+        """
+        repeated = Repeated.split(line) if len(line) <= _REPEATED_LINE else None
+        if repeated is not None:
+            found = self._repeats.get(repeated.template)
+            if found is not None:
+                result = self.prepared.again(*found)
+                if result is not None:
+                    return envelope(repeated.id, result, Style.PYDANTIC)
         request = request_of(line)
         if request is None:
             return None
@@ -308,8 +325,19 @@ class StdioFastPath(_Checks):
         except EpisodeError:
             return None
         scope: Hashable = episode if episode is not None else self.client
-        result = self.prepared.answer(self.name, request["method"], params, scope, version, Style.PYDANTIC)
-        return None if result is None else envelope(request["id"], result, Style.PYDANTIC)
+        answered = self.prepared.answer_again(
+            self.name, request["method"], params, scope, version, Style.PYDANTIC
+        )
+        if answered is None:
+            return None
+        result, again = answered
+        if repeated is not None:
+            self._repeats.pop(repeated.template, None)  # what it kept no longer holds
+            if again is not None and repeated.holds(request):
+                if len(self._repeats) >= _REPEATS:
+                    del self._repeats[next(iter(self._repeats))]
+                self._repeats[repeated.template] = (again, scope)
+        return envelope(request["id"], result, Style.PYDANTIC)
 
     def sent(self, message: Any) -> None:
         """Watch what the server writes (its answer to ``initialize``)."""

@@ -34,7 +34,7 @@ from replay_sim.resolve.resolution import Resolution, Tier
 if TYPE_CHECKING:
     from replay_sim.replay.replay import Replay
 
-__all__ = ["FAST_METHODS", "Prepared", "Style", "envelope"]
+__all__ = ["FAST_METHODS", "Again", "Prepared", "Style", "envelope"]
 
 FAST_METHODS = frozenset({"tools/call", "resources/read", "prompts/get"})
 """The requests the fast path answers (everything else is the SDK's)."""
@@ -74,6 +74,56 @@ def envelope(id_: int | str, result: bytes, style: Style) -> bytes:
     pydantic_int = type(id_) is int and style is Style.PYDANTIC
     id_bytes = str(id_).encode() if pydantic_int else _id_json(id_, style)
     return b"".join((_HEAD, id_bytes, b',"result":', result, b"}"))
+
+
+class Again:
+    """A call answered from prepared bytes, and what its answer depended on: the same call again
+    gets the same answer while the store is unchanged and the episode is in the same state.
+
+    Only an exact hit of a call recorded once is kept: the resolver chooses that recording
+    whenever the episode's state is the one it was made from, whatever else the episode did
+    (ties between recordings are what its other steps decide).
+    """
+
+    __slots__ = (
+        "arguments",
+        "body",
+        "call",
+        "latency_ms",
+        "method",
+        "name",
+        "resolution",
+        "server",
+        "state",
+        "status",
+        "stored",
+    )
+
+    def __init__(
+        self,
+        server: str,
+        method: str,
+        call: dict[str, Any],
+        name: str,
+        arguments: dict[str, Any],
+        resolution: Resolution,
+        status: str,
+        body: bytes,
+    ) -> None:
+        assert resolution.recording is not None
+        self.server = server
+        self.method = method
+        self.call = call
+        self.name = name
+        self.arguments = arguments
+        self.resolution = resolution
+        self.status = status
+        self.body = body
+        self.latency_ms = resolution.recording.latency_ms
+        self.state: tuple[str, ...] = ()
+        """The state-changing calls the recording was made after (the episode's must be these)."""
+        self.stored: tuple[int, int] = (-1, -1)
+        """The store's generation and data version before the call was resolved."""
 
 
 class Prepared:
@@ -118,9 +168,74 @@ class Prepared:
             store cannot be read: its answer is the error naming the recording and the store).
         """
         try:
-            return self._answer(server, method, params, scope, version, style)
+            answered = self._answer(server, method, params, scope, version, style, None)
         except StoreError:
             return None
+        return None if answered is None else answered[0]
+
+    def answer_again(
+        self,
+        server: str,
+        method: str,
+        params: dict[str, Any],
+        scope: Hashable | None,
+        version: str,
+        style: Style,
+    ) -> tuple[bytes, Again | None] | None:
+        """:meth:`answer`, and how to answer the same call again without resolving it (:meth:`again`).
+
+        Returns:
+            The result's JSON bytes and, when the call's answer depends on nothing but the store
+            and the episode's state, its :class:`Again`; None when the SDK path must answer.
+        """
+        try:
+            stored: tuple[int, int] | None = self._stored()
+        except StoreError:
+            stored = None  # nothing is kept: the store's changes cannot be seen
+        try:
+            return self._answer(server, method, params, scope, version, style, stored)
+        except StoreError:
+            return None
+
+    def again(self, again: Again, scope: Hashable) -> bytes | None:
+        """The result JSON of a call answered before (``again``), answered the same way, or None.
+
+        None when anything the first answer depended on may differ — the store changed, the
+        episode is in another state, a fault or delay is to be injected, a sandbox claims the
+        call — and the call must be answered afresh (:meth:`answer`). Everything else
+        :meth:`answer` does for the call is done.
+        """
+        replay = self.replay
+        started = time.perf_counter()
+        try:
+            if self._stored() != again.stored:
+                return None
+            history = replay.histories.history(scope)
+        except (StoreError, EpisodeError):
+            return None
+        if history is None:
+            return None
+        server, method, resolution = again.server, again.method, again.resolution
+        trail = history.trail(server)
+        if trail.diverged is not None or trail.state != again.state:
+            return None
+        if replay.injector.draw(history, server, method, again.call) is not None:
+            return None
+        if replay.injector.latency.seconds(again.latency_ms) > 0:
+            return None
+        if replay.claimed(server, method, again.name, again.arguments, trail):
+            return None
+        replay.resolver.advance(trail, resolution)
+        history.called(server)
+        replay.metrics.observe(server, method, again.name, again.status, time.perf_counter() - started)
+        if isinstance(history, Episode):
+            history.count(server, again.name, again.status, None, resolution.reason)
+        return again.body
+
+    def _stored(self) -> tuple[int, int]:
+        """What the store holds, as far as a change goes: its generation and data version."""
+        store = self.replay.store
+        return store.generation, store.data_version()
 
     def _answer(
         self,
@@ -130,7 +245,8 @@ class Prepared:
         scope: Hashable | None,
         version: str,
         style: Style,
-    ) -> bytes | None:
+        stored: tuple[int, int] | None,
+    ) -> tuple[bytes, Again | None] | None:
         replay = self.replay
         started = time.perf_counter()
         call = {k: v for k, v in params.items() if k != "_meta"}
@@ -159,15 +275,26 @@ class Prepared:
         if len(alternatives) > 1 and any(r.notifications for r in alternatives):
             return None  # which one answers depends on what the client can be asked
         body = self._prepared(server, method, resolution, version, style)
+        status = status_of(resolution)
+        again = None
+        lookup = replay.resolver.lookup
+        if (
+            trail is not None
+            and stored is not None
+            and resolution.tier is Tier.EXACT
+            and len(lookup.by_key(recording.key)) == 1  # no other recording of it to choose
+            and len(body) <= _MAX_BYTES // 1024
+        ):
+            again = Again(server, method, call, name, arguments, resolution, status, body)
+            again.state, again.stored = lookup.state_of(recording), stored
         if trail is not None:
             replay.resolver.advance(trail, resolution)
         if history is not None:
             history.called(server)
-        status = status_of(resolution)
         replay.metrics.observe(server, method, name, status, time.perf_counter() - started)
         if isinstance(history, Episode):
             history.count(server, name, status, None, resolution.reason)
-        return body
+        return body, again
 
     def _prepared(
         self, server: str, method: str, resolution: Resolution, version: str, style: Style

@@ -20,15 +20,14 @@ or later by itself through the transport's :class:`Writer`; it sees every messag
 writes, and its answers and the server's are written whole, one at a time, in the order they were
 handed over. :class:`Opening` tells a shortcut what the connection's first requests settled (its era,
 and a handshake's version once the server answered ``initialize``): until then the server must see
-every request.
+every request. :class:`Repeated` cuts a request line's id out of it, so a shortcut can answer a line
+it answered before but for its id without parsing it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import re
 import sys
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
@@ -38,16 +37,15 @@ from typing import Any, Literal, Protocol
 import anyio
 import anyio.abc
 import mcp_types as types
-import pydantic_core
 import sniffio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
 from replay_sim import untrusted
 from replay_sim.errors import NestingError
 from replay_sim.stdio_transport.lines import LineSplitter, TooLong
+from replay_sim.stdio_transport.requests import Opening, Repeated, leading_id, request_of
 from replay_sim.stdio_transport.writer import Writer
 
 __all__ = [
@@ -55,6 +53,7 @@ __all__ = [
     "MAX_LINE_ENV",
     "LineSplitter",
     "Opening",
+    "Repeated",
     "Shortcut",
     "TooLong",
     "Writer",
@@ -67,8 +66,6 @@ _CHUNK = 1 << 16
 DEFAULT_MAX_LINE = 32 << 20
 MAX_LINE_ENV = "REPLAY_SIM_MAX_LINE_BYTES"
 """Environment variable overriding :data:`DEFAULT_MAX_LINE` (bytes) for every stdio face."""
-# The id of a request line, when it is the first member (or follows "jsonrpc"), as SDKs write it.
-_LEADING_ID = re.compile(rb'^\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")')
 
 
 class Shortcut(Protocol):
@@ -91,58 +88,6 @@ class Shortcut(Protocol):
         ...
 
 
-def request_of(line: bytes) -> dict[str, Any] | None:
-    """A request line's JSON-RPC request (it has an ``id`` and a ``method``), or None: a
-    notification, a response, or not a message — what a :class:`Shortcut` leaves to the server."""
-    try:
-        request = pydantic_core.from_json(line)
-    except ValueError:
-        return None
-    if not isinstance(request, dict) or "id" not in request or not isinstance(request.get("method"), str):
-        return None
-    return request
-
-
-class Opening:
-    """What a stdio connection's first requests settled, for a :class:`Shortcut`.
-
-    The client's first request decides its era for the SDK (a request carrying the 2026 ``_meta``
-    envelope opens a modern connection, anything else a handshake one), so the server must see
-    it; a handshake-era connection serves calls once the server has answered ``initialize``.
-    """
-
-    def __init__(self) -> None:
-        self.modern: bool | None = None
-        """The era the first request opened (None: no request yet)."""
-        self.version: str | None = None
-        """The handshake's protocol version, once the server answered ``initialize``."""
-        self._initialize: Any = None
-
-    def request(self, request: dict[str, Any], modern: bool) -> bool:
-        """See a request (``modern``: it carries the 2026 envelope); True when the server must see it."""
-        method = request.get("method")
-        if method == "initialize" and self.version is None:
-            self._initialize = request.get("id")
-        if self.modern is None:
-            self.modern = modern and method != "initialize"
-            return True
-        return False
-
-    def ready(self, modern: bool) -> bool:
-        """Whether a request of that era may be answered by the shortcut (the era is the connection's)."""
-        return self.modern is modern and (modern or self.version is not None)
-
-    def sent(self, message: types.JSONRPCMessage) -> None:
-        """See a message the server writes: its answer to ``initialize`` settles the handshake's version."""
-        if self._initialize is None or getattr(message, "id", None) != self._initialize:
-            return
-        result = getattr(message, "result", None)
-        version = result.get("protocolVersion") if isinstance(result, dict) else None
-        if isinstance(version, str) and version in HANDSHAKE_PROTOCOL_VERSIONS:
-            self.version = version
-        self._initialize = None
-
-
 def _asyncio_loop() -> asyncio.AbstractEventLoop | None:
     """The running asyncio event loop, or None under another one."""
     try:
@@ -162,20 +107,11 @@ def _error(id_: int | str | None, code: int, message: str) -> SessionMessage:
     )
 
 
-def _leading_id(line: bytes) -> int | str | None:
-    """The id of a request line that cannot be read whole, if it leads the line."""
-    match = _LEADING_ID.match(line)
-    if match is None:
-        return None
-    value = json.loads(match.group(1))
-    return value if isinstance(value, int | str) else None
-
-
 def _refusal(line: bytes | TooLong, max_line: int) -> SessionMessage:
     """The error answering a line that is not a JSON-RPC message."""
     if isinstance(line, TooLong):
         return _error(
-            _leading_id(line.head),
+            leading_id(line.head),
             types.INVALID_REQUEST,
             f"request too large: a {line.size}-byte line is over the {max_line}-byte limit of this "
             f"stdio server (set {MAX_LINE_ENV} to raise it); it was not read",

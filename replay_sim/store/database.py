@@ -91,6 +91,7 @@ class Database:
         self.timeout = timeout
         self._lock = threading.RLock()
         self._depth = 0  # transaction nesting of the thread holding the lock
+        self._patient = True  # SQLite's busy wait is on (``timeout``); a write turns it off (_begin)
         self.generation = 0
         """Counts this object's commits of recorded content: caches compare it instead of querying."""
         if not create or readonly:
@@ -134,6 +135,8 @@ class Database:
             import sqlite_utils
 
             self._db = sqlite_utils.Database(self.conn)
+        with self._lock:
+            self._patience()
         return self._db
 
     @contextmanager
@@ -290,16 +293,27 @@ class Database:
             pause = min(pause * 2, _RETRY_CAP)
 
     def _begin(self) -> None:
-        """``BEGIN IMMEDIATE`` without SQLite's busy wait (:meth:`_enter` waits instead)."""
-        self.conn.execute("PRAGMA busy_timeout = 0")
-        try:
-            self.conn.execute("BEGIN IMMEDIATE")
-        finally:
+        """``BEGIN IMMEDIATE`` without SQLite's busy wait (:meth:`_enter` waits instead).
+
+        The wait stays off after it, for the next write (a recorder commits every call: two
+        statements fewer each time); the next read turns it back on (:meth:`_patience`).
+        """
+        if self._patient:
+            self.conn.execute("PRAGMA busy_timeout = 0")
+            self._patient = False
+        self.conn.execute("BEGIN IMMEDIATE")
+
+    def _patience(self) -> None:
+        """SQLite's busy wait back on before a read (in WAL mode a read waits only in rare moments,
+        such as another connection recovering the WAL). Called holding :attr:`_lock`."""
+        if not self._patient:
             self.conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
+            self._patient = True
 
     def copy_to(self, path: str | Path) -> None:
         """Write a compact, self-contained copy of the store (``VACUUM INTO``) to a new file."""
         with self._lock, self._translate(f"copy to {path}"):
+            self._patience()
             self.conn.execute("VACUUM INTO ?", (str(path),))
         # A single-file rollback-journal copy opens read-only anywhere (WAL would need a -shm file).
         with self._translate(f"finish copy {path}"):
@@ -322,18 +336,25 @@ class Database:
 
     def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         with self._lock, self._translate("read"):
+            self._patience()
             return self.conn.execute(sql, params).fetchall()
 
     def _rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
         """Query rows as dicts keyed by column name, under the store's lock."""
         with self._lock, self._translate("read"):
+            self._patience()
             cursor = self.conn.execute(sql, params)
             names = [column[0] for column in cursor.description]
             return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
     def data_version(self) -> int:
         """A number that changes when *another* connection commits to the file (``PRAGMA data_version``)."""
-        return int(self._query("PRAGMA data_version")[0][0])
+        with self._lock:  # asked before every answer: no context manager of its own
+            try:
+                self._patience()
+                return int(self.conn.execute("PRAGMA data_version").fetchone()[0])
+            except sqlite3.Error as exc:
+                raise self._translated("read", exc) from exc
 
 
 _STORE_TABLES = {

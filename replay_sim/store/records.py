@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -29,8 +30,17 @@ class Origin(StrEnum):
 
 
 def utc_now() -> str:
-    """Return the current UTC time as an ISO-8601 string with a ``Z`` suffix."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """Return the current UTC time as an ISO-8601 string with a ``Z`` suffix (microseconds).
+
+    Every recorded call is stamped while its client waits: the seconds are formatted once each.
+    """
+    seconds, nanoseconds = divmod(time.time_ns(), 1_000_000_000)
+    return f"{_second(seconds)}.{nanoseconds // 1000:06d}Z"
+
+
+@functools.lru_cache(maxsize=2)
+def _second(seconds: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
 
 
 @dataclass(frozen=True, slots=True)

@@ -369,8 +369,13 @@ def test_requests_the_sdk_would_refuse_still_get_its_answers(servers: tuple[str,
     assert fast == sdk
 
 
-def _stdio_answers(db: Path, lines: list[dict[str, Any]], fast: bool) -> list[bytes]:
-    """Serve ``db`` over stdio (``Replay.serve_stdio``, as ``serve --stdio`` does) and send ``lines``."""
+def _stdio_answers(db: Path, lines: list[dict[str, Any]], fast: bool) -> tuple[list[bytes], int, int]:
+    """Serve ``db`` over stdio (``Replay.serve_stdio``, as ``serve --stdio`` does) and send ``lines``.
+
+    Returns:
+        The answers, in order; how many were resolved and answered from prepared bytes, and how
+        many of those answered a line repeated but for its id without resolving it again.
+    """
     script = (
         "import sys, anyio\n"
         "from replay_sim.replay.replay import Replay\n"
@@ -382,15 +387,18 @@ def _stdio_answers(db: Path, lines: list[dict[str, Any]], fast: bool) -> list[by
         "replay.resolver.warm = lambda **kw: None  # resolve in place: no model to wait for\n"
         "if sys.argv[2] == 'sdk':\n"
         "    fastpath.StdioFastPath.answer = lambda self, line: None\n"
-        "answered = []\n"
-        "prepared = replay.prepared.answer\n"
-        "def counted(*args):\n"
-        "    found = prepared(*args)\n"
-        "    answered.extend([1] if found is not None else [])\n"
-        "    return found\n"
-        "replay.prepared.answer = counted\n"
+        "answered = {'answer_again': 0, 'again': 0}\n"
+        "def counting(name):\n"
+        "    method = getattr(replay.prepared, name)\n"
+        "    def counted(*args):\n"
+        "        found = method(*args)\n"
+        "        answered[name] += found is not None\n"
+        "        return found\n"
+        "    setattr(replay.prepared, name, counted)\n"
+        "counting('answer_again')\n"
+        "counting('again')\n"
         "anyio.run(replay.serve_stdio, 'demo')\n"
-        "print(len(answered), file=sys.stderr)\n"
+        "print(answered['answer_again'], answered['again'], file=sys.stderr)\n"
     )
     process = subprocess.Popen(
         [sys.executable, "-c", script, str(db), "fast" if fast else "sdk"],
@@ -407,9 +415,8 @@ def _stdio_answers(db: Path, lines: list[dict[str, Any]], fast: bool) -> list[by
             answers.append(process.stdout.readline().rstrip(b"\n"))
     process.stdin.close()
     process.wait(timeout=120)
-    fast_answers = int(process.stderr.read().decode().split()[-1])
-    assert fast_answers > 0 if fast else fast_answers == 0
-    return sorted(answers)
+    resolved, again = (int(n) for n in process.stderr.read().decode().split()[-2:])
+    return answers, resolved, again
 
 
 def test_serve_stdio_answers_from_prepared_bytes_in_both_eras(db: Path) -> None:
@@ -422,9 +429,42 @@ def test_serve_stdio_answers_from_prepared_bytes_in_both_eras(db: Path) -> None:
         for i, (method, params, _) in enumerate([CALLS[0], *CALLS])
     ]
     for lines in (handshake, modern):
-        fast, sdk = _stdio_answers(db, lines, fast=True), _stdio_answers(db, lines, fast=False)
+        (fast, resolved, _), (sdk, unresolved, _) = (
+            _stdio_answers(db, lines, fast=True),
+            _stdio_answers(db, lines, fast=False),
+        )
         assert len(fast) == len(lines) - (1 if lines is handshake else 0)
+        assert resolved > 0 and unresolved == 0
         assert fast == sdk
+
+
+def test_serve_stdio_answers_a_repeated_call_again_as_the_sdk_path_would_in_the_episodes_state(
+    db: Path,
+) -> None:
+    # echo "hello" was recorded once, before the counter's increment: the same line with another
+    # id is answered without resolving it again until the increment leaves the recording's state.
+    def call(id_: Any, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        params = {"name": name, "arguments": arguments}
+        return {"jsonrpc": "2.0", "id": id_, "method": "tools/call", "params": params}
+
+    hello = {"message": "hello"}
+    lines = [
+        initialize(),
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        *(call(id_, "echo", hello) for id_ in [1, 2, -3, 2**40, "r-é", 'q"\\\u2028']),
+        call(8, "weather", {"city": "Oslo"}),
+        call(9, "weather", {"city": "Oslo"}),
+        call(10, "counter", {}),
+        call(11, "increment", {}),
+        *(call(id_, "echo", hello) for id_ in [12, 13]),  # recorded only from the state before
+        call(14, "counter", {}),
+        call(15, "weather", {"city": "Oslo"}),  # recorded only from the first state too
+    ]
+    (fast, resolved, again), (sdk, _, _) = _stdio_answers(db, lines, True), _stdio_answers(db, lines, False)
+    assert fast == sdk
+    assert again == 6  # echo five times, weather once
+    assert resolved == 5  # echo, weather, counter twice, increment
+    assert [b'"status":"miss"' in answer for answer in fast[-4:]] == [True, True, False, True]
 
 
 @pytest.mark.parametrize(

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import multiprocessing
+import re
 import sqlite3
 import subprocess
 import sys
 import threading
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,7 @@ import pytest
 from store_helpers import echo_call, write_from_process
 
 from replay_sim.errors import StoreError, StoreLockedError
-from replay_sim.store import Origin, ServerRecord, Store
+from replay_sim.store import Origin, ServerRecord, Store, utc_now
 
 
 def test_a_recorded_call_reads_back_exactly_as_written(tmp_path: Path) -> None:
@@ -244,9 +246,28 @@ def test_a_write_that_must_not_wait_fails_at_once_while_another_process_writes(t
     finally:
         other.execute("ROLLBACK")
         other.close()
-    assert store.conn.execute("PRAGMA busy_timeout").fetchone() == (30000,)  # waits again for others
+    assert store.meta("note") is None  # a read waits again for others
+    assert store.conn.execute("PRAGMA busy_timeout").fetchone() == (30000,)
     store.set_meta("note", 2, wait=False)
     assert store.meta("note") == 2
+
+
+def test_a_recorder_commits_each_call_in_three_statements_and_reads_still_wait_for_others(
+    tmp_path: Path,
+) -> None:
+    # A recorder commits every call before answering it: SQLite's busy wait, off for BEGIN
+    # IMMEDIATE (the store waits for other writers itself), is not switched back on in between.
+    store = Store(tmp_path / "r.db")
+    session = store.start_session("echo")
+    echo_call(store, 1, session)
+    statements: list[str] = []
+    store.conn.set_trace_callback(statements.append)
+    for n in (2, 3):
+        echo_call(store, n, session)
+    assert [s.split()[0] for s in statements] == ["BEGIN", "INSERT", "COMMIT"] * 2
+    assert [r.seq for r in store.recordings(session=session)] == [1, 2, 3]
+    assert statements[-2:][0] == "PRAGMA busy_timeout = 30000"  # before that read
+    store.conn.set_trace_callback(None)
 
 
 def test_the_recorded_names_are_the_keys_of_the_stats(tmp_path: Path) -> None:
@@ -428,3 +449,11 @@ def test_exporting_a_store_with_a_corrupt_row_is_a_one_line_error_naming_it(tmp_
     )
     assert run.returncode == 1 and run.stderr.count("\n") == 1, run.stderr
     assert f"{path}: recording #3 is corrupt" in run.stderr
+
+
+def test_a_call_is_stamped_with_the_utc_time_to_the_microsecond() -> None:
+    before = datetime.now(UTC)
+    stamp = utc_now()
+    after = datetime.now(UTC)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", stamp)
+    assert before - timedelta(microseconds=1) <= datetime.fromisoformat(stamp) <= after
