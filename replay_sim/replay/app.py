@@ -92,7 +92,8 @@ def create_app(
         for name in replay.names()
     }
     replay.metrics.label_only(_recorded_names(replay))
-    readiness = Readiness(replay.resolver.warmup)
+    resolver = replay.resolver
+    readiness = Readiness(resolver.warmup, lambda: resolver.model_loaded)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -1,19 +1,23 @@
-"""Readiness of a replay server: every tier answers at its usual speed, or it says why not.
+"""Readiness of a replay server: every tier can answer (the model loads on first need), or it says why not.
 
-A replay server answers exact hits the moment it listens, but a call that needs the vector index,
-the embedding model or a tool's matching state waits for the background warm-up
-(:class:`~replay_sim.resolve.warmup.Warmup`) — seconds, a minute on a busy machine at 100,000
-recordings. So *ready* means the app's lifespan has started (every MCP endpoint runs) **and** the
-warm-up has succeeded. ``GET /api/ready`` answers 200 only then, ``replay-sim serve`` prints its
-``listening on URL`` line only then, and :func:`~replay_sim.replay.serving.serving` returns only
-then (unless told not to wait). A warm-up that failed is reported here (and retried), never
-silently gone.
+A replay server answers exact hits the moment it listens, but a call that needs the vector index
+or a tool's matching state waits for the background warm-up
+(:class:`~replay_sim.resolve.warmup.Warmup`). So *ready* means the app's lifespan has started
+(every MCP endpoint runs) **and** the warm-up has succeeded: exact and canonical hits, and the
+index and thresholds of the semantic tier. The embedding model is not part of it (seconds of CPU
+a trainer replaying exact hits never needs): the first call that embeds a query — a semantic
+match, a miss's nearest recordings — loads it in its worker thread, and :meth:`Readiness.model`
+says whether that has happened (``/api/ready``'s ``embedding_model``). ``GET /api/ready``
+answers 200 only once ready, ``replay-sim serve`` prints its ``listening on URL`` line only then,
+and :func:`~replay_sim.replay.serving.serving` returns only then (unless told not to wait). A
+warm-up that failed is reported here (and retried), never silently gone.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 from replay_sim.resolve.warmup import Warmup
 
@@ -24,11 +28,13 @@ class Readiness:
     """Whether a replay server is ready, why not, and a way to wait for it.
 
     Args:
-        warmup: The resolver's warm-up (index, model, thresholds).
+        warmup: The resolver's warm-up (index, thresholds).
+        model_loaded: Whether the embedding model is loaded (default: say nothing of it).
     """
 
-    def __init__(self, warmup: Warmup) -> None:
+    def __init__(self, warmup: Warmup, model_loaded: Callable[[], bool] | None = None) -> None:
         self.warmup = warmup
+        self.model_loaded = model_loaded
         self._serving = threading.Event()
 
     def serving(self, running: bool) -> None:
@@ -49,6 +55,15 @@ class Readiness:
         problem = self.warmup.problem()
         return said if problem is None else [*said, problem]
 
+    def model(self) -> str:
+        """The embedding model's state, in a phrase: loaded, or when it will be."""
+        if self.model_loaded is None or self.model_loaded():
+            return "loaded"
+        return (
+            "not loaded: the first call that embeds a query (a semantic match, a miss's nearest "
+            "recordings) loads it, seconds"
+        )
+
     def wait(self, timeout: float | None = None) -> bool:
         """Block until ready (True) or ``timeout`` seconds have passed (False)."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -59,7 +74,7 @@ class Readiness:
 
 def still_loading(warmup: Warmup, waited: float) -> str:
     """The miss reason of a call that needs what the warm-up still loads, answered after ``waited`` s."""
-    why = warmup.problem() or "loading the index and embedding model"
+    why = warmup.problem() or "loading the index and thresholds"
     return (
         f"the replay is still starting ({why}; waited {waited:g} s): retry once GET /api/ready "
         "answers 200 (replay-sim serve prints 'listening on URL' then)"

@@ -90,6 +90,11 @@ class SentenceTransformerEmbedder:
         self._model: Any = None
         self._lock = threading.Lock()
 
+    @property
+    def loaded(self) -> bool:
+        """Whether the model is loaded (it is on the first :meth:`encode`)."""
+        return self._model is not None
+
     def _load(self) -> Any:  # SentenceTransformer is imported lazily (slow import)
         with self._lock:
             if self._model is None:

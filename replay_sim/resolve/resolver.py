@@ -151,11 +151,21 @@ class Resolver:
             self._builder = self.embedder.writing()
         return self.live_index.current(self._builder)
 
-    def warm(self, *, wait: bool = True, then: Callable[[], None] | None = None) -> None:
-        """Load the index and the model and calibrate every tool's threshold, in a background thread.
+    @property
+    def model_loaded(self) -> bool:
+        """Whether the embedding model is loaded (an embedder that says nothing of it counts as loaded)."""
+        model = self._embedder if self._cached is None else self._cached.embedder
+        if model is None:
+            return False  # the default model, not even asked for yet
+        return bool(getattr(model, "loaded", True))
 
-        The first semantic call then costs milliseconds, not seconds; exact and canonical hits
-        need none of it (see :meth:`resolve_now`). Started once; later calls only wait.
+    def warm(self, *, wait: bool = True, then: Callable[[], None] | None = None) -> None:
+        """Load the index and calibrate every tool's threshold, in a background thread.
+
+        The first semantic call then needs only the model (loaded by the first call that embeds a
+        query, seconds, in that call's worker thread); exact and canonical hits need none of it
+        (see :meth:`resolve_now`). An index that must be built first loads the model to embed the
+        recordings. Started once; later calls only wait.
 
         Args:
             wait: Return only once it is done.
@@ -171,7 +181,8 @@ class Resolver:
         try:
             index = self.index()
             if any(len(part) for part in index.partitions.values()):
-                self.embedder.embedder.encode(["warm-up"])  # the model itself: nothing worth caching
+                # Not the model: thresholds come from the index's vectors, and the model (seconds of
+                # CPU) is loaded by the first call that embeds a query (:attr:`model_loaded`).
                 self._check_version()
                 for server, tool in sorted(index.partitions):  # thresholds now, not on first calls
                     schema = self.tool_schema(server, tool)

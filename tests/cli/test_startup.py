@@ -1,0 +1,76 @@
+"""A command imports only what it runs: ``serve --stdio`` answers without FastAPI, the recorder or torch."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from replay_helpers import build_store
+
+from replay_sim.cli import COMMANDS, cli
+from replay_sim.resolve.build import build_index
+from replay_sim.resolve.embedding import SentenceTransformerEmbedder
+
+# Run the CLI as `python -m replay_sim` does, then say (on stderr, after serving) which of these
+# modules the process imported: none is needed to replay exact hits over stdio.
+_PROBE = """
+import atexit, json, runpy, sys
+HEAVY = ("fastapi", "torch", "sentence_transformers", "replay_sim.record.recorder", "replay_sim.replay.api")
+said = lambda: print("IMPORTED " + json.dumps([m for m in HEAVY if m in sys.modules]), file=sys.stderr)
+atexit.register(said)
+sys.argv = ["replay-sim", *sys.argv[1:]]
+runpy.run_module("replay_sim", run_name="__main__")
+"""
+
+
+def test_every_command_is_named_with_the_module_that_registers_it() -> None:
+    for module in sorted(set(COMMANDS.values())):
+        importlib.import_module(f"replay_sim.cli.{module}")
+    assert set(cli.commands) == set(COMMANDS)
+    for name, module in COMMANDS.items():
+        assert cli.commands[name].callback.__module__ == f"replay_sim.cli.{module}", name  # type: ignore[union-attr]
+
+
+def test_serve_stdio_answers_an_exact_hit_without_importing_fastapi_the_recorder_or_torch(
+    tmp_path: Path, embedder: SentenceTransformerEmbedder
+) -> None:
+    store = build_store(tmp_path / "r.db")
+    build_index(store, embedder=embedder, directory=tmp_path / "index")  # as `index build` does
+    store.close()
+    requests = [
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"},
+            },
+        },
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"message": "hello"}},
+        },
+    ]
+    command = [sys.executable, "-c", textwrap.dedent(_PROBE), "serve", "--stdio", "--server", "demo"]
+    done = subprocess.run(
+        [*command, "--db", str(tmp_path / "r.db"), "--index-dir", str(tmp_path / "index")],
+        input="".join(json.dumps(r) + "\n" for r in requests),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    answers = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [a["id"] for a in answers] == [1, 2]
+    assert answers[1]["result"]["_meta"]["replay-sim/match"]["status"] == "exact"
+    (imported,) = [line for line in done.stderr.splitlines() if line.startswith("IMPORTED ")]
+    assert json.loads(imported.removeprefix("IMPORTED ")) == []
