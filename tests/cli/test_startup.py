@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -12,6 +13,7 @@ from pathlib import Path
 from replay_helpers import build_store
 
 from replay_sim.cli import COMMANDS, cli
+from replay_sim.cli.progress import PERIOD_ENV
 from replay_sim.resolve.build import build_index
 from replay_sim.resolve.embedding import SentenceTransformerEmbedder
 
@@ -74,3 +76,31 @@ def test_serve_stdio_answers_an_exact_hit_without_importing_fastapi_the_recorder
     assert answers[1]["result"]["_meta"]["replay-sim/match"]["status"] == "exact"
     (imported,) = [line for line in done.stderr.splitlines() if line.startswith("IMPORTED ")]
     assert json.loads(imported.removeprefix("IMPORTED ")) == []
+
+
+def test_import_says_how_far_it_is_in_lines_when_not_on_a_terminal(tmp_path: Path) -> None:
+    lines = [{"type": "server", "server": "s", "info": {"name": "s", "version": "1"}, "capabilities": {}}]
+    lines += [
+        {
+            "type": "call",
+            "server": "s",
+            "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"n": n}},
+            "result": {"content": [{"type": "text", "text": str(n)}]},
+        }
+        for n in range(3000)
+    ]
+    jsonl = tmp_path / "calls.jsonl"
+    jsonl.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    done = subprocess.run(
+        [sys.executable, "-m", "replay_sim", "import", str(jsonl), "--db", str(tmp_path / "r.db")],
+        env={**os.environ, PERIOD_ENV: "0"},  # a line each time it is told, not each 2 s
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    said = [line for line in done.stderr.splitlines() if line.startswith("importing: ")]
+    size = f"{jsonl.stat().st_size / 1e6:.1f}"
+    assert said and said[-1] == f"importing: {size}/{size} MB", done.stderr
+    assert "imported 3000 calls" in done.stdout
