@@ -47,7 +47,7 @@ def test_ready_is_503_naming_what_loads_until_the_model_is_loaded_while_exact_hi
         assert model.waiting.wait(60)  # the warm-up is loading the model (held at the gate)
         waiting = httpx2.get(f"{url}/api/ready", timeout=30)
         assert waiting.status_code == 503
-        assert waiting.json()["waiting_for"] == ["loading the index and thresholds"]
+        assert waiting.json()["waiting_for"] == ["loading the index"]
 
         async def exact() -> dict[str, Any]:
             async with Client(f"{url}/mcp/demo", mode="legacy") as client:
@@ -76,7 +76,7 @@ async def test_a_call_needing_the_model_before_ready_waits_a_bounded_time_then_s
             "demo", "tools/call", search("How do I reset my password?"), trail.trail("demo")
         )
         assert answer.resolution.tier is Tier.MISS and not answer.resolution.step  # history untouched
-        assert "the replay is still starting (loading the index and thresholds" in str(answer.reply)
+        assert "the replay is still starting (loading the index" in str(answer.reply)
         assert replay.metrics.recent_misses() == []  # not a miss of the recordings: nothing kept
         model.gate.set()
         await anyio.to_thread.run_sync(replay.resolver.warmup.wait)
@@ -127,7 +127,7 @@ def test_a_failed_warm_up_is_logged_reported_by_readiness_and_tried_again(
     assert "failed 1 time(s), last with OSError: [Errno 24] Too many open files; trying again" in str(
         seen[0]["waiting_for"]
     )
-    assert any("the warm-up (index, thresholds) failed (attempt 1)" in r.message for r in caplog.records)
+    assert any("the warm-up (index) failed (attempt 1)" in r.message for r in caplog.records)
     assert replay.resolver.warmup.attempts == 2
 
 
@@ -164,7 +164,7 @@ class LoadedOnEncode:
         return self.model.encode(texts)
 
 
-def test_ready_needs_the_index_and_thresholds_not_the_model_which_the_first_semantic_call_loads(
+def test_ready_needs_the_index_not_the_model_or_tool_states_which_the_first_semantic_call_loads(
     tmp_path: Path, embedder: SentenceTransformerEmbedder
 ) -> None:
     store = calibrated_store(tmp_path / "r.db")
@@ -175,7 +175,8 @@ def test_ready_needs_the_index_and_thresholds_not_the_model_which_the_first_sema
         ready = httpx2.get(f"{url}/api/ready", timeout=30)
         assert ready.status_code == 200 and ready.json()["waiting_for"] == []
         assert ready.json()["embedding_model"].startswith("not loaded: the first call that embeds")
-        assert model.encoded == 0  # the warm-up calibrated every threshold from the index alone
+        assert ready.json()["tools_prepared"] == 0
+        assert model.encoded == 0  # the warm-up loaded the index alone
 
         async def semantic() -> dict[str, Any]:
             async with Client(f"{url}/mcp/demo", mode="legacy") as client:
@@ -184,4 +185,5 @@ def test_ready_needs_the_index_and_thresholds_not_the_model_which_the_first_sema
                 )
 
         assert anyio.run(semantic)["status"] == "semantic"
-        assert httpx2.get(f"{url}/api/ready", timeout=30).json()["embedding_model"] == "loaded"
+        after = httpx2.get(f"{url}/api/ready", timeout=30).json()
+        assert after["embedding_model"] == "loaded" and after["tools_prepared"] == 1
