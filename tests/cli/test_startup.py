@@ -104,3 +104,23 @@ def test_import_says_how_far_it_is_in_lines_when_not_on_a_terminal(tmp_path: Pat
     size = f"{jsonl.stat().st_size / 1e6:.1f}"
     assert said and said[-1] == f"importing: {size}/{size} MB", done.stderr
     assert "imported 3000 calls" in done.stdout
+
+
+def test_snapshot_freeze_says_how_far_its_index_is_in_lines_when_not_on_a_terminal(
+    tmp_path: Path, embedder: SentenceTransformerEmbedder
+) -> None:
+    store = build_store(tmp_path / "r.db")
+    index = build_index(store, embedder=embedder, directory=tmp_path / "index")  # embeddings cached: no model
+    calls = sum(len(part) for part in index.partitions.values())
+    store.close()
+    freeze = ["snapshot", "freeze", "--db", str(tmp_path / "r.db"), "--out", str(tmp_path / "snap")]
+    done = subprocess.run(
+        [sys.executable, "-m", "replay_sim", *freeze],
+        env={**os.environ, PERIOD_ENV: "0"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    said = [line for line in done.stderr.splitlines() if line.startswith("indexing the snapshot: ")]
+    assert said and said[-1] == f"indexing the snapshot: {calls}/{calls} calls", done.stderr
