@@ -13,10 +13,12 @@ The public API is listed in ``__all__``; the CLI (``replay-sim``) is a thin laye
     serving("cache/replay.db", miss="sandbox", config="record.toml")  # misses answered by sandboxes
 """
 
-from pathlib import Path
-from typing import Any
+from __future__ import annotations
 
-from replay_sim.canonical import call_key, canonical_json
+import importlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
 from replay_sim.errors import (
     ConfigError,
     EpisodeError,
@@ -27,40 +29,109 @@ from replay_sim.errors import (
     UpstreamError,
     VectorIndexError,
 )
-from replay_sim.protocol import EPISODE_HEADER, EPISODE_META_KEY, MATCH_META_KEY
-from replay_sim.record.config import RecorderConfig, UpstreamSpec, load_config
-from replay_sim.record.http import record_http
-from replay_sim.record.instances import DEFAULT_MAX_INSTANCES, DEFAULT_POOL
-from replay_sim.record.recorder import Recorder, record_stdio, recording
-from replay_sim.redaction import Redactor
-from replay_sim.replay.admission import Limits
-from replay_sim.replay.app import create_app
-from replay_sim.replay.factory import open_replay
-from replay_sim.replay.faults import FaultKind, Faults, Latency
-from replay_sim.replay.policies.miss import MissPolicy, MissPolicyName
-from replay_sim.replay.provenance import Match, match_of
-from replay_sim.replay.replay import Replay
-from replay_sim.replay.serving import EpisodeHandle, ReplayServer, Serving
-from replay_sim.replay.serving import serving as _serving
-from replay_sim.resolve.build import build_index
-from replay_sim.resolve.calibration import MatchConfig
-from replay_sim.resolve.embedding import CachedEmbedder, Embedder, SentenceTransformerEmbedder
-from replay_sim.resolve.resolution import Candidate, FieldDiff, Resolution, Tier
-from replay_sim.resolve.resolver import Resolver
-from replay_sim.resolve.runtime import configure_runtime
-from replay_sim.resolve.snapshot import freeze, open_snapshot, verify
-from replay_sim.resolve.vectors import VectorIndex
-from replay_sim.store import Origin, Recording, ServerRecord, Store
-from replay_sim.store.interchange import export_jsonl, import_jsonl, merge
-from replay_sim.store.snapshot import Snapshot
+
+if TYPE_CHECKING:
+    from replay_sim.canonical import call_key, canonical_json
+    from replay_sim.protocol import EPISODE_HEADER, EPISODE_META_KEY, MATCH_META_KEY
+    from replay_sim.record.config import RecorderConfig, UpstreamSpec, load_config
+    from replay_sim.record.http import record_http
+    from replay_sim.record.recorder import Recorder, record_stdio, recording
+    from replay_sim.redaction import Redactor
+    from replay_sim.replay.admission import Limits
+    from replay_sim.replay.app import create_app
+    from replay_sim.replay.factory import open_replay
+    from replay_sim.replay.faults import FaultKind, Faults, Latency
+    from replay_sim.replay.policies.miss import MissPolicy, MissPolicyName
+    from replay_sim.replay.provenance import Match, match_of
+    from replay_sim.replay.replay import Replay
+    from replay_sim.replay.serving import EpisodeHandle, ReplayServer, Serving
+    from replay_sim.resolve.build import build_index
+    from replay_sim.resolve.calibration import MatchConfig
+    from replay_sim.resolve.embedding import CachedEmbedder, Embedder, SentenceTransformerEmbedder
+    from replay_sim.resolve.resolution import Candidate, FieldDiff, Resolution, Tier
+    from replay_sim.resolve.resolver import Resolver
+    from replay_sim.resolve.runtime import configure_runtime
+    from replay_sim.resolve.snapshot import freeze, open_snapshot, verify
+    from replay_sim.resolve.vectors import VectorIndex
+    from replay_sim.store import Origin, Recording, ServerRecord, Store
+    from replay_sim.store.interchange import export_jsonl, import_jsonl, merge
+    from replay_sim.store.snapshot import Snapshot
+
+# The public names load on first use (PEP 562), so a command — `serve --stdio` above all — imports
+# only what it runs: the MCP SDK, FastAPI, numpy and faiss cost a second before the first answer.
+_LAZY: dict[str, tuple[str, str]] = {
+    "call_key": ("replay_sim.canonical", "call_key"),
+    "canonical_json": ("replay_sim.canonical", "canonical_json"),
+    "EPISODE_HEADER": ("replay_sim.protocol", "EPISODE_HEADER"),
+    "EPISODE_META_KEY": ("replay_sim.protocol", "EPISODE_META_KEY"),
+    "MATCH_META_KEY": ("replay_sim.protocol", "MATCH_META_KEY"),
+    "RecorderConfig": ("replay_sim.record.config", "RecorderConfig"),
+    "UpstreamSpec": ("replay_sim.record.config", "UpstreamSpec"),
+    "load_config": ("replay_sim.record.config", "load_config"),
+    "record_http": ("replay_sim.record.http", "record_http"),
+    "Recorder": ("replay_sim.record.recorder", "Recorder"),
+    "record_stdio": ("replay_sim.record.recorder", "record_stdio"),
+    "recording": ("replay_sim.record.recorder", "recording"),
+    "Redactor": ("replay_sim.redaction", "Redactor"),
+    "Limits": ("replay_sim.replay.admission", "Limits"),
+    "create_app": ("replay_sim.replay.app", "create_app"),
+    "open_replay": ("replay_sim.replay.factory", "open_replay"),
+    "FaultKind": ("replay_sim.replay.faults", "FaultKind"),
+    "Faults": ("replay_sim.replay.faults", "Faults"),
+    "Latency": ("replay_sim.replay.faults", "Latency"),
+    "MissPolicy": ("replay_sim.replay.policies.miss", "MissPolicy"),
+    "MissPolicyName": ("replay_sim.replay.policies.miss", "MissPolicyName"),
+    "Match": ("replay_sim.replay.provenance", "Match"),
+    "match_of": ("replay_sim.replay.provenance", "match_of"),
+    "Replay": ("replay_sim.replay.replay", "Replay"),
+    "EpisodeHandle": ("replay_sim.replay.serving", "EpisodeHandle"),
+    "ReplayServer": ("replay_sim.replay.serving", "ReplayServer"),
+    "Serving": ("replay_sim.replay.serving", "Serving"),
+    "build_index": ("replay_sim.resolve.build", "build_index"),
+    "MatchConfig": ("replay_sim.resolve.calibration", "MatchConfig"),
+    "CachedEmbedder": ("replay_sim.resolve.embedding", "CachedEmbedder"),
+    "Embedder": ("replay_sim.resolve.embedding", "Embedder"),
+    "SentenceTransformerEmbedder": ("replay_sim.resolve.embedding", "SentenceTransformerEmbedder"),
+    "Candidate": ("replay_sim.resolve.resolution", "Candidate"),
+    "FieldDiff": ("replay_sim.resolve.resolution", "FieldDiff"),
+    "Resolution": ("replay_sim.resolve.resolution", "Resolution"),
+    "Tier": ("replay_sim.resolve.resolution", "Tier"),
+    "Resolver": ("replay_sim.resolve.resolver", "Resolver"),
+    "configure_runtime": ("replay_sim.resolve.runtime", "configure_runtime"),
+    "freeze": ("replay_sim.resolve.snapshot", "freeze"),
+    "open_snapshot": ("replay_sim.resolve.snapshot", "open_snapshot"),
+    "verify": ("replay_sim.resolve.snapshot", "verify"),
+    "VectorIndex": ("replay_sim.resolve.vectors", "VectorIndex"),
+    "Origin": ("replay_sim.store", "Origin"),
+    "Recording": ("replay_sim.store", "Recording"),
+    "ServerRecord": ("replay_sim.store", "ServerRecord"),
+    "Store": ("replay_sim.store", "Store"),
+    "export_jsonl": ("replay_sim.store.interchange", "export_jsonl"),
+    "import_jsonl": ("replay_sim.store.interchange", "import_jsonl"),
+    "merge": ("replay_sim.store.interchange", "merge"),
+    "Snapshot": ("replay_sim.store.snapshot", "Snapshot"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    found = _LAZY.get(name)
+    if found is None:
+        raise AttributeError(f"module 'replay_sim' has no attribute {name!r}")
+    value = getattr(importlib.import_module(found[0]), found[1])
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
 
 
 def serving(
     db: str | Path | None = None,
     *,
     config: str | Path | RecorderConfig | None = None,
-    sandbox_pool: int = DEFAULT_POOL,
-    max_sandboxes: int = DEFAULT_MAX_INSTANCES,
+    sandbox_pool: int | None = None,
+    max_sandboxes: int | None = None,
     **options: Any,
 ) -> Serving:
     """Serve a replay over HTTP in this process (:func:`replay_sim.replay.serving.serving`).
@@ -72,14 +143,19 @@ def serving(
     Args:
         db: The recording store (default ``cache/replay.db``; ignored with ``snapshot``).
         config: The recorder config declaring the sandbox servers (``sandbox = true``).
-        sandbox_pool: Started instances kept ready per sandbox server.
-        max_sandboxes: Live instances at most, across servers.
+        sandbox_pool: Started instances kept ready per sandbox server (None: ``DEFAULT_POOL``).
+        max_sandboxes: Live instances at most, across servers (None: ``DEFAULT_MAX_INSTANCES``).
         **options: Every other :func:`replay_sim.replay.serving.serving` option (``miss``,
             ``snapshot``, ``episode_idle_timeout`` …).
 
     Raises:
         ConfigError: ``miss="sandbox"`` without a config declaring sandboxes, or bad options.
     """
+    from replay_sim.record.config import RecorderConfig, load_config
+    from replay_sim.record.instances import DEFAULT_MAX_INSTANCES, DEFAULT_POOL
+    from replay_sim.replay.policies.miss import MissPolicyName
+    from replay_sim.replay.serving import serving as _serving
+
     if options.get("miss") == MissPolicyName.SANDBOX and "sandboxes" not in options:
         if config is None:
             raise ConfigError(
@@ -88,7 +164,11 @@ def serving(
         from replay_sim.cli.sandboxes import sandbox_pool as build_sandbox_pool  # the CLI's wiring, on use
 
         recorder = config if isinstance(config, RecorderConfig) else load_config(config)
-        options["sandboxes"] = build_sandbox_pool(recorder, pool=sandbox_pool, max_instances=max_sandboxes)
+        options["sandboxes"] = build_sandbox_pool(
+            recorder,
+            pool=DEFAULT_POOL if sandbox_pool is None else sandbox_pool,
+            max_instances=DEFAULT_MAX_INSTANCES if max_sandboxes is None else max_sandboxes,
+        )
     return _serving(db, **options)
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 import pytest
 
 from replay_sim.resolve.embedding import SentenceTransformerEmbedder, default_embedder
@@ -11,6 +14,8 @@ from replay_sim.resolve.runtime import configure_runtime
 def pytest_configure(config: pytest.Config) -> None:
     """The test process runs replay-sim the way its entry points do (one thread each for faiss and torch)."""
     configure_runtime()
+    # Stores' integrity stamps (replay_sim.store.verified) go to a folder of the run, not the user's.
+    os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="replay-sim-tests-cache-")
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,9 @@
 """The ``replay-sim`` command line: thin commands, each calling one library function.
 
 Commands live in one module per area (``store``, ``record``, ``coverage``, ``index``, ``serve``,
-``snapshot``); each registers itself on :data:`cli`. Every command that touches a store takes ``--db``.
+``snapshot``); each registers itself on :data:`cli`, and is imported only when one of its commands
+runs (:data:`COMMANDS`): ``serve --stdio`` does not wait for the recorder's imports. Every
+command that touches a store takes ``--db``.
 Errors end the process with status 1 and one line naming the problem. The entry point applies
 replay-sim's process-wide settings (:func:`~replay_sim.resolve.runtime.configure_runtime`) before
 any command runs; importing the library applies none.
@@ -9,6 +11,7 @@ any command runs; importing the library applies none.
 
 from __future__ import annotations
 
+import importlib
 import math
 import sys
 from pathlib import Path
@@ -17,11 +20,27 @@ from typing import Any
 import click
 
 from replay_sim.errors import ReplaySimError
-from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.runtime import configure_runtime
 from replay_sim.store import DEFAULT_DB
 
-__all__ = ["Seconds", "cli", "db_option", "main", "match_config_option"]
+__all__ = ["COMMANDS", "Seconds", "cli", "db_option", "main", "match_config_option"]
+
+COMMANDS = {
+    "import": "store",
+    "merge": "store",
+    "export": "store",
+    "sessions": "store",
+    "stats": "store",
+    "record": "record",
+    "explore": "coverage",
+    "backfill": "coverage",
+    "index": "index",
+    "eval": "index",
+    "serve": "serve",
+    "demo": "serve",
+    "snapshot": "snapshot",
+}
+"""Each command, and the module of :mod:`replay_sim.cli` that registers it."""
 
 
 class Seconds(click.FloatRange):
@@ -49,12 +68,31 @@ match_config_option = click.option(
     "--match-config",
     "match_config",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    callback=lambda _ctx, _param, path: None if path is None else MatchConfig.load(path),
+    callback=lambda _ctx, _param, path: None if path is None else _match_config(path),
     help="Matching config (TOML: thresholds, per-tool free-text/identifier overrides).",
 )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def _match_config(path: Path) -> Any:
+    from replay_sim.resolve.calibration import MatchConfig  # numpy: only when one is given
+
+    return MatchConfig.load(path)
+
+
+class _Commands(click.Group):
+    """A group whose commands' modules are imported when one of them is asked for."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*COMMANDS, *self.commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        module = COMMANDS.get(cmd_name)
+        if module is not None and cmd_name not in self.commands:
+            importlib.import_module(f"replay_sim.cli.{module}")
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="replay-sim")
 def cli() -> None:
     """Record real MCP servers, index the recordings, replay them offline."""
@@ -77,12 +115,3 @@ def main() -> None:
         where = f"{exc.filename}: " if exc.filename else ""
         click.echo(f"replay-sim: error: {where}{exc.strerror or exc}", err=True)
         sys.exit(1)
-
-
-# Command modules register themselves on `cli`; imported last so `cli` exists.
-from replay_sim.cli import coverage as _coverage  # noqa: E402, F401
-from replay_sim.cli import index as _index  # noqa: E402, F401
-from replay_sim.cli import record as _record  # noqa: E402, F401
-from replay_sim.cli import serve as _serve  # noqa: E402, F401
-from replay_sim.cli import snapshot as _snapshot  # noqa: E402, F401
-from replay_sim.cli import store as _store  # noqa: E402, F401

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import anyio
 import click
-from tqdm import tqdm
 
 from replay_sim.cli import cli, db_option, match_config_option
+from replay_sim.cli.progress import Progress
 from replay_sim.effects import Effect, Verdict
 from replay_sim.record.backfill import backfill
 from replay_sim.record.config import RecorderConfig, load_config
@@ -56,16 +56,6 @@ def _verdicts(store: Store, match_config: MatchConfig | None) -> Verdicts:
     return lambda server: recorded_effects(store, server, schemas, match_config)
 
 
-def _bar(desc: str, unit: str) -> tuple[tqdm, Callable[[int, int], None]]:  # type: ignore[type-arg]
-    bar = tqdm(total=0, unit=unit, desc=desc, disable=None)
-
-    def progress(done: int, total: int) -> None:
-        bar.total = total
-        bar.update(done - bar.n)
-
-    return bar, progress
-
-
 @cli.command("explore")
 @config_option
 @db_option
@@ -97,20 +87,18 @@ def explore_command(
     calls, each in a fresh session, to learn whether it changes what they answer.
     """
     config = load_config(config_file)
-    with Store(db, create=False) as store:
-        bar, progress = _bar("exploring", "call")
-        with bar:
-            lines = anyio.run(
-                lambda: explore(
-                    store,
-                    config,
-                    match_config,
-                    budget=budget,
-                    max_calls=max_calls,
-                    servers=list(servers) or None,
-                    progress=progress,
-                )
+    with Store(db, create=False) as store, Progress("exploring", "call") as progress:
+        lines = anyio.run(
+            lambda: explore(
+                store,
+                config,
+                match_config,
+                budget=budget,
+                max_calls=max_calls,
+                servers=list(servers) or None,
+                progress=progress,
             )
+        )
     for line in lines:
         click.echo(line)
 
@@ -241,8 +229,7 @@ def backfill_command(
         for source in sources:
             misses += _kept(source)
         read_only = _read_only(store_effects(store, match_config))
-        bar, progress = _bar("backfilling", "miss")
-        with bar:
+        with Progress("backfilling", "miss") as progress:
             report = anyio.run(
                 lambda: backfill(
                     store,

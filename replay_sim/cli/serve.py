@@ -1,4 +1,9 @@
-"""Replay commands: ``serve`` (HTTP or stdio) and ``demo``."""
+"""Replay commands: ``serve`` (HTTP or stdio) and ``demo``.
+
+What only one face or one option needs (the HTTP app and its admin API, the recorder side's
+forwarding and sandboxes) is imported when it is used: a ``serve --stdio`` start waits for no more
+than it serves with.
+"""
 
 from __future__ import annotations
 
@@ -6,27 +11,26 @@ import os
 import secrets
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 import click
 
 from replay_sim.cli import Seconds, cli, db_option, match_config_option
-from replay_sim.cli.sandboxes import sandbox_pool as build_sandbox_pool
 from replay_sim.errors import ConfigError
 from replay_sim.httpserver import DEFAULT_KEEP_ALIVE, LOG_LEVELS, HttpOptions
 from replay_sim.listener import HostCheck, is_loopback
-from replay_sim.record.config import RecorderConfig, load_config
-from replay_sim.record.forward import Forwarder
 from replay_sim.record.instances import DEFAULT_MAX_INSTANCES, DEFAULT_POOL
-from replay_sim.redaction import Redactor
 from replay_sim.replay.admission import Limits
-from replay_sim.replay.api import admin_token
 from replay_sim.replay.factory import open_replay
 from replay_sim.replay.faults import Faults, Latency
 from replay_sim.replay.policies.miss import MissPolicyName
 from replay_sim.replay.provenance import MissDetail
-from replay_sim.replay.runner import serve
-from replay_sim.resolve.calibration import MatchConfig
+
+if TYPE_CHECKING:
+    from replay_sim.record.config import RecorderConfig
+    from replay_sim.redaction import Redactor
+    from replay_sim.resolve.calibration import MatchConfig
 
 _LIMITS = Limits()  # the defaults
 TOKEN_ENV = "REPLAY_SIM_TOKEN"
@@ -52,7 +56,7 @@ TOKEN_ENV = "REPLAY_SIM_TOKEN"
 @click.option(
     "--token",
     envvar=TOKEN_ENV,
-    callback=lambda _ctx, _param, token: admin_token(
+    callback=lambda _ctx, _param, token: _admin_token(
         token if token is not None else os.environ.get(TOKEN_ENV)
     ),
     help="Bearer token the admin API and dashboard require (or env). Beyond loopback one is "
@@ -336,12 +340,18 @@ def serve_command(
         return
     if stdio and not server_name:
         raise click.UsageError("--stdio serves one server: name it with --server NAME")
-    recorder_config = None if config is None else load_config(config)
+    recorder_config = None
+    if config is not None:
+        from replay_sim.record.config import load_config
+
+        recorder_config = load_config(config)
     faults = Faults.parse(fault_specs, hold=fault_hold)
     forward = None
     if miss == MissPolicyName.LIVE and snapshot is None:  # (a snapshot refuses --miss live itself)
         if recorder_config is None:
             raise ConfigError("--miss live needs --config FILE, the recorder config naming the real servers")
+        from replay_sim.record.forward import Forwarder
+
         forward = Forwarder(recorder_config)
     if miss == MissPolicyName.SANDBOX and recorder_config is None:
         raise ConfigError("--miss sandbox needs --config FILE, the recorder config declaring sandbox servers")
@@ -350,6 +360,8 @@ def serve_command(
     if recorder_config is not None and (miss == MissPolicyName.SANDBOX or own):
         # Every sandbox with --miss sandbox; else those whose config says miss = "sandbox".
         servers = None if miss == MissPolicyName.SANDBOX else own
+        from replay_sim.cli.sandboxes import sandbox_pool as build_sandbox_pool
+
         sandboxes = build_sandbox_pool(
             recorder_config, pool=sandbox_pool, max_instances=max_sandboxes, servers=servers
         )
@@ -407,6 +419,8 @@ def serve_command(
     options = HttpOptions(
         keep_alive=keep_alive, header_timeout=body_timeout, log_level=log_level, access_log=access_log
     )
+    from replay_sim.replay.runner import serve  # the HTTP app: FastAPI, the admin API
+
     serve(
         replay,
         host,
@@ -418,6 +432,15 @@ def serve_command(
         token=token,
         limits=limits,
     )
+
+
+def _admin_token(token: str | None) -> str | None:
+    """:func:`replay_sim.replay.api.admin_token` (FastAPI's module: imported only for a token)."""
+    if token is None:
+        return None
+    from replay_sim.replay.api import admin_token
+
+    return admin_token(token)
 
 
 def _listening(url: str) -> None:

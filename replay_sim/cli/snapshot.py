@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from replay_sim.cli import cli, db_option, match_config_option
+from replay_sim.cli.progress import Progress
 from replay_sim.errors import SnapshotError
 from replay_sim.replay.policies.sandbox import sandbox_side_file
 from replay_sim.resolve import snapshot as served
@@ -44,7 +45,8 @@ def freeze_command(db: Path, out: Path, match_config: MatchConfig | None, with_s
                 "--with-sandbox-answers"
             )
         fold.append(side)
-    frozen = served.freeze(db, out, config=match_config, fold=fold)
+    with Progress("indexing the snapshot", "call") as progress:
+        frozen = served.freeze(db, out, config=match_config, fold=fold, progress=progress)
     click.echo(frozen.id)
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from replay_sim.cli import cli, db_option
+from replay_sim.cli.progress import Progress
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.tooleffects import blockers, store_effects
 from replay_sim.store import Origin, Store
@@ -20,8 +21,8 @@ from replay_sim.store.interchange import export_jsonl, import_jsonl, merge
 @db_option
 def import_command(file: Path, db: Path) -> None:
     """Import a JSONL recording file into the store (all or nothing)."""
-    with Store(db) as store:
-        counts = import_jsonl(store, file)
+    with Store(db) as store, Progress("importing", "B") as progress:
+        counts = import_jsonl(store, file, progress=progress)
     click.echo(
         f"imported {counts['call']} calls ({counts['duplicate']} already present), "
         f"{counts['listing']} listings, {counts['server']} servers into {db}"

@@ -103,7 +103,7 @@ def admin_api(
 
     Args:
         replay: The replay servers, their store, histories and metrics.
-        readiness: Whether every MCP endpoint runs and the index and model are loaded, and why not.
+        readiness: Whether every MCP endpoint runs and the index is loaded, and why not.
         token: When set, every endpoint but health and readiness needs ``Authorization: Bearer <token>``.
         load: MCP requests in flight and open sessions per server (``ReplayApp.load``).
 
@@ -133,14 +133,19 @@ def admin_api(
 
     @api.get("/api/ready")
     def ready() -> JSONResponse:
-        """Readiness: every MCP endpoint runs and the index and model are loaded (503 until then).
+        """Readiness: every MCP endpoint runs and the index is loaded (503 until then).
 
-        ``waiting_for`` says what is still loading (or failed to load, and is being tried again).
+        ``waiting_for`` says what is still loading (or failed to load, and is being tried again);
+        ``embedding_model`` whether the model semantic matches need is loaded yet (the first call
+        that embeds a query loads it), ``tools_prepared`` for how many tools the matching state
+        of the canonical and semantic tiers is built (each tool's first call needing it builds it).
         """
         ok = readiness.ready
         body = {
             "ready": ok,
             "waiting_for": readiness.problems(),
+            "embedding_model": readiness.model(),
+            "tools_prepared": readiness.tools(),
             "servers": replay.names(),
             "problems": replay.problems(),
             "miss_policy": replay.miss_policy_name,

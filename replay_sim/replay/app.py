@@ -92,7 +92,8 @@ def create_app(
         for name in replay.names()
     }
     replay.metrics.label_only(_recorded_names(replay))
-    readiness = Readiness(replay.resolver.warmup)
+    resolver = replay.resolver
+    readiness = Readiness(resolver.warmup, lambda: resolver.model_loaded, lambda: resolver.prepared_tools)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -100,7 +101,7 @@ def create_app(
             await replay.enter(stack)
             for manager in managers.values():
                 await stack.enter_async_context(manager.run())
-            # Index, model and thresholds load in the background: exact hits are answered at once.
+            # The index loads in the background: exact hits are answered at once.
             # Once loaded, they live as long as the server: keep the garbage collector from
             # rescanning them on every full collection (costly under load).
             replay.resolver.warm(wait=False, then=gc.freeze if freeze_gc else None)

@@ -35,8 +35,8 @@ def serve(
         options: Keep-alive, header deadline and logging (default: :class:`HttpOptions`' defaults,
             with the limits' body timeout as the header deadline too).
         on_listening: Called with the base URL (the real port) once the socket is bound.
-        on_ready: Called with the base URL once the server is ready: the endpoints run and every
-            tier answers at its usual speed (``/api/ready`` answers 200); from another thread.
+        on_ready: Called with the base URL once the server is ready: the endpoints run, the index
+            is loaded (``/api/ready`` answers 200); from another thread.
         allowed_hosts: More names clients reach the server by (see :func:`create_app`).
         token: The admin API's bearer token (required beyond loopback).
         limits: Sessions, concurrency and body read time.

@@ -259,10 +259,11 @@ def serving(
         keep_alive: Seconds an idle HTTP connection is kept open (past every common client's).
         log_level: uvicorn's log level.
         access_log: One log line per HTTP request (off: a trainer's rollouts make thousands).
-        wait_ready: Enter the block only once the replay is ready — every tier answering at its
-            usual speed (index and model loaded), as ``GET /api/ready`` says. False: as soon as it
-            listens (exact hits are answered at once; a call needing the model waits for it,
-            at most ten seconds, then is told the replay is still starting).
+        wait_ready: Enter the block only once the replay is ready — its index loaded, as
+            ``GET /api/ready`` says (a tool's matching state and the embedding model are loaded
+            by the first calls that need them). False: as soon as it listens (exact hits are
+            answered at once; a call needing the index waits for it, at most ten seconds, then is
+            told the replay is still starting).
         ready_timeout: Seconds ``wait_ready`` waits before failing.
         **options: More :func:`~replay_sim.replay.factory.open_replay` options (``match_config``,
             ``index_dir``, ``redactor``, ``forward`` …).

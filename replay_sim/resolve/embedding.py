@@ -95,6 +95,11 @@ class SentenceTransformerEmbedder:
         self._model: Any = None
         self._lock = threading.Lock()
 
+    @property
+    def loaded(self) -> bool:
+        """Whether the model is loaded (it is on the first :meth:`encode`)."""
+        return self._model is not None
+
     def load(self) -> Any:
         """The sentence-transformers model, loaded on first use (the import alone takes seconds)."""
         with self._lock:

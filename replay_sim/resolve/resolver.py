@@ -95,6 +95,8 @@ class Resolver:
         self.lookup = StateLookup(store, self.schemas, cache_size, self.config)
         self.live_index = LiveIndex(store, self.schemas, index_dir, auto_build=auto_index)
         self._states: dict[tuple[str, str], ToolState] = {}
+        self._build_lock = threading.Lock()
+        self._build_locks: dict[tuple[str, str], threading.Lock] = {}
         self._version: Mark | None = None
         self._builder: CachedEmbedder | None = None
         self.warmup = Warmup(self._warm_up)
@@ -166,11 +168,22 @@ class Resolver:
             self._builder = self.embedder.writing()
         return self.live_index.current(self._builder)
 
-    def warm(self, *, wait: bool = True, then: Callable[[], None] | None = None) -> None:
-        """Load the index and the model and calibrate every tool's threshold, in a background thread.
+    @property
+    def model_loaded(self) -> bool:
+        """Whether the embedding model is loaded (an embedder that says nothing of it counts as loaded)."""
+        model = self._embedder if self._cached is None else self._cached.embedder
+        if model is None:
+            return False  # the default model, not even asked for yet
+        return bool(getattr(model, "loaded", True))
 
-        The first semantic call then costs milliseconds, not seconds; exact and canonical hits
-        need none of it (see :meth:`resolve_now`). Started once; later calls only wait.
+    def warm(self, *, wait: bool = True, then: Callable[[], None] | None = None) -> None:
+        """Load the vector index in a background thread (building it first if it must).
+
+        Exact hits need nothing else. A tool's first canonical or semantic call builds that tool's
+        matching state (its canonical forms and calibrated threshold, :class:`ToolState`) and the
+        first call that embeds a query loads the model (seconds), each in that call's worker
+        thread (see :meth:`resolve_now`), never on an event loop. An index that must be built
+        first loads the model to embed the recordings. Started once; later calls only wait.
 
         Args:
             wait: Return only once it is done.
@@ -181,30 +194,42 @@ class Resolver:
             self.warmup.wait()
 
     def _warm_up(self) -> None:
+        # Only the index: neither the model (seconds of CPU; the first call that embeds a query
+        # loads it, :attr:`model_loaded`) nor the tools' matching state (each read from all of the
+        # tool's recordings — 30 s of CPU at 100,000 — when one of its calls first needs it:
+        # :meth:`_state`), which a replay answering exact hits never needs.
         if not self.semantic:
             return
         try:
-            index = self.index()
-            if any(len(part) for part in index.partitions.values()):
-                self.embedder.embedder.encode(["warm-up"])  # the model itself: nothing worth caching
-                self._check_version()
-                for server, tool in sorted(index.partitions):  # thresholds now, not on first calls
-                    schema = self.tool_schema(server, tool)
-                    if schema is not None and (state := self._state(server, tool, schema)).semantic:
-                        state.threshold(index)
+            self.index()
         except ReplaySimError:
             return  # reported on each call that needs the index, in its miss reason
+
+    @property
+    def prepared_tools(self) -> int:
+        """How many tools' matching state (canonical forms, thresholds) is built so far."""
+        return len(self._states)
 
     def _state(self, server: str, tool: str, schema: ToolSchema) -> ToolState:
         state = self._states.get((server, tool))
         if state is None:
             self.warmup.need()
-            version = self._version
-            recordings = self.store.recordings(server, method="tools/call", name=tool)
-            state = ToolState(server, schema, recordings, self.config, self.lookup.state_of)
-            if self._version == version:  # else the store changed meanwhile (the warm-up's thread)
-                self._states[(server, tool)] = state
+            if getattr(self._inline, "on", False):
+                raise _Deferred  # read from every recording of the tool: not on an event loop
+            with self._building(server, tool):
+                state = self._states.get((server, tool))  # another thread may have built it
+                if state is None:
+                    version = self._version
+                    recordings = self.store.recordings(server, method="tools/call", name=tool)
+                    state = ToolState(server, schema, recordings, self.config, self.lookup.state_of)
+                    if self._version == version:  # else the store changed meanwhile
+                        self._states[(server, tool)] = state
         return state
+
+    def _building(self, server: str, tool: str) -> threading.Lock:
+        """The lock under which one tool's matching state is built (once, not by each waiting call)."""
+        with self._build_lock:
+            return self._build_locks.setdefault((server, tool), threading.Lock())
 
     # -- episodes ------------------------------------------------------------------------------
 
@@ -236,7 +261,8 @@ class Resolver:
         """:meth:`resolve` of a call exact or canonical lookups settle, else None.
 
         An event loop answers those at once and hands every other call to a thread: one that needs
-        what the warm-up (:meth:`warm`) still loads, and one that needs an embedding — a semantic
+        what the warm-up (:meth:`warm`) still loads, one whose tool's matching state is not built
+        yet (read from all the tool's recordings), and one that needs an embedding — a semantic
         match, or a miss's nearest recordings — whose cost grows with the call (a 4 MB miss must
         not hold up other sessions' hits).
         """

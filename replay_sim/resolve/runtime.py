@@ -22,9 +22,13 @@ import resource
 import sys
 from dataclasses import dataclass
 
-import faiss
-
-__all__ = ["ModelSettings", "apply_model_settings", "configure_runtime", "model_settings"]
+__all__ = [
+    "ModelSettings",
+    "apply_faiss_settings",
+    "apply_model_settings",
+    "configure_runtime",
+    "model_settings",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,8 +49,9 @@ def configure_runtime(
 ) -> None:
     """Apply replay-sim's process-wide settings (the CLI entry point calls this first).
 
-    torch and transformers are slow to import, so their settings are applied when the embedding
-    model loads (at once if torch is loaded already); faiss's and the environment's apply now.
+    torch, transformers and faiss are slow to import, so their settings are applied when they
+    load (the embedding model, :mod:`replay_sim.resolve.vectors`; at once if they are loaded
+    already): a replay answering exact hits need not import them. The environment's apply now.
 
     Args:
         threads: OpenMP threads for faiss and intra-op threads for torch (None: leave them).
@@ -56,14 +61,14 @@ def configure_runtime(
         open_files: Raise the soft limit of open files towards the hard one (connections are files).
     """
     global _requested
-    if threads is not None:
-        faiss.omp_set_num_threads(threads)
     if offline:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     if open_files:
         _raise_open_files()
     _requested = ModelSettings(threads, quiet)
+    if "faiss" in sys.modules:
+        apply_faiss_settings()
     if "torch" in sys.modules:
         apply_model_settings()
 
@@ -71,6 +76,14 @@ def configure_runtime(
 def model_settings() -> ModelSettings | None:
     """The torch/transformers settings :func:`configure_runtime` asked for, or None."""
     return _requested
+
+
+def apply_faiss_settings() -> None:
+    """Apply the requested faiss threads (:mod:`replay_sim.resolve.vectors` calls this on import)."""
+    if _requested is not None and _requested.threads is not None:
+        import faiss
+
+        faiss.omp_set_num_threads(_requested.threads)
 
 
 def apply_model_settings(threads: int | None = None) -> None:

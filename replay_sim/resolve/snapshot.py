@@ -7,7 +7,7 @@ how an index is built or what a matching config means; this module supplies both
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,10 @@ __all__ = ["build_snapshot_index", "freeze", "match_config", "open_snapshot", "v
 
 
 def build_snapshot_index(
-    store: Store, directory: Path, config: MatchConfig | None = None
+    store: Store,
+    directory: Path,
+    config: MatchConfig | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """Build a snapshot's index (the :data:`~replay_sim.store.snapshot.IndexBuilder` replay-sim uses).
 
@@ -36,13 +39,14 @@ def build_snapshot_index(
         store: The frozen (read-only) store; cached embeddings are read from it.
         directory: The bundle's index folder.
         config: The matching config to record (defaults when None).
+        progress: Called with (calls indexed, calls to index) as the index is built.
 
     Returns:
         ``(embedding model id, matching config as JSON data)``.
     """
     config = config or MatchConfig()
     embedder = CachedEmbedder(default_embedder(), store)
-    build_index(store, RecordedSchemas(store, config), embedder, directory)
+    build_index(store, RecordedSchemas(store, config), embedder, directory, progress=progress)
     return embedder.model_id, config.as_dict()
 
 
@@ -52,6 +56,7 @@ def freeze(
     *,
     config: MatchConfig | None = None,
     fold: Sequence[str | Path] = (),
+    progress: Callable[[int, int], None] | None = None,
 ) -> Snapshot:
     """Write a read-only snapshot bundle of a store, with replay-sim's vector index.
 
@@ -65,6 +70,7 @@ def freeze(
         fold: More stores whose calls the bundle takes in, sessions kept whole (a served
             snapshot's sandbox answers, ``<bundle>.sandbox.db``); calls ``db`` has already are
             skipped. ``db`` itself is not changed.
+        progress: Called with (calls indexed, calls to index) as the bundle's index is built.
 
     Returns:
         The new snapshot.
@@ -80,7 +86,7 @@ def freeze(
             fold_in(copy, path)
         keep_effects(copy, config=config)
 
-    return bundle.freeze(db, out, partial(build_snapshot_index, config=config), keep)
+    return bundle.freeze(db, out, partial(build_snapshot_index, config=config, progress=progress), keep)
 
 
 def match_config(snapshot: Snapshot) -> MatchConfig:

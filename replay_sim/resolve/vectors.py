@@ -19,6 +19,9 @@ import faiss
 import numpy as np
 
 from replay_sim.errors import VectorIndexError
+from replay_sim.resolve.runtime import apply_faiss_settings
+
+apply_faiss_settings()  # faiss is imported on first need: the threads configure_runtime asked for
 
 __all__ = ["EXACT_ALLOWED_LIMIT", "HNSW_THRESHOLD", "FaissIndex", "VectorIndex", "translate_faiss"]
 

@@ -1,8 +1,10 @@
 """Warming a resolver up in the background, so a replay answers exact hits the moment it starts.
 
-The slow first-use work of a resolver — loading (or building) the vector index, loading the
-embedding model (seconds: torch and sentence-transformers import slowly), calibrating each tool's
-threshold — runs once, in a daemon thread. Exact and canonical hits need none of it. A call that
+The slow first-use work of a resolver — loading (or building) the vector index — runs once, in a
+daemon thread. The embedding model (seconds of CPU: torch and sentence-transformers import slowly)
+is not part of it unless the index must be built: the first call that embeds a query loads it; nor
+is a tool's matching state (its canonical forms and threshold), built by the tool's first call
+that needs it. Exact and canonical hits need none of it. A call that
 does need it waits for it (the index and the model are each loaded under a lock), never fails;
 a server that must not block its event loop asks :meth:`Warmup.nowait` first and, when the call
 would wait, runs it in a worker thread instead.
@@ -76,13 +78,13 @@ class Warmup:
         if self.done:
             return None
         if self._thread is None:
-            return "the index and embedding model are not loaded (warm-up not started)"
+            return "the index is not loaded (warm-up not started)"
         if self.failure is not None:
             return (
-                f"loading the index and embedding model failed {self.attempts} time(s), last with "
+                f"loading the index failed {self.attempts} time(s), last with "
                 f"{type(self.failure).__name__}: {self.failure}; trying again"
             )
-        return "loading the index and embedding model"
+        return "loading the index"
 
     def stop(self) -> None:
         """Stop trying again after a failure (the server is stopping); a running attempt finishes.
@@ -118,8 +120,7 @@ class Warmup:
             except Exception as exc:  # never silently gone: said, kept for readiness, tried again
                 self.failure = exc
                 log.warning(
-                    "replay-sim: the warm-up (index, embedding model) failed (attempt %d): %s: %s; "
-                    "trying again in %g s",
+                    "replay-sim: the warm-up (index) failed (attempt %d): %s: %s; trying again in %g s",
                     self.attempts,
                     type(exc).__name__,
                     exc,

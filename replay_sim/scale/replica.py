@@ -94,8 +94,8 @@ class ReplayReplica:
         app = create_app(replay, freeze_gc=True, **options)
         lifespan = Lifespan(app)
         await lifespan.startup()
-        # Serve counts a replica up once this returns: only when every tier answers at its usual
-        # speed (index and model loaded), so a deployment is ready when it says so.
+        # Serve counts a replica up once this returns: only when the replica is ready (its index
+        # loaded; tools' matching state and the model load on first need), as it says so.
         if app.readiness is not None:
             await asyncio.to_thread(app.readiness.wait, READY_TIMEOUT)
         return cls(replica, app, claim), lifespan

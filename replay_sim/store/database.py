@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
 from replay_sim.errors import StoreError, StoreLockedError
+from replay_sim.store import verified
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -169,8 +170,10 @@ class Database:
         ``calls_key`` index points a key at another call's row, and that call's recording would
         answer. The full check runs on the opening thread: a check overlapped with the rest of a
         replay's start would have to hold back every answer, the listings' too, until it passed,
-        and would save at most the 0.1 s between opening the store and the first call.
+        and would save at most the 0.1 s between opening the store and the first call. A file that
+        passed and has not been written since is not checked again (:mod:`replay_sim.store.verified`).
         """
+        stamp = verified.stamp_of(self.path)
         try:
             found = conn.execute("SELECT type, name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'")
             objects = sorted(f"{name} ({kind})" if kind != "table" else name for kind, name in found)
@@ -182,7 +185,9 @@ class Database:
                     f"{', '.join(objects[:8])}{', …' if len(objects) > 8 else ''}); "
                     "give a replay-sim store or a new path with --db"
                 )
-            problem = conn.execute("PRAGMA integrity_check(1)").fetchone()[0]
+            if verified.verified(self.path, stamp):
+                return
+            problem = self._integrity(conn)
         except sqlite3.DatabaseError as exc:
             if "not a database" in str(exc):
                 conn.close()
@@ -201,6 +206,12 @@ class Database:
                 f"`sqlite3 {self.path} 'PRAGMA integrity_check'`, and restore it from a copy or an "
                 "export (`sqlite3 FILE .recover` may save what is left)"
             )
+        if stamp is not None and verified.stamp_of(self.path) == stamp:  # nobody wrote meanwhile
+            verified.remember(self.path, stamp)
+
+    def _integrity(self, conn: sqlite3.Connection) -> str:
+        """``PRAGMA integrity_check``'s first finding (``ok`` when it finds nothing)."""
+        return str(conn.execute("PRAGMA integrity_check(1)").fetchone()[0])
 
     def _check_schema(self, conn: sqlite3.Connection) -> None:
         row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterable, Iterator
+import os
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -80,7 +81,13 @@ def export_jsonl(store: Store, out: IO[str]) -> int:
     return count
 
 
-def import_jsonl(store: Store, path: str | Path, lines: Iterable[str] | None = None) -> dict[str, int]:
+def import_jsonl(
+    store: Store,
+    path: str | Path,
+    lines: Iterable[str] | None = None,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[str, int]:
     """Read a JSONL file into the store, line by line, all of it or nothing.
 
     The file is read as a stream (one line in memory at a time) and split on ``\\n`` only: U+2028,
@@ -92,6 +99,7 @@ def import_jsonl(store: Store, path: str | Path, lines: Iterable[str] | None = N
         store: Destination store.
         path: The file (also used in error messages).
         lines: Already-open lines (without their newline), instead of reading ``path``.
+        progress: Called with (bytes read, the file's size) as the file is read (not with ``lines``).
 
     Returns:
         Counts of imported ``server``, ``listing`` and ``call`` lines, and of ``duplicate`` calls
@@ -106,7 +114,7 @@ def import_jsonl(store: Store, path: str | Path, lines: Iterable[str] | None = N
     writer = _Writer(store, counts)
     with contextlib.ExitStack() as stack:
         if lines is None:
-            lines = _read_lines(path, stack)
+            lines = _read_lines(path, stack, progress)
         stack.enter_context(store.transaction(f"import {path}"))
         for number, text in enumerate(lines, start=1):
             parsed = parse_line(text, f"{path}:{number}")
@@ -115,17 +123,22 @@ def import_jsonl(store: Store, path: str | Path, lines: Iterable[str] | None = N
     return counts
 
 
-def _read_lines(path: Path, stack: contextlib.ExitStack) -> Iterator[str]:
+def _read_lines(
+    path: Path, stack: contextlib.ExitStack, progress: Callable[[int, int], None] | None = None
+) -> Iterator[str]:
     """The file's lines, split on ``\\n`` only and decoded one by one (a bad byte names its line)."""
     try:
         file = stack.enter_context(path.open("rb"))
+        size = os.fstat(file.fileno()).st_size
     except OSError as exc:
         raise InterchangeError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    return _decoded(path, file)
+    return _decoded(path, file, None if progress is None else (progress, size))
 
 
-def _decoded(path: Path, file: IO[bytes]) -> Iterator[str]:
-    number = 0
+def _decoded(
+    path: Path, file: IO[bytes], progress: tuple[Callable[[int, int], None], int] | None = None
+) -> Iterator[str]:
+    number = read = 0
     while True:
         try:
             raw = file.readline()
@@ -134,6 +147,10 @@ def _decoded(path: Path, file: IO[bytes]) -> Iterator[str]:
         if not raw:
             return
         number += 1
+        if progress is not None:
+            read += len(raw)
+            if number % 1024 == 0 or read == progress[1]:
+                progress[0](read, progress[1])
         try:
             yield raw.removesuffix(b"\n").decode("utf-8")
         except UnicodeDecodeError as exc:

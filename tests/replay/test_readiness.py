@@ -22,6 +22,7 @@ import replay_sim
 from replay_sim.listener import serving_in_thread
 from replay_sim.replay.app import create_app
 from replay_sim.replay.replay import Replay
+from replay_sim.resolve.build import build_index
 from replay_sim.resolve.embedding import SentenceTransformerEmbedder
 from replay_sim.resolve.resolution import Tier
 from replay_sim.resolve.resolver import Resolver
@@ -46,7 +47,7 @@ def test_ready_is_503_naming_what_loads_until_the_model_is_loaded_while_exact_hi
         assert model.waiting.wait(60)  # the warm-up is loading the model (held at the gate)
         waiting = httpx2.get(f"{url}/api/ready", timeout=30)
         assert waiting.status_code == 503
-        assert waiting.json()["waiting_for"] == ["loading the index and embedding model"]
+        assert waiting.json()["waiting_for"] == ["loading the index"]
 
         async def exact() -> dict[str, Any]:
             async with Client(f"{url}/mcp/demo", mode="legacy") as client:
@@ -75,7 +76,7 @@ async def test_a_call_needing_the_model_before_ready_waits_a_bounded_time_then_s
             "demo", "tools/call", search("How do I reset my password?"), trail.trail("demo")
         )
         assert answer.resolution.tier is Tier.MISS and not answer.resolution.step  # history untouched
-        assert "the replay is still starting (loading the index and embedding model" in str(answer.reply)
+        assert "the replay is still starting (loading the index" in str(answer.reply)
         assert replay.metrics.recent_misses() == []  # not a miss of the recordings: nothing kept
         model.gate.set()
         await anyio.to_thread.run_sync(replay.resolver.warmup.wait)
@@ -126,7 +127,7 @@ def test_a_failed_warm_up_is_logged_reported_by_readiness_and_tried_again(
     assert "failed 1 time(s), last with OSError: [Errno 24] Too many open files; trying again" in str(
         seen[0]["waiting_for"]
     )
-    assert any("the warm-up (index, embedding model) failed (attempt 1)" in r.message for r in caplog.records)
+    assert any("the warm-up (index) failed (attempt 1)" in r.message for r in caplog.records)
     assert replay.resolver.warmup.attempts == 2
 
 
@@ -137,3 +138,52 @@ def test_serving_returns_only_once_ready_unless_asked_not_to_wait(tmp_path: Path
         assert sim.replay.resolver.warmup.done
     with replay_sim.serving(tmp_path / "serving.db", index_dir=tmp_path / "index", wait_ready=False) as sim:
         assert httpx2.get(f"{sim.url}/api/health", timeout=30).status_code == 200
+
+
+class LoadedOnEncode:
+    """The real model, saying it is loaded only once something was encoded (as a fresh model is)."""
+
+    def __init__(self, model: SentenceTransformerEmbedder) -> None:
+        self.model = model
+        self.encoded = 0
+
+    @property
+    def model_id(self) -> str:
+        return self.model.model_id
+
+    @property
+    def dimension(self) -> int:
+        return self.model.dimension
+
+    @property
+    def loaded(self) -> bool:
+        return self.encoded > 0
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        self.encoded += 1
+        return self.model.encode(texts)
+
+
+def test_ready_needs_the_index_not_the_model_or_tool_states_which_the_first_semantic_call_loads(
+    tmp_path: Path, embedder: SentenceTransformerEmbedder
+) -> None:
+    store = calibrated_store(tmp_path / "r.db")
+    build_index(store, embedder=embedder, directory=tmp_path / "index")  # as `index build` does
+    model = LoadedOnEncode(embedder)
+    replay = Replay(store, resolver=Resolver(store, embedder=model, index_dir=tmp_path / "index"))
+    with serving_in_thread(create_app(replay)) as url:
+        ready = httpx2.get(f"{url}/api/ready", timeout=30)
+        assert ready.status_code == 200 and ready.json()["waiting_for"] == []
+        assert ready.json()["embedding_model"].startswith("not loaded: the first call that embeds")
+        assert ready.json()["tools_prepared"] == 0
+        assert model.encoded == 0  # the warm-up loaded the index alone
+
+        async def semantic() -> dict[str, Any]:
+            async with Client(f"{url}/mcp/demo", mode="legacy") as client:
+                return match_of(
+                    await client.call_tool("search", search("How do I reset my password?")["arguments"])
+                )
+
+        assert anyio.run(semantic)["status"] == "semantic"
+        after = httpx2.get(f"{url}/api/ready", timeout=30).json()
+        assert after["embedding_model"] == "loaded" and after["tools_prepared"] == 1

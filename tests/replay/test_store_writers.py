@@ -52,7 +52,7 @@ def _status(answer: dict[str, Any]) -> str:
 
 
 def _served_replay(db: Path, embedder: SentenceTransformerEmbedder) -> Replay:
-    """A replay of :func:`build_store` at ``db``, warm (index and model loaded) before it serves."""
+    """A replay of :func:`build_store` at ``db``, warm (its index loaded) before it serves."""
     store = build_store(db)
     replay = Replay(store, resolver=Resolver(store, index_dir=None, embedder=embedder))
     replay.resolver.warm()

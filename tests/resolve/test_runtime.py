@@ -93,3 +93,23 @@ def test_configure_runtime_raises_the_soft_open_files_limit_towards_the_hard_one
     untouched, raised, hard = json.loads(done.stdout.strip().splitlines()[-1])
     assert untouched == 256  # importing the library changes nothing
     assert raised == (65536 if hard == -1 else min(hard, 65536)) and raised > 256
+
+
+def test_configure_runtime_sets_faiss_threads_when_faiss_is_imported_later() -> None:
+    code = """
+        import sys
+        from replay_sim import configure_runtime
+
+        configure_runtime()
+        assert "faiss" not in sys.modules, "configure_runtime imported faiss"
+        import replay_sim.resolve.vectors
+        import faiss
+
+        print(faiss.omp_get_max_threads())
+        """
+    env = {**os.environ, "OMP_NUM_THREADS": "3"}  # faiss's own default here, unless told otherwise
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1"]

@@ -133,7 +133,7 @@ def single(snapshot: Path) -> Iterator[str]:
 
 
 def test_a_deployment_is_ready_once_serve_run_returns(cluster: str) -> None:
-    # A replica counts as up only once its warm-up (index, model) is done: every replica says ready.
+    # A replica counts as up only once its warm-up (the index) is done: every replica says ready.
     for _ in range(8):
         ready = httpx2.get(f"{cluster}/api/ready", timeout=60)
         assert ready.status_code == 200, ready.text
