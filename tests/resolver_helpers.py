@@ -145,6 +145,11 @@ class GatedEmbedder:
     def dimension(self) -> int:
         return self.model.dimension
 
+    @property
+    def loaded(self) -> bool:
+        """Loaded once the gate is open."""
+        return self.gate.is_set()
+
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         self.waiting.set()
         self.gate.wait()

@@ -9,6 +9,7 @@ replay holds the state it reads (the store, resolver, miss policy, histories, me
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
@@ -36,7 +37,7 @@ from replay_sim.replay.keeper import MissKeeper
 from replay_sim.replay.metrics import Metrics
 from replay_sim.replay.policies.miss import Miss, MissPolicy
 from replay_sim.replay.provenance import FAULT_STATUS, MissDetail, Reply, provenance, render, status_of
-from replay_sim.replay.readiness import still_loading
+from replay_sim.replay.readiness import model_loading, still_loading
 from replay_sim.replay.responses import stream_now
 from replay_sim.replay.surface import Surface
 from replay_sim.resolve.lineage import DIVERGED, Trail
@@ -191,18 +192,11 @@ class Answering:
         loading = False
         if resolution is None:
             # It needs an embedding (resolved in a thread: its cost grows with the call), or what
-            # the running warm-up still loads (waited for off the event loop, a bounded time).
-            warmup = self.resolver.warmup
-            if not warmup.warming or await anyio.to_thread.run_sync(warmup.wait, self.warm_wait):
-                resolve = self.resolver.resolve
-                resolution = await anyio.to_thread.run_sync(resolve, server, method, redacted, steps)
-            else:
+            # still loads (waited for off the event loop, a bounded time).
+            resolution, loading = await self._resolve_off_loop(server, method, redacted, steps)
+            if loading:
                 # The cache tiers that can answer now did not: a policy that asks the real server
                 # still gives the faithful answer; any other serves this miss (nothing kept).
-                loading = True
-                resolution = Resolution(
-                    Tier.MISS, 0.0, reason=still_loading(self.resolver.warmup, self.warm_wait)
-                )
                 if not self.asks_real_server(server):
                     return Answer(name, resolution, self._reply(server, method, name, resolution))
         if not resolution.hit and method == "tools/call" and not self.asks_real_server(server):
@@ -234,6 +228,28 @@ class Answering:
         if not miss.hit and not loading:
             self.misses.keep(server, method, name, arguments, answer.status, miss, kept=history)
         return answer
+
+    async def _resolve_off_loop(
+        self, server: str, method: str, params: dict[str, Any], steps: Sequence[str] | Trail
+    ) -> tuple[Resolution, bool]:
+        """:meth:`Resolver.resolve` in a worker thread, waiting at most :attr:`warm_wait` for what loads.
+
+        What the warm-up loads (the index), and the embedding model the first call that embeds a
+        query loads (seconds; a minute on a busy machine), are waited for a bounded time: then the
+        call is a miss saying so, and the loading goes on for later calls.
+
+        Returns:
+            The resolution, and whether it is that miss (not a miss of the recordings).
+        """
+        warmup = self.resolver.warmup
+        if warmup.warming and not await anyio.to_thread.run_sync(warmup.wait, self.warm_wait):
+            return Resolution(Tier.MISS, 0.0, reason=still_loading(warmup, self.warm_wait)), True
+        resolve = functools.partial(self.resolver.resolve, server, method, params, steps)
+        if self.resolver.model_loaded:
+            return await anyio.to_thread.run_sync(resolve), False
+        with anyio.move_on_after(self.warm_wait):  # the thread goes on loading the model
+            return await anyio.to_thread.run_sync(resolve, abandon_on_cancel=True), False
+        return Resolution(Tier.MISS, 0.0, reason=model_loading(self.warm_wait)), True
 
     def asks_real_server(self, server: str) -> bool:
         """Whether the miss policy answers ``server``'s misses by asking the real server (sandbox, live)."""

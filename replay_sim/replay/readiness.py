@@ -92,3 +92,11 @@ def still_loading(warmup: Warmup, waited: float) -> str:
         f"the replay is still starting ({why}; waited {waited:g} s): retry once GET /api/ready "
         "answers 200 (replay-sim serve prints 'listening on URL' then)"
     )
+
+
+def model_loading(waited: float) -> str:
+    """The miss reason of a call that needs the embedding model while it loads, after ``waited`` s."""
+    return (
+        f"the embedding model is still loading (the first call that needs it loads it; waited "
+        f"{waited:g} s): retry shortly — GET /api/ready says embedding_model 'loaded' once it is"
+    )

@@ -187,3 +187,23 @@ def test_ready_needs_the_index_not_the_model_or_tool_states_which_the_first_sema
         assert anyio.run(semantic)["status"] == "semantic"
         after = httpx2.get(f"{url}/api/ready", timeout=30).json()
         assert after["embedding_model"] == "loaded" and after["tools_prepared"] == 1
+
+
+@pytest.mark.anyio
+async def test_a_call_needing_the_model_once_ready_waits_a_bounded_time_while_it_loads_then_says_so(
+    tmp_path: Path, embedder: SentenceTransformerEmbedder
+) -> None:
+    store = calibrated_store(tmp_path / "r.db")
+    build_index(store, embedder=embedder, directory=tmp_path / "index")  # ready needs no model then
+    model = GatedEmbedder(embedder)  # loading until the gate opens (a minute, on a busy machine)
+    resolver = Resolver(store, embedder=model, index_dir=tmp_path / "index")
+    replay = Replay(store, resolver=resolver, warm_wait=0.2)
+    resolver.warm()
+    with anyio.fail_after(60):
+        answer = await replay.resolve("demo", "tools/call", search("How do I reset my password?"), ())
+        assert answer.resolution.tier is Tier.MISS
+        assert "the embedding model is still loading" in str(answer.reply)
+        assert replay.metrics.recent_misses() == []  # not a miss of the recordings: nothing kept
+        model.gate.set()  # the load the first call began goes on and ends
+        later = await replay.resolve("demo", "tools/call", search("How do I reset my password?"), ())
+    assert later.resolution.tier is Tier.SEMANTIC
