@@ -11,7 +11,7 @@ import click
 from replay_sim.cli import cli, db_option
 from replay_sim.cli.progress import Progress
 from replay_sim.resolve.calibration import MatchConfig
-from replay_sim.resolve.tooleffects import blockers, store_effects
+from replay_sim.resolve.tooleffects import blockers, keep_effects, store_effects
 from replay_sim.store import Origin, Store
 from replay_sim.store.interchange import export_jsonl, import_jsonl, merge
 
@@ -22,7 +22,10 @@ from replay_sim.store.interchange import export_jsonl, import_jsonl, merge
 def import_command(file: Path, db: Path) -> None:
     """Import a JSONL recording file into the store (all or nothing)."""
     with Store(db) as store, Progress("importing", "B") as progress:
-        counts = import_jsonl(store, file, progress=progress)
+        # One commit: a replay serving the store reads the effects kept with the calls it learns from.
+        with store.transaction(f"import {file}"):
+            counts = import_jsonl(store, file, progress=progress)
+            keep_effects(store)
     click.echo(
         f"imported {counts['call']} calls ({counts['duplicate']} already present), "
         f"{counts['listing']} listings, {counts['server']} servers into {db}"

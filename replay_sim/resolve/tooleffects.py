@@ -144,7 +144,7 @@ def remembered_effects(
     """:func:`recorded_effects`, kept in the store's meta: learned once per state of the store.
 
     The verdicts kept under :data:`EFFECTS_META_PREFIX` + ``server`` are used when nothing they
-    were learned from moved: the calls (append-only: the store's fingerprint), every tool's
+    were learned from moved: the server's calls (append-only: their fingerprint), every tool's
     declaration (listings and the matching config) and the code that learns them. Otherwise they
     are learned again, and kept when the store is writable and no other process is writing it
     (a server never waits to keep them; with ``wait``, another writer's lock is waited for).
@@ -153,7 +153,7 @@ def remembered_effects(
     """
     config = config or MatchConfig()
     learner = _learner()
-    basis = store.fingerprint()  # read before the calls: calls added meanwhile leave what is kept stale
+    basis = store.fingerprint(server)  # read before the calls: calls added meanwhile leave it stale
     key = EFFECTS_META_PREFIX + server
     kept: Any = store.meta(key) if learner else None
     try:
@@ -179,9 +179,10 @@ def remembered_effects(
 def keep_effects(store: Store, config: MatchConfig | None = None) -> None:
     """Learn every recorded server's tool effects and keep them in the store (:func:`remembered_effects`).
 
-    ``replay-sim index build`` and ``snapshot freeze`` call it, so the first replay started after
-    them reads the verdicts back instead of learning them (0.25 s a 10,000-call server). Verdicts
-    kept already and still current are left as they are; another writer's lock is waited for.
+    ``replay-sim index build``, ``import`` and ``snapshot freeze`` call it, so a replay started
+    after them — or serving the store meanwhile — reads the verdicts back instead of learning them
+    (0.25 s a 10,000-call server). Verdicts kept already and still current are left as they are;
+    another writer's lock is waited for. Called within a transaction, they are kept in its commit.
 
     Args:
         store: The recording store; a read-only one keeps nothing.

@@ -288,10 +288,19 @@ class Store(CallWriter):
         rows = self._query("SELECT DISTINCT server, method, name FROM calls")
         return {(server, method, name) for server, method, name in rows}
 
-    def fingerprint(self) -> str:
-        """A cheap token that changes whenever calls are added (ties an index to this store)."""
-        ((count, max_id),) = self._query("SELECT COUNT(*), COALESCE(MAX(id), 0) FROM calls")
-        return f"calls:{count}:{max_id}"
+    def fingerprint(self, server: str | None = None) -> str:
+        """A cheap token that changes whenever calls are added (ties an index to this store).
+
+        Args:
+            server: Only this server's calls count (what is learned of one server's tools).
+        """
+        if server is None:
+            ((count, max_id),) = self._query("SELECT COUNT(*), COALESCE(MAX(id), 0) FROM calls")
+            return f"calls:{count}:{max_id}"
+        ((count, max_id),) = self._query(
+            "SELECT COUNT(*), COALESCE(MAX(id), 0) FROM calls WHERE server=?", (server,)
+        )
+        return f"calls:{server}:{count}:{max_id}"
 
     # -- embedding cache ------------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ from replay_sim.resolve.tooleffects import (
     remembered_effects,
 )
 from replay_sim.store import Store, snapshot
+from replay_sim.store.interchange import export_jsonl
 
 RO = {"readOnlyHint": True}
 KEY = EFFECTS_META_PREFIX + "srv"
@@ -239,3 +240,39 @@ def test_a_frozen_snapshot_carries_the_kept_effects_its_replays_read_back(
     frozen.manifest_path.write_text(json.dumps(manifest))
     with pytest.raises(SnapshotError, match="do not hash to manifest id"):
         snapshot.verify(frozen.path)
+
+
+def test_calls_recorded_for_one_server_leave_the_effects_kept_for_another_current(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = _store(tmp_path / "r.db")
+    keep_effects(store)
+    learned = _learned_only_by(monkeypatch)
+    store.record_call("other", "tools/call", {"name": "ping", "arguments": {}}, result=text("pong"))
+    assert _effects(store)["put"].effect is Effect.NONE
+    assert learned == []  # srv's calls did not move: its kept verdicts are read back
+
+
+def test_a_replay_serving_a_store_that_import_writes_reads_the_effects_the_import_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = _store(tmp_path / "r.db")
+    served = Resolver(store, index_dir=None, semantic=False)
+    assert served.resolve("srv", "tools/call", {"name": "get", "arguments": {"x": "k"}}).tier is Tier.EXACT
+    more = Store(tmp_path / "more.db")  # what shows ``put`` changes state, recorded elsewhere
+    for session, tool, answer in (("s3", "get", "unset"), ("s3", "put", "ok"), ("s3", "get", "set")):
+        record_x(more, session, tool, "k", answer)
+    lines = tmp_path / "more.jsonl"
+    with lines.open("w", encoding="utf-8") as out:
+        export_jsonl(more, out)
+    imported = subprocess.run(
+        [sys.executable, "-m", "replay_sim", "import", str(lines), "--db", str(tmp_path / "r.db")],
+        capture_output=True,
+        text=True,
+    )
+    assert imported.returncode == 0, imported.stderr
+    learned = _learned_only_by(monkeypatch)
+    assert served.lookup.effect("srv", "put").effect is Effect.NONE  # not read since: still cached
+    served.resolve("srv", "tools/call", {"name": "get", "arguments": {"x": "k"}})  # sees the commit
+    assert served.lookup.effect("srv", "put").effect is Effect.CHANGES
+    assert learned == []  # read back from what the import kept in its commit
