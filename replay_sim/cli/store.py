@@ -21,11 +21,10 @@ from replay_sim.store.interchange import export_jsonl, import_jsonl, merge
 @db_option
 def import_command(file: Path, db: Path) -> None:
     """Import a JSONL recording file into the store (all or nothing)."""
-    with Store(db) as store, Progress("importing", "B") as progress:
-        # One commit: a replay serving the store reads the effects kept with the calls it learns from.
-        with store.transaction(f"import {file}"):
-            counts = import_jsonl(store, file, progress=progress)
-            keep_effects(store)
+    # One commit: a replay serving the store reads the effects kept with the calls it learns from.
+    with Store(db) as store, Progress("importing", "B") as progress, store.transaction(f"import {file}"):
+        counts = import_jsonl(store, file, progress=progress)
+        keep_effects(store)
     click.echo(
         f"imported {counts['call']} calls ({counts['duplicate']} already present), "
         f"{counts['listing']} listings, {counts['server']} servers into {db}"

@@ -194,11 +194,10 @@ class Answering:
             # It needs an embedding (resolved in a thread: its cost grows with the call), or what
             # still loads (waited for off the event loop, a bounded time).
             resolution, loading = await self._resolve_off_loop(server, method, redacted, steps)
-            if loading:
-                # The cache tiers that can answer now did not: a policy that asks the real server
-                # still gives the faithful answer; any other serves this miss (nothing kept).
-                if not self.asks_real_server(server):
-                    return Answer(name, resolution, self._reply(server, method, name, resolution))
+            # Still loading: the cache tiers that can answer now did not. A policy that asks the
+            # real server still gives the faithful answer; any other serves this miss (nothing kept).
+            if loading and not self.asks_real_server(server):
+                return Answer(name, resolution, self._reply(server, method, name, resolution))
         if not resolution.hit and method == "tools/call" and not self.asks_real_server(server):
             # Checked only when nothing answers: a recorded answer is the real server's own verdict,
             # and so is the answer of the real server a miss policy asks (a sandbox, live).
