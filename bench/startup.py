@@ -395,7 +395,7 @@ def report(found: dict[str, float], stdio: dict[str, float], recordings: str) ->
             f"{numbers['replay_start_cpu']:.2f} s vs {numbers['bare_start_cpu']:.2f} s bare; warm-up CPU "
             f"after it {numbers['replay_cpu']:.2f} s (bare {numbers['bare_cpu']:.2f} s)"
         )
-        peers = {kind: numbers[kind] for kind in numbers if kind.startswith("mcp-")}
+        peers = {kind: numbers[kind] for kind in numbers if kind.startswith("mcp-") and "_" not in kind}
         for name, seconds in sorted(peers.items(), key=lambda item: item[1]):
             print(
                 f"   {face}: peer {name} (its recording of the bare server) {seconds:.2f} s: replay-sim "
