@@ -2,10 +2,11 @@
 
 The peers live in their own throw-away virtualenv, never replay-sim's (they pin other MCP SDKs);
 ``REPLAY_SIM_PEERS_VENV`` names it (default ``/tmp/peers-venv``). Make it with Python >= 3.12
-(mcp-cassette needs it)::
+(mcp-cassette needs it), pinning starlette below 1.0 (mcp-recorder 0.5.0 passes ``on_startup``,
+which Starlette 1.0 removed)::
 
     python3.12 -m venv /tmp/peers-venv
-    /tmp/peers-venv/bin/pip install mcp-rec==0.1.1 mcp-cassette==0.4.0 mcp-recorder==0.5.0
+    /tmp/peers-venv/bin/pip install mcp-rec==0.1.1 mcp-cassette==0.4.0 mcp-recorder==0.5.0 starlette==0.52.1
 
 Without it the benches skip the peers, saying so in one line. Each peer records the same bare SDK
 server the benches use as their baseline, through its own recorder, and then replays that recording:
@@ -32,7 +33,7 @@ from urllib.parse import urlsplit
 import anyio
 
 PEERS_VENV = Path(os.environ.get("REPLAY_SIM_PEERS_VENV", "/tmp/peers-venv"))
-PIP_LINE = "pip install mcp-rec==0.1.1 mcp-cassette==0.4.0 mcp-recorder==0.5.0"
+PIP_LINE = "pip install mcp-rec==0.1.1 mcp-cassette==0.4.0 mcp-recorder==0.5.0 starlette==0.52.1"
 PEER_ENV = {**os.environ, "MCP_REC_NO_NOTICE": "1"}
 """The environment every peer runs in (mcp-rec prints an advertisement on its first run otherwise)."""
 
