@@ -16,6 +16,10 @@ kept them already (:func:`~replay_sim.resolve.tooleffects.keep_effects`, as :fun
 :mod:`bench.scale` do after their builds); later starts read them back. The first round is the
 first start after the build, and is reported on its own too.
 
+With the other MCP replayers installed (:mod:`bench._peers`), each one's replay of its own recording
+of the bare server runs in the same rounds, started and asked by the same client: mcp-rec and
+mcp-cassette over stdio, mcp-cassette and mcp-recorder over HTTP.
+
 Run with ``python -m bench startup``; :mod:`bench.scale` uses :func:`first_answer` on its
 100,000-recording store.
 """
@@ -129,7 +133,7 @@ def stdio_first_answer(
 ) -> tuple[float, float, float]:
     """Seconds from spawning a stdio server until its answer to one ``tools/call``, the CPU seconds it
     used until then, and its warm-up CPU seconds after it (0 when ``warm_up`` is false: a recorder
-    run by :mod:`bench.peers` only has to pass the exchange through).
+    run by :func:`stdio_peers` only has to pass the exchange through).
 
     Raises:
         RuntimeError: The server exited without answering, or a replay's answer was not an exact hit.
