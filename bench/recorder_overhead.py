@@ -14,6 +14,8 @@ own ~1 ms per call and its jitter dwarf what a proxy adds), calls interleaved li
 
 With ``REPLAY_SIM_BENCH_BEFORE=DIR`` (a checkout of another version, e.g. a ``git worktree`` of
 the previous commit) a fourth path, ``before``, runs that checkout's recorder in the same rounds.
+With the peers installed (:mod:`bench._peers`), ``mcp-rec`` (``mcp-rec record``, the issue's best
+peer recorder: a select loop forwarding chunks and appending JSONL) is one more path in both.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ import mcp_types as types
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from pydantic import TypeAdapter
+
+from bench._peers import PEER_ENV, peers_bin
 
 ROOT = Path(__file__).resolve().parent.parent
 ECHO = ROOT / "fixtures" / "echo_server.py"
@@ -69,10 +73,11 @@ def _cpu_seconds(marker: str) -> float:
     return 0.0
 
 
-async def measure(calls: int = CALLS) -> dict[str, float]:
+async def measure(calls: int = CALLS, peers: Path | None = None) -> dict[str, float]:
     """Median per-call milliseconds of each path, what the recorder adds, and its CPU per call.
 
-    All three clients stay open and their calls alternate, so background load hits them alike.
+    All clients stay open and their calls alternate, so background load hits them alike; with
+    ``peers`` (their ``bin`` directory) mcp-rec's recorder is one of them.
     """
     with tempfile.TemporaryDirectory() as tmp:
         db = str(Path(tmp) / "bench.db")
@@ -88,6 +93,13 @@ async def measure(calls: int = CALLS) -> dict[str, float]:
             ),
         }
         markers = {"recorded": db, "relay": "bench.recorder_overhead\0relay"}  # /proc cmdlines
+        if peers is not None:
+            markers["mcp-rec"] = str(Path(tmp) / "mcp-rec.jsonl")
+            targets["mcp-rec"] = StdioServerParameters(
+                command=str(peers / "mcp-rec"),
+                args=["record", "-o", markers["mcp-rec"], "--", *echo],
+                env={"MCP_REC_NO_NOTICE": "1"},
+            )
         before = os.environ.get("REPLAY_SIM_BENCH_BEFORE")
         if before:  # `python -m replay_sim` in that checkout imports its own package
             markers["before"] = str(Path(tmp) / "before.db")
@@ -125,11 +137,15 @@ async def measure(calls: int = CALLS) -> dict[str, float]:
     if "before" in medians:
         figures["before_added_ms"] = medians["before"] - medians["direct"]
         figures["before_cpu_ms"] = cpu["before"] * 1000 / calls
+    if "mcp-rec" in medians:
+        figures["mcp_rec_added_ms"] = medians["mcp-rec"] - medians["direct"]
+        figures["mcp_rec_cpu_ms"] = cpu["mcp-rec"] * 1000 / calls
     return figures
 
 
-def raw_measure(calls: int = RAW_CALLS) -> dict[str, float]:
-    """Median per-call milliseconds of each path driven by a raw line client, calls interleaved."""
+def raw_measure(calls: int = RAW_CALLS, peers: Path | None = None) -> dict[str, float]:
+    """Median per-call milliseconds of each path driven by a raw line client, calls interleaved
+    (mcp-rec's recorder among them with ``peers``, their ``bin`` directory)."""
     with tempfile.TemporaryDirectory() as tmp:
         echo = [sys.executable, str(ECHO)]
         commands = {
@@ -140,6 +156,9 @@ def raw_measure(calls: int = RAW_CALLS) -> dict[str, float]:
                 *("record", "--db", str(Path(tmp) / "raw.db"), "--name", "echo", "--", *echo),
             ],
         }
+        if peers is not None:
+            session = str(Path(tmp) / "raw-mcp-rec.jsonl")
+            commands["mcp-rec"] = [str(peers / "mcp-rec"), "record", "-o", session, "--", *echo]
         cwd: dict[str, str] = {}
         before = os.environ.get("REPLAY_SIM_BENCH_BEFORE")
         if before:  # `python -m replay_sim` in that checkout imports its own package
@@ -154,6 +173,7 @@ def raw_measure(calls: int = RAW_CALLS) -> dict[str, float]:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
                 bufsize=0,
+                env=PEER_ENV,
             )
             for kind, command in commands.items()
         }
@@ -202,12 +222,18 @@ def raw_measure(calls: int = RAW_CALLS) -> dict[str, float]:
         figures["raw_before_added_mean_ms"] = statistics.mean(times["before"]) - statistics.mean(
             times["direct"]
         )
+    if "mcp-rec" in medians:
+        figures["raw_mcp_rec_added_ms"] = medians["mcp-rec"] - medians["direct"]
+        figures["raw_mcp_rec_added_mean_ms"] = statistics.mean(times["mcp-rec"]) - statistics.mean(
+            times["direct"]
+        )
     return figures
 
 
 def main() -> dict[str, float]:
     """Print the recorder overhead figures."""
-    figures = anyio.run(measure)
+    peers = peers_bin()
+    figures = anyio.run(measure, CALLS, peers)
     print(
         f"   recorder overhead over {CALLS} echo calls (stdio upstream, median): direct "
         f"{figures['direct_ms']:.3f} ms, recorded {figures['recorded_ms']:.3f} ms, added "
@@ -216,7 +242,7 @@ def main() -> dict[str, float]:
         f"(CPU {figures['relay_cpu_ms']:.3f} ms per call); recorder CPU "
         f"{figures['recorder_cpu_ms']:.3f} ms per call"
     )
-    raw = raw_measure()
+    raw = raw_measure(RAW_CALLS, peers)
     figures.update(raw)
     print(
         f"   the same over {RAW_CALLS} calls from a raw line client: direct {raw['raw_direct_ms']:.3f} ms, "
@@ -229,6 +255,14 @@ def main() -> dict[str, float]:
             else ""
         )
     )
+    if "mcp_rec_added_ms" in figures:
+        print(
+            f"   mcp-rec's recorder, same rounds: SDK client added {figures['mcp_rec_added_ms']:.3f} ms "
+            f"(replay-sim {figures['added_ms'] - figures['mcp_rec_added_ms']:+.3f} ms), CPU "
+            f"{figures['mcp_rec_cpu_ms']:.3f} ms per call; raw client added "
+            f"{figures['raw_mcp_rec_added_ms']:.3f} ms (mean {figures['raw_mcp_rec_added_mean_ms']:.3f} ms; "
+            f"replay-sim {figures['raw_added_ms'] - figures['raw_mcp_rec_added_ms']:+.3f} ms)"
+        )
     if "before_added_ms" in figures:
         print(
             "   the recorder in REPLAY_SIM_BENCH_BEFORE, same rounds: added "

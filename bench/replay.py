@@ -19,7 +19,10 @@ loop answering each line with a constant: the floor for a Python stdio server he
 raw line client (write a request line, read its answer line), interleaved in rounds; the replay's
 median exact hit must be <= 0.1 ms. With ``REPLAY_SIM_BENCH_BEFORE=DIR`` (a checkout of another
 version, e.g. a ``git worktree`` of the previous commit) that checkout's ``serve --stdio`` runs in
-the same rounds.
+the same rounds. With the peers installed (:mod:`bench._peers`), mcp-rec (the issue's best stdio
+peer) runs in the same rounds too, replaying its own recording of the same calls to the bare SDK
+stdio server (``mcp-rec record`` in front of it, driven by the same client; mcp-rec serves each
+recorded answer once, so the recording holds every call of a round).
 
 Run with ``python -m bench`` (every bench module), ``python -m bench.replay``, or
 ``python -m bench.replay stdio`` for the stdio figures alone.
@@ -42,6 +45,8 @@ from typing import Any
 import anyio
 import httpx2
 from mcp import Client
+
+from bench._peers import PEER_ENV, peers_bin
 
 RESULT = {"content": [{"type": "text", "text": "hello"}], "isError": False}
 TOOL = {
@@ -267,7 +272,9 @@ def measure(kind: str, db: Path) -> dict[str, float]:
 
 def stdio_round_trip(command: list[str], calls: int = STDIO_CALLS, cwd: str | None = None) -> float:
     """Median milliseconds of an exact-hit ``tools/call`` over a stdio server, by a raw line client."""
-    process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, cwd=cwd)
+    process = subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, cwd=cwd, env=PEER_ENV
+    )
     assert process.stdin is not None and process.stdout is not None
     stdin, stdout = process.stdin, process.stdout
 
@@ -327,7 +334,8 @@ def _line_echo() -> None:
 
 
 def stdio(db: Path) -> dict[str, float]:
-    """The stdio figures: the replay, the bare SDK server and the line echo, interleaved, best of each."""
+    """The stdio figures: the replay, the bare SDK server, the line echo and mcp-rec, interleaved, best
+    of each."""
     commands = {
         "replay": [str(BIN / "replay-sim"), "serve", "--stdio", "--server", "bench", "--db", str(db)],
         "bare": [sys.executable, "-m", "bench.replay", "bare-stdio"],
@@ -338,6 +346,11 @@ def stdio(db: Path) -> dict[str, float]:
     if before:  # `python -m replay_sim` in that checkout imports its own package
         commands["before"] = [sys.executable, "-m", "replay_sim", *commands["replay"][1:]]
         cwd["before"] = before
+    peers = peers_bin()
+    if peers is not None:  # the best stdio peer, on its recording of the same calls to the bare server
+        session = db.parent / "mcp-rec.jsonl"
+        stdio_round_trip([str(peers / "mcp-rec"), "record", "-o", str(session), "--", *commands["bare"]])
+        commands["mcp-rec"] = [str(peers / "mcp-rec"), "replay", str(session)]
     best: dict[str, float] = {}
     for _ in range(STDIO_ROUNDS):
         for kind, command in commands.items():
@@ -348,6 +361,8 @@ def stdio(db: Path) -> dict[str, float]:
     figures["vs_echo"] = best["replay"] / best["echo"]
     if "before" in best:
         figures["vs_before"] = best["replay"] / best["before"]
+    if "mcp-rec" in best:
+        figures["vs_mcp_rec"] = best["replay"] / best["mcp-rec"]
     return figures
 
 

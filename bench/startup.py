@@ -16,6 +16,10 @@ kept them already (:func:`~replay_sim.resolve.tooleffects.keep_effects`, as :fun
 :mod:`bench.scale` do after their builds); later starts read them back. The first round is the
 first start after the build, and is reported on its own too.
 
+With the other MCP replayers installed (:mod:`bench._peers`), each one's replay of its own recording
+of the bare server runs in the same rounds, started and asked by the same client: mcp-rec and
+mcp-cassette over stdio, mcp-cassette and mcp-recorder over HTTP.
+
 Run with ``python -m bench startup``; :mod:`bench.scale` uses :func:`first_answer` on its
 100,000-recording store.
 """
@@ -39,6 +43,8 @@ from typing import Any
 import anyio
 import httpx2
 from mcp import Client
+
+from bench._peers import PEER_ENV, free_port, peers_bin, record_http, wait_listening, write_script
 
 URL_LINE = re.compile(r"(https?://\S+?)/mcp/(\S+)")
 ROUNDS = 3
@@ -123,10 +129,11 @@ def stdio_replay_command(db: Path, server: str, index_dir: Path | None = None) -
 
 
 def stdio_first_answer(
-    command: Sequence[str], tool: str, arguments: dict[str, Any]
+    command: Sequence[str], tool: str, arguments: dict[str, Any], *, warm_up: bool = True
 ) -> tuple[float, float, float]:
     """Seconds from spawning a stdio server until its answer to one ``tools/call``, the CPU seconds it
-    used until then, and its warm-up CPU seconds after it.
+    used until then, and its warm-up CPU seconds after it (0 when ``warm_up`` is false: a recorder
+    run by :func:`stdio_peers` only has to pass the exchange through).
 
     Raises:
         RuntimeError: The server exited without answering, or a replay's answer was not an exact hit.
@@ -139,7 +146,7 @@ def stdio_first_answer(
     ]
     lines = b"".join(json.dumps(m).encode() + b"\n" for m in messages)
     started = time.perf_counter()
-    process = subprocess.Popen(list(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    process = subprocess.Popen(list(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=PEER_ENV)
     assert process.stdin is not None and process.stdout is not None
     try:
         process.stdin.write(lines)
@@ -147,16 +154,18 @@ def stdio_first_answer(
         while True:
             line = process.stdout.readline()
             if not line:
-                raise RuntimeError(f"{command[2:5]}: exited without answering (status {process.wait()})")
+                raise RuntimeError(f"{command[:5]}: exited without answering (status {process.wait()})")
             answer = json.loads(line)
             if answer.get("id") == 2:
                 break
         elapsed = time.perf_counter() - started
-        match = (answer.get("result") or {}).get("_meta", {}).get("replay-sim/match")
+        if "result" not in answer:
+            raise RuntimeError(f"{command[:5]}: the first answer was an error: {answer}")
+        match = answer["result"].get("_meta", {}).get("replay-sim/match")
         if match is not None and match.get("status") != "exact":
             raise RuntimeError(f"the first answer was not an exact hit: {match}")
         used = cpu_seconds(process.pid)
-        return elapsed, used, warm_up_cpu(process.pid)
+        return elapsed, used, (warm_up_cpu(process.pid) if warm_up else 0.0)
     finally:
         process.stdin.close()
         try:
@@ -166,21 +175,93 @@ def stdio_first_answer(
             process.wait()
 
 
+def stdio_peers(directory: Path, found: Path) -> dict[str, list[str]]:
+    """The stdio peers' replay commands, each on its own recording of the bare SDK stdio server.
+
+    Each peer's recorder runs the bare server once, passing one exchange through (the same three
+    lines :func:`stdio_first_answer` writes); ``found`` is the peers' ``bin`` directory.
+    """
+    bare = [sys.executable, str(write_script(directory, "bare_stdio.py", BARE_STDIO_SERVER))]
+    rec, cassette = directory / "mcp-rec.jsonl", directory / "mcp-cassette-stdio.json"
+    stdio_first_answer(
+        [str(found / "mcp-rec"), "record", "-o", str(rec), "--", *bare], "echo", {}, warm_up=False
+    )
+    stdio_first_answer(
+        [str(found / "mcp-cassette"), "record", "--cassette", str(cassette), "--", *bare],
+        "echo",
+        {},
+        warm_up=False,
+    )
+    return {
+        "mcp-rec": [str(found / "mcp-rec"), "replay", str(rec)],
+        "mcp-cassette": [str(found / "mcp-cassette"), "serve", str(cassette)],
+    }
+
+
+def http_peers(directory: Path, found: Path) -> dict[str, tuple[list[str], str]]:
+    """The HTTP peers' replay commands and URLs, each on its recording of the bare SDK server.
+
+    mcp-recorder records through its HTTP proxy in front of the bare stdio server, mcp-cassette
+    through its proxy in front of the bare HTTP server, one exchange each of the same client
+    :func:`first_answer` uses; ``found`` is the peers' ``bin`` directory.
+    """
+    bare = f"{sys.executable} {write_script(directory, 'bare_stdio.py', BARE_STDIO_SERVER)}"
+    cassette, port = directory / "mcp-recorder.json", free_port()
+    record = [str(found / "mcp-recorder"), "record", "--target-stdio", bare, "--port", str(port)]
+
+    async def call(url: str, deadline: float) -> None:
+        await _first_call(url, "echo", {}, deadline)
+
+    record_http([*record, "--output", str(cassette)], f"http://127.0.0.1:{port}/mcp", call)
+    peers = {}
+    port = free_port()
+    replay = [str(found / "mcp-recorder"), "replay", "--cassette", str(cassette), "--port", str(port)]
+    peers["mcp-recorder"] = (replay, f"http://127.0.0.1:{port}/mcp")
+
+    bare_server = subprocess.Popen(bare_command(), stderr=subprocess.PIPE, text=True)
+    try:
+        assert bare_server.stderr is not None
+        while (line := bare_server.stderr.readline()) and not URL_LINE.search(line):
+            pass
+        found_url = URL_LINE.search(line)
+        if found_url is None:
+            raise RuntimeError(f"the bare SDK server printed no URL (status {bare_server.wait()})")
+        cassette, port = directory / "mcp-cassette-http.json", free_port()
+        record = [str(found / "mcp-cassette"), "record", "--cassette", str(cassette), "--port", str(port)]
+        record_http([*record, "--url", found_url.group(0)], f"http://127.0.0.1:{port}/mcp", call)
+    finally:
+        bare_server.terminate()
+        bare_server.wait()
+    port = free_port()
+    replay = [str(found / "mcp-cassette"), "serve", str(cassette), "--port", str(port)]
+    peers["mcp-cassette"] = (replay, f"http://127.0.0.1:{port}/mcp")
+    return peers
+
+
 def compare_stdio(
-    db: Path, index_dir: Path | None, server: str, tool: str, arguments: dict[str, Any], rounds: int = ROUNDS
+    db: Path,
+    index_dir: Path | None,
+    server: str,
+    tool: str,
+    arguments: dict[str, Any],
+    rounds: int = ROUNDS,
+    peers: dict[str, list[str]] | None = None,
 ) -> dict[str, float]:
-    """Start to first answer over stdio, replay and bare SDK server interleaved, and warm-up CPU.
+    """Start to first answer over stdio, replay, bare SDK server and ``peers`` interleaved, and warm-up CPU.
 
     Returns:
-        Medians: ``bare``, ``replay`` (seconds to the first answer), ``bare_start_cpu``,
-        ``replay_start_cpu`` (CPU seconds until then), ``bare_cpu``, ``replay_cpu`` (warm-up CPU
-        seconds after it), and the replay's first round (``replay_first``).
+        Medians: ``bare``, ``replay`` and each peer's name (seconds to the first answer),
+        ``<kind>_start_cpu`` (CPU seconds until then), ``<kind>_cpu`` (warm-up CPU seconds after it),
+        and the replay's first round (``replay_first``).
     """
-    times: dict[str, list[tuple[float, float, float]]] = {"bare": [], "replay": []}
+    peers = peers or {}
+    times: dict[str, list[tuple[float, float, float]]] = {"bare": [], "replay": [], **{p: [] for p in peers}}
     for _ in range(rounds):
         times["bare"].append(stdio_first_answer([sys.executable, "-c", BARE_STDIO_SERVER], "echo", {}))
         command = stdio_replay_command(db, server, index_dir)
         times["replay"].append(stdio_first_answer(command, tool, arguments))
+        for name, peer in peers.items():
+            times[name].append(stdio_first_answer(peer, "echo", {}))
     found = {kind: statistics.median(t for t, _, _ in runs) for kind, runs in times.items()}
     start = {f"{kind}_start_cpu": statistics.median(c for _, c, _ in runs) for kind, runs in times.items()}
     cpu = {f"{kind}_cpu": statistics.median(c for _, _, c in runs) for kind, runs in times.items()}
@@ -223,6 +304,7 @@ def first_answer(
     *,
     server: str | None = None,
     cpu: list[float] | None = None,
+    url: str | None = None,
 ) -> float:
     """Seconds from spawning ``command`` until the first answer to one ``tools/call``.
 
@@ -233,6 +315,8 @@ def first_answer(
         server: Which printed endpoint to call (the first one when None).
         cpu: Where to append the server's CPU seconds until the first answer and its warm-up CPU
             seconds after it (not measured when None).
+        url: Where the server will listen, for a peer that prints no ``.../mcp/<server>`` URL (it
+            is then called until it answers).
 
     Raises:
         RuntimeError: The server exited or printed no URL within a minute, or a replay's answer was
@@ -240,11 +324,12 @@ def first_answer(
     """
     lines: queue.Queue[str] = queue.Queue()
     started = time.perf_counter()
-    process = subprocess.Popen(list(command), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    process = subprocess.Popen(
+        list(command), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=PEER_ENV
+    )
     try:
         threading.Thread(target=_lines, args=(process.stderr, lines), daemon=True).start()
         deadline = time.monotonic() + 60
-        url = None
         while url is None:
             try:
                 line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
@@ -253,6 +338,7 @@ def first_answer(
             found = URL_LINE.search(line)
             if found and (server is None or found.group(2) == server):
                 url = f"{found.group(1)}/mcp/{found.group(2)}"
+        wait_listening(url, deadline)
         meta = anyio.run(_first_call, url, tool, arguments, deadline)
         elapsed = time.perf_counter() - started
         match = meta.get("replay-sim/match")
@@ -277,21 +363,25 @@ def compare(
     tool: str,
     arguments: dict[str, Any],
     rounds: int = ROUNDS,
+    peers: dict[str, tuple[list[str], str]] | None = None,
 ) -> dict[str, float]:
-    """Start to first answer of the replay and of the bare server, interleaved.
+    """Start to first answer of the replay, the bare server and ``peers`` (command, URL), interleaved.
 
     Returns:
-        The median of each (``bare``, ``replay``), of each one's CPU seconds until the first answer
-        (``bare_start_cpu``, ``replay_start_cpu``) and after it, its warm-up (``bare_cpu``,
-        ``replay_cpu``), and the replay's first round (``replay_first``).
+        The median of each (``bare``, ``replay``, each peer's name), of each one's CPU seconds until
+        the first answer (``<kind>_start_cpu``) and after it, its warm-up (``<kind>_cpu``), and the
+        replay's first round (``replay_first``).
     """
-    times: dict[str, list[float]] = {"bare": [], "replay": []}
-    cpu: dict[str, list[float]] = {"bare": [], "replay": []}
+    peers = peers or {}
+    times: dict[str, list[float]] = {"bare": [], "replay": [], **{p: [] for p in peers}}
+    cpu: dict[str, list[float]] = {kind: [] for kind in times}
     for _ in range(rounds):
         times["bare"].append(first_answer(bare_command(), "echo", {"message": "hi"}, cpu=cpu["bare"]))
         times["replay"].append(
             first_answer(replay_command(db, index_dir), tool, arguments, server=server, cpu=cpu["replay"])
         )
+        for name, (peer, url) in peers.items():
+            times[name].append(first_answer(peer, "echo", {}, cpu=cpu[name], url=url))
     found = {kind: statistics.median(found) for kind, found in times.items()}
     start = {f"{kind}_start_cpu": statistics.median(found[0::2]) for kind, found in cpu.items()}
     used = {f"{kind}_cpu": statistics.median(found[1::2]) for kind, found in cpu.items()}
@@ -309,6 +399,13 @@ def report(found: dict[str, float], stdio: dict[str, float], recordings: str) ->
             f"{numbers['replay_start_cpu']:.2f} s vs {numbers['bare_start_cpu']:.2f} s bare; warm-up CPU "
             f"after it {numbers['replay_cpu']:.2f} s (bare {numbers['bare_cpu']:.2f} s)"
         )
+        peers = {kind: numbers[kind] for kind in numbers if kind.startswith("mcp-") and "_" not in kind}
+        for name, seconds in sorted(peers.items(), key=lambda item: item[1]):
+            print(
+                f"   {face}: peer {name} (its recording of the bare server) {seconds:.2f} s: replay-sim "
+                f"{numbers['replay'] / seconds:.2f}x; CPU until its first answer "
+                f"{numbers[f'{name}_start_cpu']:.2f} s"
+            )
 
 
 def main() -> None:
@@ -324,8 +421,11 @@ def main() -> None:
         keep_effects(store)  # as `replay-sim index build` does
         ((server, params),) = recorded_calls(store, 1)
         store.close()
-        found = compare(db, index_dir, server, params["name"], params["arguments"])
-        stdio = compare_stdio(db, index_dir, server, params["name"], params["arguments"])
+        peers = peers_bin()
+        http = {} if peers is None else http_peers(Path(tmp), peers)
+        stdio_ = {} if peers is None else stdio_peers(Path(tmp), peers)
+        found = compare(db, index_dir, server, params["name"], params["arguments"], peers=http)
+        stdio = compare_stdio(db, index_dir, server, params["name"], params["arguments"], peers=stdio_)
     report(found, stdio, "1,000 recordings")
 
 
