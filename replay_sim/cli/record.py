@@ -59,6 +59,10 @@ def _stops_as_sigint() -> Iterator[Callable[[], signal.Signals | None]]:
     the process at once (the HTTP server re-raises SIGTERM after its own graceful shutdown),
     leaving every call in the ``-wal`` file, so a copy of the ``.db`` alone holds none.
 
+    SIGINT is handled even when inherited as ignored (a script's background job, ``nohup``):
+    asyncio cancels the main task on it only when Python's own handler is in place, so an ignored
+    SIGINT would leave every other signal unable to stop the recorder.
+
     Yields:
         Which of those signals arrived first (None: none did).
     """
@@ -69,6 +73,7 @@ def _stops_as_sigint() -> Iterator[Callable[[], signal.Signals | None]]:
         signal.raise_signal(signal.SIGINT)  # asyncio cancels the main task: cleanup runs
 
     previous = {signum: signal.signal(signum, on_signal) for signum in _STOPPING}
+    previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield lambda: received[0] if received else None
     finally:

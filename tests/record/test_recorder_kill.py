@@ -112,14 +112,21 @@ async def test_a_terminating_signal_stops_the_http_recorder_with_everything_in_t
     assert _main_file_alone(db, tmp_path) == ["kept"]
 
 
-@pytest.mark.parametrize(
-    "stop", [signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGINT], ids=lambda s: s.name
-)
-async def test_a_terminating_signal_stops_the_stdio_recorder_with_everything_in_the_main_file(
-    tmp_path: Path, stop: signal.Signals
-) -> None:
+async def _stop_stdio_recorder(tmp_path: Path, stop: signal.Signals, *launcher: str) -> None:
+    """Record one call over stdio, stop the recorder with ``stop``: the call is in the main file."""
     db = tmp_path / "term.db"
-    command = [REPLAY_SIM, "record", "--db", str(db), "--name", "echo", "--", PYTHON, str(ECHO_SERVER)]
+    command = [
+        *launcher,
+        REPLAY_SIM,
+        "record",
+        "--db",
+        str(db),
+        "--name",
+        "echo",
+        "--",
+        PYTHON,
+        str(ECHO_SERVER),
+    ]
     call = {"name": "echo", "arguments": {"text": "kept"}}
     with anyio.fail_after(60):
         async with await anyio.open_process(command) as process:
@@ -142,3 +149,23 @@ async def test_a_terminating_signal_stops_the_stdio_recorder_with_everything_in_
             assert await process.wait() == _EXIT[stop]
     assert not (tmp_path / "term.db-wal").exists()
     assert _main_file_alone(db, tmp_path) == ["kept"]
+
+
+@pytest.mark.parametrize(
+    "stop", [signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGINT], ids=lambda s: s.name
+)
+async def test_a_terminating_signal_stops_the_stdio_recorder_with_everything_in_the_main_file(
+    tmp_path: Path, stop: signal.Signals
+) -> None:
+    await _stop_stdio_recorder(tmp_path, stop)
+
+
+# Starts the rest of its command line with SIGINT ignored, as a script's background job (`&`) is.
+IGNORING_SIGINT = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+    "os.execv(sys.argv[1], sys.argv[1:])"
+)
+
+
+async def test_a_recorder_started_with_sigint_ignored_still_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    await _stop_stdio_recorder(tmp_path, signal.SIGTERM, PYTHON, "-c", IGNORING_SIGINT)

@@ -252,11 +252,16 @@ def test_serving_and_serve_take_the_miss_detail(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="unknown miss detail 'some': choose full, reason, none"):
         replay_sim.serving(tmp_path / "served.db", miss_detail="some").__enter__()
 
-    async def served() -> Any:
+    async def served() -> str:
         command = [REPLAY_SIM, "serve", "--db", tmp_path / "served.db", "--port", "0"]
         async with spawn(*command, "--index-dir", tmp_path / "index", "--miss-detail", "reason") as process:
             match = await process.wait_for(r"^listening on (http://127\.0\.0\.1:\d+)$")
-            return await miss(match.group(1))
+            with anyio.fail_after(300):  # the first call loads the model; each asks for 10 s at most
+                while "embedding model is still loading" in (
+                    text := (await miss(match.group(1))).content[0].text
+                ):
+                    pass
+            return text
 
-    text = anyio.run(served).content[0].text
+    text = anyio.run(served)
     assert "Nearest: recording #1" in text and ": message differs" in text and "recorded 'hello'" not in text
