@@ -147,12 +147,14 @@ class StateLookup:
             self._mutating.pop(key, None)
         for session in appended.sessions:
             self._sessions.pop(session, None)
-            for recording_id in self._in_session.pop(session, ()):
+            for recording_id in list(self._in_session.pop(session, ())):  # a copy: threads add
                 self._prefixes.pop(recording_id, None)
                 self._prefix_mut.pop(recording_id, None)
         for server in appended.servers:
             self._effects.pop(server, None)
-        self._effective = {k: v for k, v in self._effective.items() if k[0] not in appended.servers}
+        for server, tool in list(self._effective):  # a copy: other threads resolve meanwhile
+            if server in appended.servers:
+                self._effective.pop((server, tool), None)
         for server, verdicts in before.items():
             if verdicts is not None and _effects(verdicts) != _effects(self.effects(server)):
                 return False
