@@ -189,7 +189,7 @@ class Prepared:
             and the episode's state, its :class:`Again`; None when the SDK path must answer.
         """
         try:
-            stored: tuple[int, int] | None = self._stored()
+            stored: tuple[int, int] | None = self.replay.store.version()
         except StoreError:
             stored = None  # nothing is kept: the store's changes cannot be seen
         try:
@@ -208,7 +208,7 @@ class Prepared:
         replay = self.replay
         started = time.perf_counter()
         try:
-            if self._stored() != again.stored:
+            if self.replay.store.version() != again.stored:
                 return None
             history = replay.histories.history(scope)
         except (StoreError, EpisodeError):
@@ -231,11 +231,6 @@ class Prepared:
         if isinstance(history, Episode):
             history.count(server, again.name, again.status, None, resolution.reason)
         return again.body
-
-    def _stored(self) -> tuple[int, int]:
-        """What the store holds, as far as a change goes: its generation and data version."""
-        store = self.replay.store
-        return store.generation, store.data_version()
 
     def _answer(
         self,

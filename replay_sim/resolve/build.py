@@ -182,10 +182,6 @@ class LiveIndex:
         self._verified: tuple[int, int] | None = None  # the store's counters when last found current
         self._lock = threading.Lock()  # one build at a time; a search that needs it waits for it
 
-    def _counters(self) -> tuple[int, int]:
-        """This store's content commits and other connections' commits: they move when calls may be added."""
-        return self.store.generation, self.store.data_version()
-
     @property
     def loaded(self) -> bool:
         """Whether an index is held (it may still turn out stale)."""
@@ -198,10 +194,10 @@ class LiveIndex:
             VectorIndexError: The index is missing or stale and ``auto_build`` is False.
         """
         index = self._index
-        if index is not None and self._verified == self._counters():
+        if index is not None and self._verified == self.store.version():
             return index
         with self._lock:
-            counters = self._counters()  # read before the fingerprint: a later commit moves them
+            counters = self.store.version()  # read before the fingerprint: a later commit moves them
             if self._index is None or not self._index.is_current(self.store):
                 self._index = self._load_or_build(embedder)
             self._verified = counters

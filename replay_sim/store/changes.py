@@ -83,7 +83,7 @@ def changes_since(store: Store, mark: Mark | None) -> tuple[Mark, Appended | Non
     Raises:
         StoreError: The store cannot be read (closed, corrupt).
     """
-    version = (store.generation, store.data_version())
+    version = store.version()
     if mark is not None and version == mark.version:
         return mark, NOTHING
     now = _mark(store, version)

@@ -367,6 +367,11 @@ class Database:
             except sqlite3.Error as exc:
                 raise self._translated("read", exc) from exc
 
+    def version(self) -> tuple[int, int]:
+        """A pair that moves whenever anything is committed to the file: this connection's content
+        commits (:attr:`generation`) and other connections' commits (:meth:`data_version`)."""
+        return self.generation, self.data_version()
+
 
 _STORE_TABLES = {
     "meta": {"key", "value"},
