@@ -82,7 +82,7 @@ class Trail:
         return len(self.steps)
 
 
-def _effects(verdicts: dict[str, Verdict]) -> dict[str, Any]:
+def _as_replay_reads(verdicts: dict[str, Verdict]) -> dict[str, Any]:
     """What replay reads of learned verdicts: each tool's effect and its kinds' (not the evidence)."""
     return {
         tool: (verdict.effect, tuple((kind, of_kind.effect) for kind, of_kind in verdict.kinds))
@@ -156,7 +156,7 @@ class StateLookup:
             if server in appended.servers:
                 self._effective.pop((server, tool), None)
         for server, verdicts in before.items():
-            if verdicts is not None and _effects(verdicts) != _effects(self.effects(server)):
+            if verdicts is not None and _as_replay_reads(verdicts) != _as_replay_reads(self.effects(server)):
                 return False
         return all(self.is_mutating(key) == was for key, was in mutating.items())
 
