@@ -49,10 +49,8 @@ from bench._peers import PEER_ENV, free_port, peers_bin, record_http, wait_liste
 URL_LINE = re.compile(r"(https?://\S+?)/mcp/(\S+)")
 ROUNDS = 3
 
-BARE_SERVER = """
-import socket, sys
+_BARE_SDK_SERVER = """
 import mcp_types as types
-import uvicorn
 from mcp.server import Server
 
 RESULT = {"content": [{"type": "text", "text": "hello"}], "isError": False}
@@ -65,6 +63,15 @@ async def call_tool(ctx, params):
     return types.CallToolResult.model_validate(RESULT)
 
 server = Server("bare", version="1", on_list_tools=list_tools, on_call_tool=call_tool)
+"""
+"""The bare MCP SDK server both baselines run: one tool answering a constant."""
+
+BARE_SERVER = (
+    _BARE_SDK_SERVER
+    + """
+import socket, sys
+import uvicorn
+
 app = server.streamable_http_app(streamable_http_path="/mcp/bare")
 sock = socket.socket()
 sock.bind(("127.0.0.1", 0))
@@ -72,24 +79,13 @@ sock.listen(128)
 print(f"replaying bare at http://127.0.0.1:{sock.getsockname()[1]}/mcp/bare", file=sys.stderr, flush=True)
 uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
 """
+)
 
-
-BARE_STDIO_SERVER = """
+BARE_STDIO_SERVER = (
+    _BARE_SDK_SERVER
+    + """
 import anyio
-import mcp_types as types
-from mcp.server import Server
 from mcp.server.stdio import stdio_server
-
-RESULT = {"content": [{"type": "text", "text": "hello"}], "isError": False}
-TOOL = {"name": "echo", "inputSchema": {"type": "object", "properties": {"message": {"type": "string"}}}}
-
-async def list_tools(ctx, params):
-    return types.ListToolsResult(tools=[types.Tool.model_validate(TOOL)])
-
-async def call_tool(ctx, params):
-    return types.CallToolResult.model_validate(RESULT)
-
-server = Server("bare", version="1", on_list_tools=list_tools, on_call_tool=call_tool)
 
 async def main():
     async with stdio_server() as (read, write):
@@ -97,6 +93,7 @@ async def main():
 
 anyio.run(main)
 """
+)
 SETTLED_S = 2.0
 """A server whose CPU time grew by no more than a tick over this long has finished its warm-up."""
 
