@@ -135,9 +135,9 @@ def episode_memory(db: Path) -> dict[str, float]:
 def session_memory(db: Path) -> float:
     """Bytes per idle, initialized handshake-era MCP session of the replay app (served in this process)."""
     from replay_sim.listener import serving_in_thread
-    from replay_sim.replay.admission import Limits
     from replay_sim.replay.app import create_app
     from replay_sim.replay.factory import open_replay
+    from replay_sim.replay.options import Limits
 
     replay = open_replay(db, index_dir=db.parent / "index")
     with serving_in_thread(create_app(replay, limits=Limits(max_sessions=SESSIONS * 2))) as url:

@@ -37,11 +37,11 @@ if TYPE_CHECKING:
     from replay_sim.record.http import record_http
     from replay_sim.record.recorder import Recorder, record_stdio, recording
     from replay_sim.redaction import Redactor
-    from replay_sim.replay.admission import Limits
     from replay_sim.replay.app import create_app
     from replay_sim.replay.factory import open_replay
     from replay_sim.replay.faults import FaultKind, Faults, Latency
-    from replay_sim.replay.policies.miss import MissPolicy, MissPolicyName
+    from replay_sim.replay.options import Limits, MissPolicyName
+    from replay_sim.replay.policies.miss import MissPolicy
     from replay_sim.replay.provenance import Match, match_of
     from replay_sim.replay.replay import Replay
     from replay_sim.replay.serving import EpisodeHandle, ReplayServer, Serving
@@ -153,7 +153,7 @@ def serving(
     """
     from replay_sim.record.config import RecorderConfig, load_config
     from replay_sim.record.instances import DEFAULT_MAX_INSTANCES, DEFAULT_POOL
-    from replay_sim.replay.policies.miss import MissPolicyName
+    from replay_sim.replay.options import MissPolicyName
     from replay_sim.replay.serving import serving as _serving
 
     if options.get("miss") == MissPolicyName.SANDBOX and "sandboxes" not in options:

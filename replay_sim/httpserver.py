@@ -22,9 +22,10 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import uvicorn
+if TYPE_CHECKING:
+    import uvicorn
 
 __all__ = [
     "DEFAULT_HEADER_TIMEOUT",
@@ -141,6 +142,8 @@ def uvicorn_server(
             the sockets accept connections.
         on_settled: Called once start-up has finished, whether it succeeded or not.
     """
+    import uvicorn  # here: ``serve --stdio`` reads this module's defaults and never runs uvicorn
+
     config = uvicorn.Config(
         app,
         log_level=options.log_level,

@@ -1,25 +1,24 @@
 """The MCP vocabulary both sides of the product share, and what they say on the wire besides plain MCP.
 
 The methods replay-sim records and replays, the listing methods and the item field of each;
-replay-sim's additions — how a client names an episode, and provenance — and asking the client
-something in the middle of its call (a server→client request: sampling, elicitation, roots). The
-recorder groups a modern-era client's requests by episode and forwards a real server's
-server→client requests; the replay server keeps history per episode, stamps every answer's
-provenance and asks the client the recorded server→client requests again. So they live here.
+replay-sim's additions — how a client names an episode, and provenance — and what a recorded
+server→client request (sampling, elicitation, roots) holds. The recorder groups a modern-era
+client's requests by episode and records a real server's server→client requests; the replay server
+keeps history per episode, stamps every answer's provenance and asks the recorded server→client
+requests again (:mod:`replay_sim.asking`). So they live here. It imports no MCP SDK: a stdio
+replay's start reads it before the SDK is loaded.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
-
-import mcp_types as types
-from mcp.server.context import ServerRequestContext
-from mcp.shared.exceptions import MCPError
-from mcp.shared.message import ServerMessageMetadata
-from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+from typing import TYPE_CHECKING, Any
 
 from replay_sim.errors import EpisodeError
+
+if TYPE_CHECKING:
+    from mcp.server.context import ServerRequestContext
+    from mcp.shared.exceptions import MCPError
 
 __all__ = [
     "CALL_METHODS",
@@ -35,7 +34,6 @@ __all__ = [
     "MATCH_META_KEY",
     "MAX_EPISODE_ID",
     "agreed_episode",
-    "ask_client",
     "declared",
     "episode_id",
     "episode_path",
@@ -176,15 +174,6 @@ def error_json(exc: MCPError) -> dict[str, Any]:
     return {"code": exc.error.code, "message": exc.error.message, "data": exc.error.data}
 
 
-class _AsSent(BaseModel):
-    """Any JSON object, kept exactly as the client sent it."""
-
-    model_config = ConfigDict(extra="allow")
-
-
-_SERVER_REQUEST: TypeAdapter[Any] = TypeAdapter(types.ServerRequest)
-
-
 def is_client_request(message: dict[str, Any]) -> bool:
     """Whether a recorded message of a call is a server→client request (it holds the client's answer).
 
@@ -192,29 +181,3 @@ def is_client_request(message: dict[str, Any]) -> bool:
     (``method``, ``params``) and server→client requests, which also hold ``result`` or ``error``.
     """
     return "result" in message or "error" in message
-
-
-async def ask_client(
-    ctx: ServerRequestContext[Any, Any], method: str, params: dict[str, Any]
-) -> dict[str, Any]:
-    """Send a server→client request on the stream of the client's request ``ctx``.
-
-    Returns:
-        The client's result, wire JSON as it sent it.
-
-    Raises:
-        MCPError: The client answered with an error, cannot be asked (no back channel), or the
-            request or its answer is not valid MCP.
-    """
-    try:
-        request = _SERVER_REQUEST.validate_python(
-            {"method": method, **({"params": params} if params else {})}
-        )
-        answer = await ctx.session.send_request(
-            request, _AsSent, metadata=ServerMessageMetadata(related_request_id=ctx.request_id)
-        )
-    except ValidationError as exc:
-        raise MCPError(
-            code=types.INVALID_PARAMS, message=f"{method}: not valid MCP: {exc.errors()[:1]}"
-        ) from exc
-    return answer.model_dump(by_alias=True, mode="json")

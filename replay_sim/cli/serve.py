@@ -20,12 +20,9 @@ from replay_sim.cli import Seconds, cli, db_option, match_config_option
 from replay_sim.errors import ConfigError
 from replay_sim.httpserver import DEFAULT_KEEP_ALIVE, LOG_LEVELS, HttpOptions
 from replay_sim.listener import HostCheck, is_loopback
-from replay_sim.record.instances import DEFAULT_MAX_INSTANCES, DEFAULT_POOL
-from replay_sim.replay.admission import Limits
-from replay_sim.replay.factory import open_replay
+from replay_sim.record.config import DEFAULT_MAX_INSTANCES, DEFAULT_POOL
 from replay_sim.replay.faults import Faults, Latency
-from replay_sim.replay.policies.miss import MissPolicyName
-from replay_sim.replay.provenance import MissDetail
+from replay_sim.replay.options import Limits, MissDetail, MissPolicyName
 
 if TYPE_CHECKING:
     from replay_sim.record.config import RecorderConfig
@@ -365,6 +362,8 @@ def serve_command(
         sandboxes = build_sandbox_pool(
             recorder_config, pool=sandbox_pool, max_instances=max_sandboxes, servers=servers
         )
+    from replay_sim.replay.factory import open_replay  # the MCP SDK, the resolver
+
     replay = open_replay(
         db,
         snapshot=snapshot,

@@ -52,7 +52,15 @@ from replay_sim.errors import ConfigError
 from replay_sim.record.isolation import Isolation, isolation_problem
 from replay_sim.redaction import DEFAULT_KEY_GLOBS, REDACTED, Redactor
 
-__all__ = ["DEFAULT_TIMEOUT", "RecorderConfig", "UpstreamSpec", "load_config", "parse_config"]
+__all__ = [
+    "DEFAULT_MAX_INSTANCES",
+    "DEFAULT_POOL",
+    "DEFAULT_TIMEOUT",
+    "RecorderConfig",
+    "UpstreamSpec",
+    "load_config",
+    "parse_config",
+]
 
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -66,6 +74,11 @@ DEFAULT_TIMEOUT = 60.0
 """Seconds an upstream may take to answer one request (or to report progress on it) by default:
 the request timeout of the TypeScript MCP SDK's clients, so a proxied client gets an answer before
 most would give up on their own."""
+
+DEFAULT_POOL = 1
+"""Warm instances kept ready per sandbox server by default."""
+DEFAULT_MAX_INSTANCES = 32
+"""Live instances across servers by default (warm ones included)."""
 
 
 @dataclass(frozen=True)

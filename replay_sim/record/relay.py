@@ -18,7 +18,8 @@ from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types import LOG_LEVEL_META_KEY
 
-from replay_sim.protocol import ask_client, error_json
+from replay_sim.asking import ask_client
+from replay_sim.protocol import error_json
 from replay_sim.record.inflight import Call
 
 __all__ = ["Relay"]

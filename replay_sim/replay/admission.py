@@ -1,66 +1,28 @@
 """Admission control for the replay server: bounded sessions, bounded work, bounded body reads.
 
 An RL trainer opens sessions by the thousand and does not always close them. The replay server
-keeps what it takes on bounded — :class:`Limits`, settable from ``replay-sim serve``. While too
-many MCP requests are in flight, a request that would open a session waits its turn (first come,
-first served) for one of them to finish, so the sessions already open keep their pace and a batch of
-rollouts starting at once all start — the MCP SDK client does not retry a ``503``. One that waited
-:attr:`Limits.admission_wait` in vain gets ``503`` with a JSON-RPC error and ``Retry-After``. A
-client that sends its headers but not its body gets ``408`` and its connection closed once
-:attr:`Limits.body_timeout` has passed.
+keeps what it takes on bounded — :class:`~replay_sim.replay.options.Limits`, settable from
+``replay-sim serve``. While too many MCP requests are in flight, a request that would open a
+session waits its turn (first come, first served) for one of them to finish, so the sessions
+already open keep their pace and a batch of rollouts starting at once all start — the MCP SDK
+client does not retry a ``503``. One that waited :attr:`Limits.admission_wait` in vain gets
+``503`` with a JSON-RPC error and ``Retry-After``. A client that sends its headers but not its body
+gets ``408`` and its connection closed once :attr:`Limits.body_timeout` has passed.
 """
 
 from __future__ import annotations
 
 import json
 from collections import deque
-from dataclasses import dataclass
 from typing import Any
 
 import anyio
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from replay_sim.replay.episodes import (
-    DEFAULT_EPISODE_BURST,
-    DEFAULT_EPISODE_IDLE_TIMEOUT,
-    DEFAULT_EPISODE_RATE,
-    DEFAULT_MAX_EPISODES,
-)
+from replay_sim.replay.options import Limits
 
-__all__ = ["Admission", "BodyTimeout", "Limits"]
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    """How much the replay server takes on at once.
-
-    Attributes:
-        session_idle_timeout: Seconds after which a session that made no request ends (None: never).
-            Long enough for a rollout's slowest model turn, short enough that abandoned sessions go.
-        max_sessions: Open sessions per recorded server (None: unbounded); one more gets ``503``.
-        max_concurrent: MCP requests in flight, over every server, from which a request that would
-            open a session waits for one to finish; requests of open sessions are still served.
-        admission_wait: Seconds a request that would open a session waits for its turn while
-            ``max_concurrent`` requests are in flight; then ``503`` (0: refused at once).
-        body_timeout: Seconds a client has to send a request's body after its headers (None: no limit).
-        retry_after: Seconds a refused client is told to wait (``Retry-After``).
-        max_episodes: Live named episodes; a new one past it is refused (``503``), none evicted.
-        episode_idle_timeout: Seconds after which an episode that made no request expires (None: never).
-        episode_rate: New episodes a second, sustained, once ``episode_burst`` is spent (past it: ``503``).
-        episode_burst: New episodes that may be created at once (a batch of rollouts starting).
-    """
-
-    session_idle_timeout: float | None = 600.0
-    max_sessions: int | None = 10_000
-    max_concurrent: int = 512
-    admission_wait: float = 10.0
-    body_timeout: float | None = 30.0
-    retry_after: int = 1
-    max_episodes: int = DEFAULT_MAX_EPISODES
-    episode_idle_timeout: float | None = DEFAULT_EPISODE_IDLE_TIMEOUT
-    episode_rate: float = DEFAULT_EPISODE_RATE
-    episode_burst: int = DEFAULT_EPISODE_BURST
+__all__ = ["Admission", "BodyTimeout"]
 
 
 _SESSION_HEADER = b"mcp-session-id"

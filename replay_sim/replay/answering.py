@@ -35,8 +35,9 @@ from replay_sim.replay.histories import scope as history_scope
 from replay_sim.replay.injection import Injector
 from replay_sim.replay.keeper import MissKeeper
 from replay_sim.replay.metrics import Metrics
+from replay_sim.replay.options import MissDetail
 from replay_sim.replay.policies.miss import Miss, MissPolicy
-from replay_sim.replay.provenance import FAULT_STATUS, MissDetail, Reply, provenance, render, status_of
+from replay_sim.replay.provenance import FAULT_STATUS, Reply, provenance, render, status_of
 from replay_sim.replay.readiness import model_loading, still_loading
 from replay_sim.replay.responses import stream_now
 from replay_sim.replay.surface import Surface

@@ -25,9 +25,10 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 from replay_sim.errors import ConfigError
 from replay_sim.listener import HostCheck, is_loopback
-from replay_sim.replay.admission import Admission, Limits
+from replay_sim.replay.admission import Admission
 from replay_sim.replay.api import admin_api, admin_token
 from replay_sim.replay.fastpath import FastPath
+from replay_sim.replay.options import Limits
 from replay_sim.replay.readiness import Readiness
 from replay_sim.replay.replay import Replay
 from replay_sim.replay.router import ReplayApp

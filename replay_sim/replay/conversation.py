@@ -27,8 +27,9 @@ from mcp.server.connection import allowed_log_levels
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
+from replay_sim.asking import ask_client
 from replay_sim.canonical import answer_text
-from replay_sim.protocol import INPUT_KEY, ask_client, error_json, is_client_request
+from replay_sim.protocol import INPUT_KEY, error_json, is_client_request
 from replay_sim.store import Recording
 
 __all__ = ["Rounds", "bound_to", "questions", "reenact", "suited"]

@@ -31,13 +31,15 @@ from typing import Any
 from replay_sim import untrusted
 from replay_sim.errors import EpisodeError
 from replay_sim.protocol import episode_problem
+from replay_sim.replay.options import (
+    DEFAULT_EPISODE_BURST,
+    DEFAULT_EPISODE_IDLE_TIMEOUT,
+    DEFAULT_EPISODE_RATE,
+    DEFAULT_MAX_EPISODES,
+)
 from replay_sim.resolve.lineage import Trail
 
 __all__ = [
-    "DEFAULT_EPISODE_BURST",
-    "DEFAULT_EPISODE_IDLE_TIMEOUT",
-    "DEFAULT_EPISODE_RATE",
-    "DEFAULT_MAX_EPISODES",
     "MAX_METADATA_BYTES",
     "Episode",
     "Episodes",
@@ -45,14 +47,6 @@ __all__ = [
     "seed_of",
 ]
 
-DEFAULT_MAX_EPISODES = 100_000
-"""Live episodes at most (``serve --max-episodes``); one more is refused, none is evicted."""
-DEFAULT_EPISODE_IDLE_TIMEOUT = 600.0
-"""Seconds after which an episode that made no request expires (``serve --episode-idle-timeout``)."""
-DEFAULT_EPISODE_RATE = 1_000.0
-"""New episodes a second, sustained (``serve --episode-rate``): past it, and past the burst, refused."""
-DEFAULT_EPISODE_BURST = 10_000
-"""New episodes created at once before :data:`DEFAULT_EPISODE_RATE` applies (a batch of rollouts)."""
 MAX_METADATA_BYTES = 16 * 1024
 """The most JSON an episode's metadata may take."""
 _KEPT_MISSES = 10  # the latest misses an episode keeps for its summary

@@ -14,11 +14,10 @@ from typing import Any
 
 from replay_sim.errors import ConfigError
 from replay_sim.redaction import RULES_META_KEY, Redactor
-from replay_sim.replay.episodes import DEFAULT_EPISODE_IDLE_TIMEOUT
 from replay_sim.replay.faults import Faults, Latency
-from replay_sim.replay.policies.miss import Forward, MissPolicyName, MissSettings
+from replay_sim.replay.options import DEFAULT_EPISODE_IDLE_TIMEOUT, MissDetail, MissPolicyName
+from replay_sim.replay.policies.miss import Forward, MissSettings
 from replay_sim.replay.policies.sandbox import SandboxPool
-from replay_sim.replay.provenance import MissDetail
 from replay_sim.replay.replay import Replay
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.resolver import Resolver

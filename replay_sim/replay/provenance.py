@@ -16,20 +16,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
 from replay_sim.protocol import MATCH_META_KEY
+from replay_sim.replay.options import MissDetail
 from replay_sim.resolve.resolution import Candidate, FieldDiff, Resolution, Tier
 from replay_sim.store import Origin
 
 __all__ = [
     "FAULT_STATUS",
     "Match",
-    "MissDetail",
     "Reply",
     "candidate_json",
     "differences_json",
@@ -47,18 +46,6 @@ Reply = dict[str, Any] | MCPError
 RESOURCE_NOT_FOUND = -32002  # the spec's code for resources/read of an unknown URI
 FAULT_STATUS = "fault"
 """The provenance status of a call failed on purpose (``serve --faults``); ``"fault"`` says how."""
-
-
-class MissDetail(StrEnum):
-    """How much a miss tells the client (its text and ``_meta`` candidates)."""
-
-    FULL = "full"
-    """The reason, and the nearest recordings with the arguments in which they differ (debugging)."""
-    REASON = "reason"
-    """The reason, and the nearest recordings' ids and scores with the names of the fields that
-    differ, but none of their values: nothing a policy in training can copy arguments from."""
-    NONE = "none"
-    """Only that no recording matches: no reason, no candidates."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,10 +29,10 @@ from replay_sim.replay.histories import Histories, one_client
 from replay_sim.replay.injection import Injector
 from replay_sim.replay.keeper import MissKeeper
 from replay_sim.replay.metrics import Metrics
-from replay_sim.replay.policies.miss import MissPolicy, MissPolicyName, MissSettings
+from replay_sim.replay.options import MissDetail, MissPolicyName
+from replay_sim.replay.policies.miss import MissPolicy, MissSettings
 from replay_sim.replay.policies.registry import make_policy
 from replay_sim.replay.prepared import Prepared
-from replay_sim.replay.provenance import MissDetail
 from replay_sim.replay.server import build_server
 from replay_sim.replay.surface import Surface
 from replay_sim.resolve.resolver import Resolver

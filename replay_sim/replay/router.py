@@ -41,12 +41,13 @@ from replay_sim import untrusted
 from replay_sim.errors import EpisodeError
 from replay_sim.listener import HostCheck, HostGuard
 from replay_sim.protocol import EPISODE_HEADER, EPISODE_META_KEY, EPISODES_PATH, agreed_episode
-from replay_sim.replay.admission import Admission, BodyTimeout, Limits
+from replay_sim.replay.admission import Admission, BodyTimeout
 from replay_sim.replay.connections import SESSION_KEY
 from replay_sim.replay.episodes import Episodes
 from replay_sim.replay.fastpath import FastPath
 from replay_sim.replay.faults import Hangup
 from replay_sim.replay.histories import URL_EPISODE
+from replay_sim.replay.options import Limits
 from replay_sim.replay.readiness import Readiness
 from replay_sim.replay.responses import JsonUnlessStreamed, prefers_json
 

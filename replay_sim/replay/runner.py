@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterable
 
 from replay_sim.httpserver import HttpOptions, uvicorn_server
 from replay_sim.listener import base_url, listen
-from replay_sim.replay.admission import Limits
 from replay_sim.replay.app import create_app
+from replay_sim.replay.options import Limits
 from replay_sim.replay.replay import Replay
 
 __all__ = ["serve"]

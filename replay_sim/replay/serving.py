@@ -28,13 +28,17 @@ import anyio.to_thread
 from replay_sim.httpserver import DEFAULT_KEEP_ALIVE, HttpOptions
 from replay_sim.listener import serving_in_thread
 from replay_sim.protocol import episode_path
-from replay_sim.replay.admission import Limits
 from replay_sim.replay.app import create_app
-from replay_sim.replay.episodes import DEFAULT_EPISODE_IDLE_TIMEOUT, DEFAULT_MAX_EPISODES, Episode
+from replay_sim.replay.episodes import Episode
 from replay_sim.replay.factory import open_replay
 from replay_sim.replay.faults import Faults, Latency
-from replay_sim.replay.policies.miss import MissPolicyName
-from replay_sim.replay.provenance import MissDetail
+from replay_sim.replay.options import (
+    DEFAULT_EPISODE_IDLE_TIMEOUT,
+    DEFAULT_MAX_EPISODES,
+    Limits,
+    MissDetail,
+    MissPolicyName,
+)
 from replay_sim.replay.replay import Replay
 
 __all__ = ["EpisodeHandle", "ReplayServer", "Serving", "serving"]

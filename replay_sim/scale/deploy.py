@@ -41,9 +41,7 @@ from starlette.types import Message
 from replay_sim.errors import ConfigError
 from replay_sim.httpserver import DEFAULT_KEEP_ALIVE
 from replay_sim.record.instances import DEFAULT_MAX_INSTANCES, DEFAULT_POOL
-from replay_sim.replay.admission import Limits
-from replay_sim.replay.policies.miss import MissPolicyName
-from replay_sim.replay.provenance import MissDetail
+from replay_sim.replay.options import Limits, MissDetail, MissPolicyName
 from replay_sim.resolve.runtime import configure_runtime
 from replay_sim.resolve.snapshot import open_snapshot
 from replay_sim.scale.gateway import DEFAULT_MAX_BODY, Gateway, ReplicaGone

@@ -25,10 +25,10 @@ from replay_helpers import ACCEPT, make_replay, match_of, payload
 from replay_sim.errors import EpisodeError
 from replay_sim.listener import serving_in_thread
 from replay_sim.protocol import agreed_episode, episode_problem
-from replay_sim.replay.admission import Limits
 from replay_sim.replay.app import create_app
 from replay_sim.replay.episodes import Episodes, seed_of
 from replay_sim.replay.histories import EPISODE_FIX
+from replay_sim.replay.options import Limits
 
 MODES = ["auto", "legacy"]
 """The SDK client's default (2026-07-28, no sessions) and the handshake era."""

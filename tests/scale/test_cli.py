@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from replay_sim.cli import cli
-from replay_sim.replay.admission import Limits
+from replay_sim.replay.options import Limits
 
 REPLAY_SIM = str(Path(sys.executable).parent / "replay-sim")
 

@@ -24,7 +24,7 @@ import anyio
 import anyio.abc
 
 from replay_sim.errors import ConfigError, SandboxUnavailable, UpstreamError
-from replay_sim.record.config import RecorderConfig, UpstreamSpec
+from replay_sim.record.config import DEFAULT_MAX_INSTANCES, DEFAULT_POOL, RecorderConfig, UpstreamSpec
 from replay_sim.record.instances.instance import Instance
 from replay_sim.record.instances.procfs import group_rss
 from replay_sim.record.instances.workspace import Launcher, sweep
@@ -32,10 +32,6 @@ from replay_sim.record.isolation import Isolation
 
 __all__ = ["DEFAULT_MAX_INSTANCES", "DEFAULT_POOL", "InstancePool"]
 
-DEFAULT_POOL = 1
-"""Warm instances kept ready per sandbox server by default."""
-DEFAULT_MAX_INSTANCES = 32
-"""Live instances across servers by default (warm ones included)."""
 _CRASH_LOOP = 3
 """Warm instances of a server that may die unasked in a row before the pool stops refilling it."""
 

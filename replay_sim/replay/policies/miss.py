@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from replay_sim.replay.episodes import History
@@ -30,26 +29,9 @@ __all__ = [
     "Forward",
     "Miss",
     "MissPolicy",
-    "MissPolicyName",
     "MissSettings",
     "NearestPolicy",
 ]
-
-
-class MissPolicyName(StrEnum):
-    """The miss policies a replay server can run with."""
-
-    ERROR = "error"
-    """Answer with an error naming the nearest candidates and the fields that differ (default)."""
-    NEAREST = "nearest"
-    """Serve the closest candidate recording, marked ``nearest`` in the provenance."""
-    LIVE = "live"
-    """Forward the call to the real server from the recorder config, record the answer and serve it."""
-    SANDBOX = "sandbox"
-    """Answer from the episode's own instance of the real server, brought to the episode's state by
-    re-playing its state-changing calls; record the answer (:mod:`~replay_sim.replay.policies.sandbox`)."""
-    SYNTHESIZE = "synthesize"
-    """Ask an LLM at an OpenAI-compatible URL for a plausible answer; stored with origin ``synthetic``."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,14 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from replay_sim.errors import ConfigError
+from replay_sim.replay.options import MissPolicyName
 from replay_sim.replay.policies.live import LivePolicy
-from replay_sim.replay.policies.miss import (
-    ErrorPolicy,
-    MissPolicy,
-    MissPolicyName,
-    MissSettings,
-    NearestPolicy,
-)
+from replay_sim.replay.policies.miss import ErrorPolicy, MissPolicy, MissSettings, NearestPolicy
 from replay_sim.replay.policies.sandbox import SandboxPolicy
 from replay_sim.replay.policies.synthesize import SynthesizePolicy
 
