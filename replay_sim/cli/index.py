@@ -8,6 +8,9 @@ import click
 from tqdm import tqdm
 
 from replay_sim.cli import cli, db_option, match_config_option
+from replay_sim.cli.progress import Progress
+from replay_sim.replay.start_table import write_start_table
+from replay_sim.replay.stdio_start import START_TABLE
 from replay_sim.resolve.build import build_index
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.embedders import EMBEDDINGS, embedder_for, index_embedder
@@ -69,6 +72,13 @@ def build_command(db: Path, index_dir: Path, match_config: MatchConfig | None, e
         f"index {index_dir} ({index.model_id}): {vectors} calls in {parts} partitions "
         f"({embedder.encoded} embedded, {embedder.reused} from cache)"
     )
+    table = index_dir / START_TABLE
+    if match_config is not None:  # a stdio start answers only under the default matching config
+        table.unlink(missing_ok=True)
+        return
+    with Progress("preparing the stdio start", "call") as progress:
+        answered = write_start_table(db, index_dir, progress)
+    click.echo(f"stdio start table {table}: {answered} calls answered before the replay loads")
 
 
 def _progress_line(done: int, total: int) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import secrets
 import sys
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,6 +28,7 @@ from replay_sim.replay.options import Limits, MissDetail, MissPolicyName
 if TYPE_CHECKING:
     from replay_sim.record.config import RecorderConfig
     from replay_sim.redaction import Redactor
+    from replay_sim.replay.stdio_start import Handover
     from replay_sim.resolve.calibration import MatchConfig
 
 _LIMITS = Limits()  # the defaults
@@ -337,6 +339,12 @@ def serve_command(
         return
     if stdio and not server_name:
         raise click.UsageError("--stdio serves one server: name it with --server NAME")
+    started = None
+    if stdio and not (snapshot or config or fault_specs or strict or match_config) and latency == "none":
+        assert server_name is not None
+        started = _start_stdio(db, index_dir, server_name)
+        if started is not None and started.ended:
+            return
     recorder_config = None
     if config is not None:
         from replay_sim.record.config import load_config
@@ -389,7 +397,7 @@ def serve_command(
     if stdio:
         assert server_name is not None
         replay.server(server_name)  # fail before taking over stdio
-        anyio.run(replay.serve_stdio, server_name)
+        anyio.run(replay.serve_stdio, server_name, started)
         return
 
     generated = token is None and not is_loopback(host)
@@ -431,6 +439,36 @@ def serve_command(
         token=token,
         limits=limits,
     )
+
+
+def _start_stdio(db: Path, index_dir: Path | None, server: str) -> Handover | None:
+    """Answer what the store's start table answers while the replay loads in a thread (``--stdio``).
+
+    Returns:
+        Where the start left the connection, or None when there is no start table to use (why
+        is said on stderr when it is stale).
+    """
+    from replay_sim.replay.stdio_start import StartTable, serve_until_needed
+    from replay_sim.resolve.layout import DEFAULT_INDEX_DIR
+
+    table, why = StartTable.open(db, index_dir or DEFAULT_INDEX_DIR, server)
+    if why:
+        click.echo(f"replay-sim: {why}", err=True)
+    if table is None:
+        return None
+    loading = threading.Thread(target=_load_replay, name="replay-sim loading", daemon=True)
+    try:
+        handover = serve_until_needed(table, loading.start)
+    finally:
+        table.close()
+    if loading.ident is not None:
+        loading.join()
+    return handover
+
+
+def _load_replay() -> None:
+    """Import what a replay serves with (the MCP SDK, the resolver): a thread's work at a stdio start."""
+    import replay_sim.replay.factory  # noqa: F401
 
 
 def _admin_token(token: str | None) -> str | None:

@@ -36,7 +36,7 @@ from replay_sim.replay.prepared import Prepared
 from replay_sim.replay.server import build_server
 from replay_sim.replay.surface import Surface
 from replay_sim.resolve.resolver import Resolver
-from replay_sim.stdio_transport import native_stdio
+from replay_sim.stdio_transport import Resume, native_stdio
 from replay_sim.store import Store
 from replay_sim.store.misslog import MissLog
 
@@ -209,8 +209,13 @@ class Replay(Answering):
         if isinstance(self.policy, AbstractAsyncContextManager):  # the sandbox policy's instances
             await stack.enter_async_context(self.policy)
 
-    async def serve_stdio(self, name: str) -> None:
+    async def serve_stdio(self, name: str, resume: Resume | None = None) -> None:
         """Replay server ``name`` to one client over this process's stdin/stdout until it hangs up.
+
+        Args:
+            name: The recorded server.
+            resume: The connection as a stdio start left it (:mod:`replay_sim.replay.stdio_start`):
+                the requests it answered are served first, their answers not written again.
 
         Raises:
             ConfigError: No server of that name was recorded.
@@ -222,5 +227,7 @@ class Replay(Answering):
             stack.enter_context(one_client())  # before the stream's tasks start: they inherit it
             client = stack.enter_context(stdio_client())
             fast = StdioFastPath(self.prepared, name, server, client)
-            read_stream, write_stream = await stack.enter_async_context(native_stdio(shortcut=fast))
+            read_stream, write_stream = await stack.enter_async_context(
+                native_stdio(shortcut=fast, resume=resume)
+            )
             await server.run(read_stream, write_stream, server.create_initialization_options())

@@ -21,13 +21,12 @@ import numpy as np
 
 from replay_sim.canonical import canonical_json
 from replay_sim.errors import VectorIndexError
+from replay_sim.resolve.layout import DEFAULT_INDEX_DIR, MANIFEST
 from replay_sim.resolve.vectors import HNSW_THRESHOLD, FaissIndex
 from replay_sim.store import Store
 
 __all__ = ["DEFAULT_INDEX_DIR", "MANIFEST", "IndexSet", "call_text", "fields_token", "partition_file"]
 
-DEFAULT_INDEX_DIR = Path("index")
-MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1
 PARTITION_SUFFIX = ".faiss"
 

@@ -54,6 +54,7 @@ __all__ = [
     "LineSplitter",
     "Opening",
     "Repeated",
+    "Resume",
     "Shortcut",
     "TooLong",
     "Writer",
@@ -66,6 +67,20 @@ _CHUNK = 1 << 16
 DEFAULT_MAX_LINE = 32 << 20
 MAX_LINE_ENV = "REPLAY_SIM_MAX_LINE_BYTES"
 """Environment variable overriding :data:`DEFAULT_MAX_LINE` (bytes) for every stdio face."""
+
+
+class Resume(Protocol):
+    """A connection another reader began (a stdio start answering from prepared bytes): what it
+    read, and which of the server's answers the client already has."""
+
+    lines: list[bytes]
+    """Lines the server must read first (without their newlines)."""
+    rest: bytes
+    """What was read from stdin after them, not yet read by anyone: read next."""
+
+    def swallow(self, line: bytes) -> bool:
+        """Whether a response line (no newline) answers one of :attr:`lines`: then it is not written."""
+        ...
 
 
 class Shortcut(Protocol):
@@ -157,6 +172,7 @@ def read_line(line: bytes | TooLong, max_line: int) -> tuple[SessionMessage, boo
 async def native_stdio(
     max_line: int | None = None,
     shortcut: Shortcut | None = None,
+    resume: Resume | None = None,
 ) -> AsyncIterator[
     tuple[MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage]]
 ]:
@@ -169,6 +185,8 @@ async def native_stdio(
         max_line: The longest request line read, in bytes; default ``REPLAY_SIM_MAX_LINE_BYTES``
             from the environment, else :data:`DEFAULT_MAX_LINE`.
         shortcut: Answers some request lines itself (see :class:`Shortcut`).
+        resume: The connection as another reader left it (see :class:`Resume`): its lines are read
+            first, and the answers the client already has are not written again.
     """
     if sys.platform == "win32":  # pragma: no cover
         from mcp.server.stdio import stdio_server
@@ -189,6 +207,7 @@ async def native_stdio(
     write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
     answers = write_stream.clone()  # the reader's own answers to lines that are not messages
     limit = max_line or _max_line()
+    begun = b"" if resume is None else b"".join(line + b"\n" for line in resume.lines) + resume.rest
     spawned: list[Callable[[], Coroutine[Any, Any, None]]] = []  # flushes asked before serving starts
     task_group: anyio.abc.TaskGroup | None = None
 
@@ -200,19 +219,26 @@ async def native_stdio(
 
     write = Writer(wire_out, spawn)
 
+    def answered(line: bytes) -> bool:
+        """Whether the client already has this response line (the reader before this one answered it)."""
+        return resume is not None and resume.swallow(line)
+
     async def later(answer: Awaitable[bytes]) -> None:
-        await write(await answer + b"\n")
+        line = await answer
+        if not answered(line):
+            await write(line + b"\n")
 
     def offer(line: bytes, tg: anyio.abc.TaskGroup) -> bool:
         """Offer a request line to the shortcut; True when it answers it."""
         assert shortcut is not None
-        answered = shortcut.answer(line)
-        if answered is None:
+        answer = shortcut.answer(line)
+        if answer is None:
             return False
-        if isinstance(answered, bytes):
-            write.send(answered + b"\n")
-        elif answered is not True:
-            tg.start_soon(later, answered)
+        if isinstance(answer, bytes):
+            if not answered(answer):
+                write.send(answer + b"\n")
+        elif answer is not True:
+            tg.start_soon(later, answer)
         return True
 
     async def serve_line(line: bytes | TooLong) -> None:
@@ -238,8 +264,11 @@ async def native_stdio(
         """Wait for input, read it, handle its lines; again (any event loop)."""
         splitter = LineSplitter(limit)
         pollable = True
+        chunk = begun
         while True:
-            if pollable:
+            if chunk:
+                pass  # what the reader before this one read
+            elif pollable:
                 try:
                     await anyio.wait_readable(wire_in)
                 except OSError:  # a regular file or /dev/null: always readable, and no selector takes it
@@ -247,12 +276,13 @@ async def native_stdio(
             else:
                 await anyio.lowlevel.checkpoint()
             try:
-                chunk = os.read(wire_in, _CHUNK)
+                chunk = chunk or os.read(wire_in, _CHUNK)
             except BlockingIOError:
                 continue
             if not chunk:
                 return
-            for line in splitter.feed(chunk):
+            lines, chunk = splitter.feed(chunk), b""
+            for line in lines:
                 if isinstance(line, bytes) and not line.strip():
                     continue
                 if isinstance(line, bytes) and shortcut is not None and offer(line, tg):
@@ -275,7 +305,10 @@ async def native_stdio(
                 chunk = os.read(wire_in, _CHUNK)
             except BlockingIOError:
                 return
-            if not chunk:
+            take(chunk)
+
+        def take(chunk: bytes, ended: bool = True) -> None:
+            if not chunk and ended:
                 backlog.append((None, False))
             for line in splitter.feed(chunk):
                 if isinstance(line, bytes) and not line.strip():
@@ -288,7 +321,9 @@ async def native_stdio(
                 loop.remove_reader(wire_in)
                 wake.set()
 
-        loop.add_reader(wire_in, readable)
+        take(begun, ended=False)  # what the reader before this one read
+        if not wake.is_set():
+            loop.add_reader(wire_in, readable)
         try:
             while True:
                 await wake.wait()
@@ -310,8 +345,8 @@ async def native_stdio(
             async for item in write_reader:
                 if shortcut is not None:
                     shortcut.sent(item.message)
-                data = (item.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n").encode()
-                if not await write(data):
+                data = item.message.model_dump_json(by_alias=True, exclude_unset=True).encode()
+                if not answered(data) and not await write(data + b"\n"):
                     return
 
     if shortcut is not None:
