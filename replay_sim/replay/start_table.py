@@ -152,11 +152,11 @@ def _answers(
     lookup = replay.resolver.lookup
     same_everywhere: dict[str, bool] = {}
     for key, method in calls:
-        recordings = lookup.by_key(key)
-        if lookup.is_mutating(key) or not any(lookup.state_of(r) == () for r in recordings):
+        initial = [r for r in lookup.by_key(key) if lookup.state_of(r) == ()]
+        if lookup.is_mutating(key) or not initial:
             yield None
             continue
-        recording = recordings[0]
+        recording = initial[0]
         if method == "resources/read":
             params: dict[str, Any] = {"uri": recording.name}
         else:
@@ -172,7 +172,7 @@ def _answers(
         if body is None or not same_everywhere[method]:
             yield None
         else:
-            yield name, key, int(len(recordings) == 1), body
+            yield name, key, int(len(initial) == 1), body  # several: chosen by the calls before
 
 
 def _answer(replay: Replay, name: str, method: str, params: dict[str, Any], version: str) -> bytes | None:

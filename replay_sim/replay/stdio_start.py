@@ -28,6 +28,7 @@ import json
 import os
 import re
 import secrets
+import select
 import sqlite3
 import sys
 from collections.abc import Callable
@@ -330,7 +331,8 @@ def serve_until_needed(
 
     Args:
         table: The start table of the server served.
-        on_idle: Called (once) the first time no input is waiting: the rest may load meanwhile.
+        on_idle: Called once, when something was answered and no more input is waiting: the
+            replay may load meanwhile.
         stdin: The file descriptor requests are read from.
         stdout: The file descriptor answers are written to.
 
@@ -341,12 +343,12 @@ def serve_until_needed(
     handover = Handover()
     buffer = b""
     idle: Callable[[], None] | None = on_idle
-    while True:
-        if idle is not None and b"\n" not in buffer:
+    while True:  # the buffer holds no whole line here
+        if idle is not None and handover.lines and not _waiting(stdin):
             idle()
             idle = None
-        chunk = os.read(stdin, _CHUNK) if b"\n" not in buffer else b""
-        if not chunk and b"\n" not in buffer:
+        chunk = os.read(stdin, _CHUNK)
+        if not chunk:
             handover.rest, handover.ended = buffer, True
             return handover
         buffer += chunk
@@ -370,6 +372,14 @@ def serve_until_needed(
         if len(buffer) > _MAX_LINE:
             handover.rest = buffer
             return handover
+
+
+def _waiting(fd: int) -> bool:
+    """Whether input is waiting to be read on ``fd``."""
+    try:
+        return bool(select.select([fd], [], [], 0)[0])
+    except (OSError, ValueError):
+        return False
 
 
 def _write_all(fd: int, data: bytes) -> None:
