@@ -140,10 +140,11 @@ class StartTable:
 
     @classmethod
     def open(cls, db: Path, index_dir: Path, server: str) -> tuple[StartTable | None, str]:
-        """The start table of ``server`` for the store at ``db``, or None and why not ("" when
-        there is none to use: no table, or a store not checked since it was written)."""
+        """The start table of ``server`` for the store at ``db``, or None and why not: "" when there
+        is no table, or the store was written since its integrity check (the replay checks it, and
+        the next start uses the table)."""
         path = Path(index_dir) / START_TABLE
-        if not path.is_file() or not verified.verified(db, verified.stamp_of(db)):
+        if not path.is_file():
             return None, ""
         try:
             conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
@@ -158,13 +159,15 @@ class StartTable:
                 why = f"it has no server {server!r}"
             elif meta.get(f"basis:{server}") != store_basis(store, server):
                 why = "the store changed since it was written"
+            elif not verified.verified(db, verified.stamp_of(db)):
+                why = ""
             else:
                 return cls(conn, store, server), ""
         except (sqlite3.Error, ValueError) as exc:
             why = f"it cannot be read ({exc})"
         conn.close()
         store.close()
-        return None, f"{path} is not used: {why}; `replay-sim index build` writes it again"
+        return None, why and f"{path} is not used: {why}; `replay-sim index build` writes it again"
 
     def _store_version(self) -> int:
         return int(self.store.execute("PRAGMA data_version").fetchone()[0])
@@ -201,14 +204,14 @@ class Handover:
         lines: The requests and notifications answered (or taken) so far, in order, each request
             under a new id of :attr:`marker`'s (the replay must see them; the client must not see
             its answers again).
-        answered: Each such id and the result JSON the client was sent for it.
+        sent: Each such id and the result JSON the client was sent for it.
         rest: What was read from stdin and not answered: the replay reads it first.
         ended: The client closed stdin: nothing is left to serve.
         marker: The prefix of the ids given to the requests in :attr:`lines`.
     """
 
     lines: list[bytes] = field(default_factory=list)
-    answered: dict[str, bytes] = field(default_factory=dict)
+    sent: dict[str, bytes] = field(default_factory=dict)
     rest: bytes = b""
     ended: bool = False
     marker: str = field(default_factory=lambda: f"replay-sim/start/{secrets.token_hex(6)}/")
@@ -220,18 +223,22 @@ class Handover:
             return
         id_ = f"{self.marker}{len(self.lines)}"
         self.lines.append(json.dumps({**request, "id": id_}).encode())
-        self.answered[id_] = result
+        self.sent[id_] = result
+
+    def is_request(self, line: bytes) -> bool:
+        """Whether ``line``, one of :attr:`lines`, is a request (the client has its answer)."""
+        return self.marker.encode() in line
 
     def swallow(self, line: bytes) -> bool:
         """Whether ``line`` (a response the replay writes) answers a request of :attr:`lines`: then it
         is not written, and a result other than the one the client was sent is reported on stderr."""
-        if not self.answered or self.marker.encode() not in line[:256]:
+        if not self.sent or self.marker.encode() not in line[:256]:
             return False
         try:
             message = json.loads(line)
         except ValueError:
             return False
-        sent = self.answered.pop(str(message.get("id")), None) if isinstance(message, dict) else None
+        sent = self.sent.pop(str(message.get("id")), None) if isinstance(message, dict) else None
         if sent is None:
             return False
         if message.get("result") != json.loads(sent):

@@ -64,6 +64,7 @@ __all__ = [
 ]
 
 _CHUNK = 1 << 16
+_RESUMED_WAIT = 60.0  # seconds a resumed request's answer is awaited before the next line is read
 DEFAULT_MAX_LINE = 32 << 20
 MAX_LINE_ENV = "REPLAY_SIM_MAX_LINE_BYTES"
 """Environment variable overriding :data:`DEFAULT_MAX_LINE` (bytes) for every stdio face."""
@@ -74,12 +75,17 @@ class Resume(Protocol):
     read, and which of the server's answers the client already has."""
 
     lines: list[bytes]
-    """Lines the server must read first (without their newlines)."""
+    """Lines the server must read first (without their newlines), one at a time: each request's
+    answer comes before the next line is read, as the client had them."""
     rest: bytes
     """What was read from stdin after them, not yet read by anyone: read next."""
 
     def swallow(self, line: bytes) -> bool:
         """Whether a response line (no newline) answers one of :attr:`lines`: then it is not written."""
+        ...
+
+    def is_request(self, line: bytes) -> bool:
+        """Whether this one of :attr:`lines` is a request (whose answer the client already has)."""
         ...
 
 
@@ -207,7 +213,8 @@ async def native_stdio(
     write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
     answers = write_stream.clone()  # the reader's own answers to lines that are not messages
     limit = max_line or _max_line()
-    begun = b"" if resume is None else b"".join(line + b"\n" for line in resume.lines) + resume.rest
+    begun = b"" if resume is None else resume.rest
+    settled = anyio.Event()  # set when an answer the client already has is swallowed
     spawned: list[Callable[[], Coroutine[Any, Any, None]]] = []  # flushes asked before serving starts
     task_group: anyio.abc.TaskGroup | None = None
 
@@ -221,7 +228,23 @@ async def native_stdio(
 
     def answered(line: bytes) -> bool:
         """Whether the client already has this response line (the reader before this one answered it)."""
-        return resume is not None and resume.swallow(line)
+        if resume is None or not resume.swallow(line):
+            return False
+        settled.set()
+        return True
+
+    async def resumed(tg: anyio.abc.TaskGroup) -> None:
+        """Serve the lines another reader answered, one at a time, each request's answer awaited."""
+        nonlocal settled
+        assert resume is not None
+        for line in resume.lines:
+            if shortcut is not None and offer(line, tg):
+                continue
+            await serve_line(line)
+            if resume.is_request(line):
+                with anyio.move_on_after(_RESUMED_WAIT):
+                    await settled.wait()
+                settled = anyio.Event()
 
     async def later(answer: Awaitable[bytes]) -> None:
         line = await answer
@@ -248,6 +271,8 @@ async def native_stdio(
 
     async def reader(tg: anyio.abc.TaskGroup) -> None:
         async with read_writer, answers:
+            if resume is not None:
+                await resumed(tg)
             loop = _asyncio_loop()
             if loop is not None:
                 try:
