@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from bench import startup
+from replay_sim.replay.start_table import write_start_table
 from replay_sim.resolve.build import build_index
 from replay_sim.resolve.embedding import CachedEmbedder, default_embedder
 from replay_sim.resolve.resolution import Tier
@@ -274,6 +275,9 @@ def main() -> None:
         built = time.perf_counter() - started
         keep_effects(big)  # as `replay-sim index build` does
         big.copy_to(folder / "served.db")  # served as built (the resolvers below read and write big)
+        started = time.perf_counter()
+        answered = write_start_table(folder / "served.db", folder / "big-index")  # as `index build` does
+        print(f"   stdio start table: {answered:,} calls in {time.perf_counter() - started:.1f} s")
         print(f"   index build, {recordings:,} recordings: {built:.1f} s ({recordings / built:,.0f} calls/s; "
               f"{embedder.encoded:,} texts embedded, {embedder.reused:,} from the cache)")  # fmt: skip
         build_index(small, directory=folder / "small-index")

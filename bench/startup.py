@@ -408,6 +408,7 @@ def report(found: dict[str, float], stdio: dict[str, float], recordings: str) ->
 def main() -> None:
     """A 1,000-recording store (index built first): replay vs bare SDK start, over HTTP and stdio."""
     from bench.scale import generate, recorded_calls
+    from replay_sim.replay.start_table import write_start_table
     from replay_sim.resolve.build import build_index
     from replay_sim.resolve.tooleffects import keep_effects
 
@@ -418,6 +419,7 @@ def main() -> None:
         keep_effects(store)  # as `replay-sim index build` does
         ((server, params),) = recorded_calls(store, 1)
         store.close()
+        write_start_table(db, index_dir)  # as `replay-sim index build` does
         peers = peers_bin()
         http = {} if peers is None else http_peers(Path(tmp), peers)
         stdio_ = {} if peers is None else stdio_peers(Path(tmp), peers)

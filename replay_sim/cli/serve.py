@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import secrets
 import sys
-import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -442,7 +441,7 @@ def serve_command(
 
 
 def _start_stdio(db: Path, index_dir: Path | None, server: str) -> Handover | None:
-    """Answer what the store's start table answers while the replay loads in a thread (``--stdio``).
+    """Answer what the store's start table answers, before the replay is loaded (``--stdio``).
 
     Returns:
         Where the start left the connection, or None when there is no start table to use (why
@@ -456,19 +455,10 @@ def _start_stdio(db: Path, index_dir: Path | None, server: str) -> Handover | No
         click.echo(f"replay-sim: {why}", err=True)
     if table is None:
         return None
-    loading = threading.Thread(target=_load_replay, name="replay-sim loading", daemon=True)
     try:
-        handover = serve_until_needed(table, loading.start)
+        return serve_until_needed(table)
     finally:
         table.close()
-    if loading.ident is not None:
-        loading.join()
-    return handover
-
-
-def _load_replay() -> None:
-    """Import what a replay serves with (the MCP SDK, the resolver): a thread's work at a stdio start."""
-    import replay_sim.replay.factory  # noqa: F401
 
 
 def _admin_token(token: str | None) -> str | None:

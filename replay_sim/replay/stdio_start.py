@@ -6,10 +6,11 @@ listings, calls recorded exactly — needs none of it when it was prepared once:
 build`` writes the *start table* (:data:`START_TABLE` in the index folder,
 :mod:`replay_sim.replay.start_table`), the replay's own answers to those requests, as the replay
 writes them on stdio. A start reads it (:meth:`StartTable.open`) and answers from it
-(:func:`serve_until_needed`) while the rest loads in a thread; the first request it cannot answer
-for certain hands the connection over to the replay (:class:`Handover`), which is told every
-request answered so far — their answers discarded, each compared with the one sent — so the
-episode's history, metrics and the SDK's session are what they would have been.
+(:func:`serve_until_needed`); the replay is loaded only when a request needs it: the first request
+the table cannot answer for certain hands the connection over (:class:`Handover`), and the replay
+is told every request answered so far — their answers discarded, each compared with the one
+sent — so the episode's history, metrics and the SDK's session are what they would have been. A
+client that needs nothing else never loads the replay.
 
 Only what does not depend on the episode is answered: a call recorded exactly, from the state
 every session starts in, by a tool that does not change it — any number of them, in any order,
@@ -28,10 +29,8 @@ import json
 import os
 import re
 import secrets
-import select
 import sqlite3
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -331,15 +330,11 @@ class _Session:
         return answer[0]
 
 
-def serve_until_needed(
-    table: StartTable, on_idle: Callable[[], None], stdin: int = 0, stdout: int = 1
-) -> Handover:
+def serve_until_needed(table: StartTable, stdin: int = 0, stdout: int = 1) -> Handover:
     """Answer request lines from the start table until one needs the replay, or stdin ends.
 
     Args:
         table: The start table of the server served.
-        on_idle: Called once, when something was answered and no more input is waiting: the
-            replay may load meanwhile.
         stdin: The file descriptor requests are read from.
         stdout: The file descriptor answers are written to.
 
@@ -349,11 +344,7 @@ def serve_until_needed(
     session = _Session(table)
     handover = Handover()
     buffer = b""
-    idle: Callable[[], None] | None = on_idle
     while True:  # the buffer holds no whole line here
-        if idle is not None and handover.lines and not _waiting(stdin):
-            idle()
-            idle = None
         chunk = os.read(stdin, _CHUNK)
         if not chunk:
             handover.rest, handover.ended = buffer, True
@@ -379,14 +370,6 @@ def serve_until_needed(
         if len(buffer) > _MAX_LINE:
             handover.rest = buffer
             return handover
-
-
-def _waiting(fd: int) -> bool:
-    """Whether input is waiting to be read on ``fd``."""
-    try:
-        return bool(select.select([fd], [], [], 0)[0])
-    except (OSError, ValueError):
-        return False
 
 
 def _write_all(fd: int, data: bytes) -> None:

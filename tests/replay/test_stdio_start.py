@@ -26,7 +26,8 @@ from replay_sim.resolve.tooleffects import keep_effects
 from replay_sim.store import ServerRecord, Store
 
 # The CLI as `python -m replay_sim` runs it, telling on stderr (at exit) whether the MCP SDK had
-# been imported at each write to fd 1: the start's answers (the replay writes to a duplicate of it).
+# been imported at each write to fd 1 — the start's answers (the replay writes to a duplicate of
+# it) — and, last, at exit.
 _PROBE = """
 import atexit, os, runpy, sys
 written = []
@@ -36,7 +37,8 @@ def write(fd, data):
         written.append("mcp" in sys.modules)
     return real_write(fd, data)
 os.write = write
-atexit.register(lambda: print("SDK_LOADED_AT_WRITES " + repr(written), file=sys.stderr))
+said = lambda: print("SDK_LOADED_AT_WRITES " + repr(written + ["mcp" in sys.modules]), file=sys.stderr)
+atexit.register(said)
 sys.argv = ["replay-sim", *sys.argv[1:]]
 runpy.run_module("replay_sim", run_name="__main__")
 """
@@ -95,7 +97,8 @@ def _serve(
     pipelined: bool = True,
 ) -> tuple[list[dict[str, Any]], str, list[bool]]:
     """Serve ``lines`` — written at once, or each once the one before is answered — and return the
-    answers in the order written, stderr, and whether the SDK was loaded at each write of the start."""
+    answers in the order written, stderr, and whether the SDK was loaded at each write of the start
+    and, last, at exit."""
     command = [sys.executable, "-c", textwrap.dedent(_PROBE), "serve", "--stdio", "--server", server]
     command += ["--db", str(db), "--index-dir", str(index_dir)]
     process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -174,7 +177,7 @@ def test_initialize_listings_and_exact_hits_are_answered_before_the_sdk_loads_wi
         _call(7, "counter"),
     ]
     fast, stderr, loaded = _serve(db, index_dir, lines)
-    assert loaded == [False] * 7, stderr  # every answer written before the MCP SDK was imported
+    assert loaded == [False] * 8, stderr  # every answer the start's: the MCP SDK was never imported
     slow, _, _ = _serve(db, _without_table(index_dir, tmp_path), lines)
     assert _by_id(fast) == _by_id(slow)
     assert fast[-1]["result"]["content"][0]["text"] == "0"
@@ -196,7 +199,7 @@ def test_what_the_start_cannot_answer_is_handed_over_and_the_session_goes_on_as_
         _request(7, "ping"),
     ]
     fast, stderr, loaded = _serve(db, index_dir, lines, pipelined=False)  # as an agent loop calls
-    assert len(loaded) == 2, stderr  # initialize and the first counter: the start's
+    assert loaded == [False, False, True], stderr  # initialize and the first counter: the start's
     slow, _, _ = _serve(db, _without_table(index_dir, tmp_path), lines, pipelined=False)
     assert _by_id(fast) == _by_id(slow)
     texts = {
@@ -224,9 +227,9 @@ def test_a_call_recorded_more_than_once_from_the_initial_state_is_the_starts_onl
         store.record_call("kb", "tools/call", call, result=text_result(text), session=opened)
     _indexed(store, index_dir, embedder)
     first, stderr, loaded = _serve(db, index_dir, [*_OPENING, _call(2, "latest")], "kb")
-    assert loaded == [False, False], stderr
+    assert loaded == [False, False, False], stderr
     second, stderr, loaded = _serve(db, index_dir, [*_OPENING, _call(2, "about"), _call(3, "latest")], "kb")
-    assert loaded == [False, False], stderr  # `about` is the start's; `latest` the replay's
+    assert loaded == [False, False, True], stderr  # `about` is the start's; `latest` the replay's
     assert second[1]["result"]["content"][0]["text"] == "kb 1"
     assert second[2]["result"] == first[1]["result"]  # the oldest recording, either way
 
@@ -260,7 +263,7 @@ def test_a_table_the_store_has_moved_past_is_not_used_and_says_why(demo: tuple[P
         )
     answers, stderr, loaded = _serve(db, index_dir, [*_OPENING, _call(2, "echo", message="new")])
     assert "is not used: the store changed since it was written" in stderr
-    assert loaded == [], stderr  # the replay answered everything
+    assert loaded == [True], stderr  # the replay answered everything
     assert answers[1]["result"]["content"][0]["text"] == "new"
 
 
@@ -282,9 +285,9 @@ def test_a_store_written_while_the_start_serves_is_seen(demo: tuple[Path, Path])
         table.close()
 
 
-def test_a_client_that_leaves_after_the_start_answered_everything_ends_the_process(
+def test_a_client_that_leaves_after_the_start_answered_everything_never_loads_the_replay(
     demo: tuple[Path, Path],
 ) -> None:
     db, index_dir = demo
     answers, stderr, loaded = _serve(db, index_dir, [*_OPENING, _call(2, "echo", message="hello")])
-    assert [a["id"] for a in answers] == [1, 2] and loaded == [False, False], stderr
+    assert [a["id"] for a in answers] == [1, 2] and loaded == [False, False, False], stderr
