@@ -76,6 +76,7 @@ def write_start_table(db: Path, index_dir: Path, progress: Callable[[int, int], 
     meta |= {"format": FORMAT, "code": code_digest(), "servers": json.dumps(names)}
     target = Path(index_dir) / START_TABLE
     partial = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+    target.parent.mkdir(parents=True, exist_ok=True)
     partial.unlink(missing_ok=True)
     with contextlib.closing(sqlite3.connect(partial)) as conn, conn:
         conn.executescript(_SCHEMA)
@@ -151,6 +152,7 @@ def _answers(
     """
     lookup = replay.resolver.lookup
     same_everywhere: dict[str, bool] = {}
+    prepared: set[tuple[str, str]] = set()  # the tools whose matching state is built
     for key, method in calls:
         initial = [r for r in lookup.by_key(key) if lookup.state_of(r) == ()]
         if lookup.is_mutating(key) or not initial:
@@ -164,7 +166,9 @@ def _answers(
         if request_key(name, {"method": method, "params": params}) != (method, key):
             yield None  # the start would not find it by these params
             continue
-        replay.resolver.resolve(name, method, params)  # builds the tool's matching state first
+        if (method, recording.name) not in prepared:  # build the tool's matching state first
+            replay.resolver.resolve(name, method, params)
+            prepared.add((method, recording.name))
         body = _answer(replay, name, method, params, LATEST_HANDSHAKE_VERSION)
         if body is not None and method not in same_everywhere:
             others = {_answer(replay, name, method, params, v) for v in HANDSHAKE_PROTOCOL_VERSIONS}
