@@ -153,7 +153,7 @@ class StartTable:
         try:
             meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
             if meta.get("format") != FORMAT or meta.get("code") != code_digest():
-                why = "it was written by another version of replay-sim"
+                why = "it was written by other replay-sim code (another version, or an edited checkout)"
             elif server not in json.loads(meta.get("servers", "[]")):
                 why = f"it has no server {server!r}"
             elif meta.get(f"basis:{server}") != store_basis(store, server):

@@ -267,6 +267,14 @@ def test_a_table_the_store_has_moved_past_is_not_used_and_says_why(demo: tuple[P
     assert answers[1]["result"]["content"][0]["text"] == "new"
 
 
+def test_a_table_written_by_other_code_is_not_used(demo: tuple[Path, Path]) -> None:
+    db, index_dir = demo
+    with sqlite3.connect(index_dir / START_TABLE) as conn:
+        conn.execute("UPDATE meta SET value='0' WHERE key='code'")
+    table, why = StartTable.open(db, index_dir, "demo")
+    assert table is None and "written by other replay-sim code" in why
+
+
 def test_a_store_written_while_the_start_serves_is_seen(demo: tuple[Path, Path]) -> None:
     db, index_dir = demo
     table, why = StartTable.open(db, index_dir, "demo")
