@@ -238,13 +238,12 @@ async def native_stdio(
         nonlocal settled
         assert resume is not None
         for line in resume.lines:
-            if shortcut is not None and offer(line, tg):
-                continue
-            await serve_line(line)
+            settled = anyio.Event()
+            if shortcut is None or not offer(line, tg):
+                await serve_line(line)
             if resume.is_request(line):
                 with anyio.move_on_after(_RESUMED_WAIT):
                     await settled.wait()
-                settled = anyio.Event()
 
     async def later(answer: Awaitable[bytes]) -> None:
         line = await answer

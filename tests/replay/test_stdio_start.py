@@ -191,13 +191,13 @@ def test_what_the_start_cannot_answer_is_handed_over_and_the_session_goes_on_as_
     lines: list[dict[str, Any] | bytes] = [
         *_OPENING,
         _call(2, "counter"),  # the start's
-        _call(3, "increment"),  # changes state: the replay's
-        _call(4, "counter"),  # after the increment: "1"
-        _call(5, "echo", message="hello"),
+        _call(3, "echo", message="boom"),  # a recorded error: the replay's from here on
+        _call(4, "echo", message="hello"),
+        _call(5, "increment"),  # changes state
+        _call(6, "counter"),  # after the increment: "1"
         b"{not json",
-        _call(6, "echo", message="boom"),  # a recorded error
         _request(7, "ping"),
-    ]
+    ]  # each answered exactly: none waits for the embedding model (which a miss's text may)
     fast, stderr, loaded = _serve(db, index_dir, lines, pipelined=False)  # as an agent loop calls
     assert loaded == [False, False, True], stderr  # initialize and the first counter: the start's
     slow, _, _ = _serve(db, _without_table(index_dir, tmp_path), lines, pipelined=False)
@@ -205,7 +205,7 @@ def test_what_the_start_cannot_answer_is_handed_over_and_the_session_goes_on_as_
     texts = {
         a["id"]: a["result"]["content"][0]["text"] for a in fast if "result" in a and "content" in a["result"]
     }
-    assert (texts[2], texts[3], texts[4]) == ("0", "ok", "1")
+    assert (texts[2], texts[4], texts[5], texts[6]) == ("0", "hello", "ok", "1")
     assert "warning" not in stderr, stderr
 
 
