@@ -1,58 +1,20 @@
-"""A ``serve --stdio`` start that answers before the MCP SDK is loaded: ``initialize``, listings, exact hits.
-
-Agent frameworks start an MCP server per rollout over stdio, and importing the MCP SDK, pydantic's
-models and the resolver takes most of a second. What a rollout asks first — ``initialize``, the
-listings, calls recorded exactly — needs none of it when it was prepared once: ``replay-sim index
-build`` writes the *start table* (:data:`START_TABLE` in the index folder,
-:mod:`replay_sim.replay.start_table`), the replay's own answers to those requests, as the replay
-writes them on stdio. A start reads it (:meth:`StartTable.open`) and answers from it
-(:func:`serve_until_needed`); the replay is loaded only when a request needs it: the first request
-the table cannot answer for certain hands the connection over (:class:`Handover`), and the replay
-is told every request answered so far — their answers discarded, each compared with the one
-sent — so the episode's history, metrics and the SDK's session are what they would have been. A
-client that needs nothing else never loads the replay.
-
-Only what does not depend on the episode is answered: a call recorded exactly, from the state
-every session starts in, by a tool that does not change it — any number of them, in any order,
-when its key was recorded once; only as the session's first call otherwise (the recording then
-chosen is the oldest). The table is used only when it was built from this very store (its calls,
-servers, listings and meta), by this version of replay-sim, the store passed its integrity check
-unchanged since (:mod:`replay_sim.store.verified`), and nothing the table cannot see is asked of
-the replay (a snapshot, a recorder config, faults, latency, ``--strict``, a matching config);
-a store written meanwhile (``PRAGMA data_version``) hands over at the next request.
-"""
+"""A stdio start's session: request lines answered from the start table until one needs the replay."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
 import secrets
-import sqlite3
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from replay_sim.canonical import call_identity, call_key
 from replay_sim.protocol import LISTING_METHODS
-from replay_sim.store import verified
+from replay_sim.replay.stdio_start.table import StartTable
 
-__all__ = [
-    "START_TABLE",
-    "Handover",
-    "StartTable",
-    "code_digest",
-    "request_key",
-    "serve_until_needed",
-    "store_basis",
-]
-
-START_TABLE = "stdio-start.sqlite"
-"""The start table's file in the index folder."""
-FORMAT = "1"
-"""The start table's layout (another one is not read)."""
+__all__ = ["Handover", "request_key", "serve_until_needed"]
 
 _CHUNK = 1 << 16
 _MAX_LINE = 1 << 20  # a longer request line is the replay's to read
@@ -62,44 +24,6 @@ _CALL_PARAMS = {
     "resources/read": frozenset({"uri"}),
     "prompts/get": frozenset({"name", "arguments"}),
 }
-_SCHEMA = """
-CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE openings (server TEXT, version TEXT, method TEXT, result BLOB NOT NULL,
-                       PRIMARY KEY (server, version, method));
-CREATE TABLE answers (server TEXT, key TEXT, anytime INTEGER NOT NULL, result BLOB NOT NULL,
-                      PRIMARY KEY (server, key)) WITHOUT ROWID;
-"""
-
-
-def code_digest() -> str:
-    """This replay-sim's code, as a digest of its source files' names, sizes and times: a table
-    written by other code (another version, an edited checkout) is not read."""
-    digest = hashlib.sha256()
-    root = Path(__file__).resolve().parent.parent
-    for folder, folders, files in os.walk(root):
-        folders[:] = sorted(f for f in folders if f != "__pycache__")
-        for name in sorted(files):
-            if name.endswith(".py"):
-                found = os.stat(os.path.join(folder, name))
-                digest.update(f"{folder}/{name}:{found.st_size}:{found.st_mtime_ns}\n".encode())
-    return digest.hexdigest()
-
-
-def store_basis(conn: sqlite3.Connection, server: str) -> str:
-    """What a start table of ``server`` was built from: the store's calls, that server's recorded
-    identity and listings, and the store's meta (kept tool effects among them), as one digest."""
-    digest = hashlib.sha256()
-    ((count, last),) = conn.execute("SELECT COUNT(*), COALESCE(MAX(id), 0) FROM calls").fetchall()
-    digest.update(f"calls:{count}:{last}\n".encode())
-    for query in (
-        "SELECT * FROM servers WHERE name=? ORDER BY 1",
-        "SELECT * FROM listings WHERE server=? ORDER BY 1, 2",
-    ):
-        for row in conn.execute(query, (server,)):
-            digest.update(repr(row).encode() + b"\n")
-    for row in conn.execute("SELECT key, value FROM meta ORDER BY key"):
-        digest.update(repr(row).encode() + b"\n")
-    return digest.hexdigest()
 
 
 def request_key(server: str, request: dict[str, Any]) -> tuple[str, str] | None:
@@ -120,79 +44,6 @@ def request_key(server: str, request: dict[str, Any]) -> tuple[str, str] | None:
             return None
     name, arguments = call_identity(method, params)
     return method, call_key(server, method, name, arguments)
-
-
-class StartTable:
-    """The answers a stdio start of one recorded server may give, read from its start table.
-
-    Args:
-        conn: The start table, open.
-        store: The store, open read-only (whose writes :meth:`current` watches).
-        server: The recorded server served.
-    """
-
-    def __init__(self, conn: sqlite3.Connection, store: sqlite3.Connection, server: str) -> None:
-        self.conn = conn
-        self.store = store
-        self.server = server
-        self._data_version = self._store_version()
-
-    @classmethod
-    def open(cls, db: Path, index_dir: Path, server: str) -> tuple[StartTable | None, str]:
-        """The start table of ``server`` for the store at ``db``, or None and why not: "" when there
-        is no table, or the store was written since its integrity check (the replay checks it, and
-        the next start uses the table)."""
-        path = Path(index_dir) / START_TABLE
-        if not path.is_file():
-            return None, ""
-        try:
-            conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-            store = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-        except sqlite3.Error:
-            return None, ""
-        try:
-            meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
-            if meta.get("format") != FORMAT or meta.get("code") != code_digest():
-                why = "it was written by other replay-sim code (another version, or an edited checkout)"
-            elif server not in json.loads(meta.get("servers", "[]")):
-                why = f"it has no server {server!r}"
-            elif meta.get(f"basis:{server}") != store_basis(store, server):
-                why = "the store changed since it was written"
-            elif not verified.verified(db, verified.stamp_of(db)):
-                why = ""
-            else:
-                return cls(conn, store, server), ""
-        except (sqlite3.Error, ValueError) as exc:
-            why = f"it cannot be read ({exc})"
-        conn.close()
-        store.close()
-        return None, why and f"{path} is not used: {why}; `replay-sim index build` writes it again"
-
-    def _store_version(self) -> int:
-        return int(self.store.execute("PRAGMA data_version").fetchone()[0])
-
-    def current(self) -> bool:
-        """Whether no other connection has written to the store since the table was opened."""
-        return self._store_version() == self._data_version
-
-    def opening(self, version: str, method: str) -> bytes | None:
-        """The result JSON of ``initialize`` asked at ``version``, or of a listing served at it."""
-        row = self.conn.execute(
-            "SELECT result FROM openings WHERE server=? AND version=? AND method=?",
-            (self.server, version, method),
-        ).fetchone()
-        return None if row is None else bytes(row[0])
-
-    def call(self, key: str) -> tuple[bytes, bool] | None:
-        """The result JSON of the call with this exact key, and whether it holds after other calls."""
-        row = self.conn.execute(
-            "SELECT result, anytime FROM answers WHERE server=? AND key=?", (self.server, key)
-        ).fetchone()
-        return None if row is None else (bytes(row[0]), bool(row[1]))
-
-    def close(self) -> None:
-        self.conn.close()
-        self.store.close()
 
 
 @dataclass

@@ -30,7 +30,8 @@ from replay_sim.replay.factory import open_replay
 from replay_sim.replay.histories import one_client
 from replay_sim.replay.prepared import FAST_METHODS, Style
 from replay_sim.replay.replay import Replay
-from replay_sim.replay.stdio_start import _SCHEMA, FORMAT, START_TABLE, code_digest, request_key, store_basis
+from replay_sim.replay.stdio_start.session import request_key
+from replay_sim.replay.stdio_start.table import FORMAT, SCHEMA, START_TABLE, code_digest, store_basis
 
 __all__ = ["write_start_table"]
 
@@ -79,7 +80,7 @@ def write_start_table(db: Path, index_dir: Path, progress: Callable[[int, int], 
     target.parent.mkdir(parents=True, exist_ok=True)
     partial.unlink(missing_ok=True)
     with contextlib.closing(sqlite3.connect(partial)) as conn, conn:
-        conn.executescript(_SCHEMA)
+        conn.executescript(SCHEMA)
         conn.executemany("INSERT INTO meta VALUES (?, ?)", meta.items())
         conn.executemany("INSERT INTO openings VALUES (?, ?, ?, ?)", openings)
         conn.executemany("INSERT INTO answers VALUES (?, ?, ?, ?)", answers)
