@@ -17,14 +17,15 @@ recorder (``replay-sim record --http``) share these settings (:class:`HttpOption
 
 from __future__ import annotations
 
-import asyncio
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # asyncio and uvicorn are imported when a server runs: `serve --stdio` reads only defaults
+    import asyncio
+    import socket
+
     import uvicorn
 
 __all__ = [
@@ -73,6 +74,8 @@ def deadline_protocol(header_timeout: float) -> type[asyncio.Protocol]:
     answered request; a request whose headers are complete is the app's (the replay's
     ``--body-timeout`` bounds its body). The client gets ``408`` and the connection is closed.
     """
+    import asyncio
+
     from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
     message = f"request headers not received within {header_timeout:g} s".encode()
@@ -142,7 +145,7 @@ def uvicorn_server(
             the sockets accept connections.
         on_settled: Called once start-up has finished, whether it succeeded or not.
     """
-    import uvicorn  # here: ``serve --stdio`` reads this module's defaults and never runs uvicorn
+    import uvicorn
 
     config = uvicorn.Config(
         app,

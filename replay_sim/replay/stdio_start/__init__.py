@@ -17,11 +17,12 @@ they would have been. A client that needs nothing else never loads the replay.
 Only what does not depend on the episode is answered: a call recorded exactly, from the state every
 session starts in, by a tool that does not change it — any number of them, in any order, when one
 recording of it was made from that state; only as the session's first call otherwise (the recording
-then chosen is the oldest). The table is used only when it was built from this very store (its calls, servers, listings
-and meta), by this very code (:func:`~.table.code_digest`), the store passed its integrity check
-unchanged since (:mod:`replay_sim.store.verified`), and nothing the table cannot see is asked of the
-replay (a snapshot, a recorder config, faults, latency, ``--strict``, a matching config); a store
-written meanwhile (``PRAGMA data_version``) hands over at the next request.
+then chosen is the oldest). The table is used only when it was built from this very store (its
+calls, servers, listings and meta), by this very code (:func:`~.table.code_digest`), the store
+passed its integrity check unchanged since (:mod:`replay_sim.store.verified`), and nothing the table
+cannot see is asked of the replay (a snapshot, a recorder config, faults, latency, ``--strict``, a
+matching config); a store written meanwhile (``PRAGMA data_version``) hands over at the next
+request.
 """
 
 from __future__ import annotations
