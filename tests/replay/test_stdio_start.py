@@ -252,6 +252,20 @@ def test_an_answer_the_replay_would_not_have_given_is_reported_at_the_hand_over(
     assert "the stdio start answered a request otherwise than the replay" in stderr
 
 
+def test_index_build_again_leaves_a_current_table_alone_and_rewrites_a_stale_one(
+    demo: tuple[Path, Path],
+) -> None:
+    db, index_dir = demo
+    table = index_dir / START_TABLE
+    written = table.stat().st_mtime_ns
+    assert write_start_table(db, index_dir) == 4 and table.stat().st_mtime_ns == written
+    with Store(db) as store:
+        store.record_call(
+            "demo", "tools/call", {"name": "echo", "arguments": {"message": "hi"}}, result=text_result("hi")
+        )
+    assert write_start_table(db, index_dir) == 5 and table.stat().st_mtime_ns != written
+
+
 def test_a_table_the_store_has_moved_past_is_not_used_and_says_why(demo: tuple[Path, Path]) -> None:
     db, index_dir = demo
     with Store(db) as store:

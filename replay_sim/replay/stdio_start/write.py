@@ -45,7 +45,8 @@ class _Session:
 def write_start_table(db: Path, index_dir: Path, progress: Callable[[int, int], None] | None = None) -> int:
     """Write the start table of every server recorded in the store at ``db`` into ``index_dir``.
 
-    The file is replaced whole (a start reads the old one or the new one, never a part).
+    The file is replaced whole (a start reads the old one or the new one, never a part); one
+    written from the store as it is, by this code, is left as it is.
 
     Args:
         db: The recording store.
@@ -55,6 +56,10 @@ def write_start_table(db: Path, index_dir: Path, progress: Callable[[int, int], 
     Returns:
         How many calls it answers.
     """
+    target = Path(index_dir) / START_TABLE
+    kept = _current(db, target)
+    if kept is not None:
+        return kept
     openings: list[tuple[str, str, str, bytes]] = []
     answers: list[tuple[str, str, int, bytes]] = []
     with open_replay(db, index_dir=index_dir) as replay:
@@ -75,7 +80,6 @@ def write_start_table(db: Path, index_dir: Path, progress: Callable[[int, int], 
     finally:
         store.close()
     meta |= {"format": FORMAT, "code": code_digest(), "servers": json.dumps(names)}
-    target = Path(index_dir) / START_TABLE
     partial = target.with_name(f"{target.name}.{os.getpid()}.tmp")
     target.parent.mkdir(parents=True, exist_ok=True)
     partial.unlink(missing_ok=True)
@@ -86,6 +90,24 @@ def write_start_table(db: Path, index_dir: Path, progress: Callable[[int, int], 
         conn.executemany("INSERT INTO answers VALUES (?, ?, ?, ?)", answers)
     os.replace(partial, target)
     return len(answers)
+
+
+def _current(db: Path, target: Path) -> int | None:
+    """How many calls the start table at ``target`` answers, when it was written from the store at
+    ``db`` as it is, by this code; else None."""
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{target}?mode=ro", uri=True)) as table:
+            meta = dict(table.execute("SELECT key, value FROM meta").fetchall())
+            ((answered,),) = table.execute("SELECT COUNT(*) FROM answers").fetchall()
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as store:
+            names = [n for (n,) in store.execute("SELECT name FROM servers UNION SELECT server FROM calls")]
+            current = meta.get("servers") == json.dumps(sorted(names)) and all(
+                meta.get(f"basis:{name}") == store_basis(store, name) for name in names
+            )
+    except sqlite3.Error:
+        return None
+    same = current and meta.get("format") == FORMAT and meta.get("code") == code_digest()
+    return int(answered) if same else None
 
 
 def _body(message: SessionMessage) -> bytes | None:
