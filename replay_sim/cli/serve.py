@@ -339,7 +339,9 @@ def serve_command(
     if stdio and not server_name:
         raise click.UsageError("--stdio serves one server: name it with --server NAME")
     started = None
-    if stdio and not (snapshot or config or fault_specs or strict or match_config) and latency == "none":
+    # A start answers from the table only when nothing is to be checked or started first.
+    plain = miss in (MissPolicyName.ERROR, MissPolicyName.NEAREST) and latency == "none"
+    if stdio and plain and not (snapshot or config or fault_specs or strict or match_config):
         assert server_name is not None
         started = _start_stdio(db, index_dir, server_name)
         if started is not None and started.ended:

@@ -289,6 +289,30 @@ def test_a_table_written_by_other_code_is_not_used(demo: tuple[Path, Path]) -> N
     assert table is None and "written by other replay-sim code" in why
 
 
+def test_options_checked_at_start_are_checked_before_the_start_answers(demo: tuple[Path, Path]) -> None:
+    db, index_dir = demo
+    command = [
+        sys.executable,
+        "-m",
+        "replay_sim",
+        "serve",
+        "--stdio",
+        "--server",
+        "demo",
+        "--miss",
+        "sandbox",
+    ]
+    done = subprocess.run(
+        [*command, "--db", str(db), "--index-dir", str(index_dir)],
+        input=json.dumps(_OPENING[0]) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1 and done.stdout == ""
+    assert "--miss sandbox needs --config" in done.stderr
+
+
 def test_a_store_written_while_the_start_serves_is_seen(demo: tuple[Path, Path]) -> None:
     db, index_dir = demo
     table, why = StartTable.open(db, index_dir, "demo")
