@@ -21,8 +21,8 @@ then chosen is the oldest). The table is used only when it was built from this v
 calls, servers, listings and meta), by this very code (:func:`~.table.code_digest`), the store
 passed its integrity check unchanged since (:mod:`replay_sim.store.verified`), and nothing the table
 cannot see is asked of the replay (a snapshot, a recorder config, faults, latency, ``--strict``, a
-matching config, a miss policy other than ``error`` and ``nearest``); a store written meanwhile (``PRAGMA data_version``) hands over at the next
-request.
+matching config, a miss policy other than ``error`` and ``nearest``); a store written meanwhile
+(``PRAGMA data_version``) hands over at the next request.
 """
 
 from __future__ import annotations
