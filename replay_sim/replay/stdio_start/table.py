@@ -6,11 +6,12 @@ import hashlib
 import json
 import os
 import sqlite3
+from collections.abc import Iterable
 from pathlib import Path
 
 from replay_sim.store import verified
 
-__all__ = ["FORMAT", "SCHEMA", "START_TABLE", "StartTable", "code_digest", "store_basis"]
+__all__ = ["FORMAT", "SCHEMA", "START_TABLE", "StartTable", "code_digest", "stale", "store_basis"]
 
 START_TABLE = "stdio-start.sqlite"
 """The start table's file in the index folder."""
@@ -58,6 +59,20 @@ def store_basis(conn: sqlite3.Connection, server: str) -> str:
     return digest.hexdigest()
 
 
+def stale(meta: dict[str, str], store: sqlite3.Connection, servers: Iterable[str]) -> str:
+    """Why a start table with this ``meta`` cannot answer for these ``servers`` of ``store``: it was
+    written by other code, lacks one of them, or the store changed since; "" when it can."""
+    if meta.get("format") != FORMAT or meta.get("code") != code_digest():
+        return "it was written by other replay-sim code (another version, or an edited checkout)"
+    written = json.loads(meta.get("servers", "[]"))
+    for server in servers:
+        if server not in written:
+            return f"it has no server {server!r}"
+        if meta.get(f"basis:{server}") != store_basis(store, server):
+            return "the store changed since it was written"
+    return ""
+
+
 class StartTable:
     """The answers a stdio start of one recorded server may give, read from its start table.
 
@@ -87,16 +102,8 @@ class StartTable:
         except sqlite3.Error:
             return None, ""
         try:
-            meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
-            if meta.get("format") != FORMAT or meta.get("code") != code_digest():
-                why = "it was written by other replay-sim code (another version, or an edited checkout)"
-            elif server not in json.loads(meta.get("servers", "[]")):
-                why = f"it has no server {server!r}"
-            elif meta.get(f"basis:{server}") != store_basis(store, server):
-                why = "the store changed since it was written"
-            elif not verified.verified(db, verified.stamp_of(db)):
-                why = ""
-            else:
+            why = stale(dict(conn.execute("SELECT key, value FROM meta").fetchall()), store, [server])
+            if not why and verified.verified(db, verified.stamp_of(db)):
                 return cls(conn, store, server), ""
         except (sqlite3.Error, ValueError) as exc:
             why = f"it cannot be read ({exc})"

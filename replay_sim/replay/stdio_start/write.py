@@ -31,7 +31,7 @@ from replay_sim.replay.histories import one_client
 from replay_sim.replay.prepared import FAST_METHODS, Style
 from replay_sim.replay.replay import Replay
 from replay_sim.replay.stdio_start.session import request_key
-from replay_sim.replay.stdio_start.table import FORMAT, SCHEMA, START_TABLE, code_digest, store_basis
+from replay_sim.replay.stdio_start.table import FORMAT, SCHEMA, START_TABLE, code_digest, stale, store_basis
 
 __all__ = ["write_start_table"]
 
@@ -101,13 +101,10 @@ def _current(db: Path, target: Path) -> int | None:
             ((answered,),) = table.execute("SELECT COUNT(*) FROM answers").fetchall()
         with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as store:
             names = [n for (n,) in store.execute("SELECT name FROM servers UNION SELECT server FROM calls")]
-            current = meta.get("servers") == json.dumps(sorted(names)) and all(
-                meta.get(f"basis:{name}") == store_basis(store, name) for name in names
-            )
-    except sqlite3.Error:
+            current = meta.get("servers") == json.dumps(sorted(names)) and not stale(meta, store, names)
+    except (sqlite3.Error, ValueError):
         return None
-    same = current and meta.get("format") == FORMAT and meta.get("code") == code_digest()
-    return int(answered) if same else None
+    return int(answered) if current else None
 
 
 def _body(message: SessionMessage) -> bytes | None:
