@@ -26,6 +26,7 @@ __all__ = [
     "EPISODE_HEADER",
     "EPISODE_ID_GRAMMAR",
     "EPISODE_META_KEY",
+    "FAST_CALL_PARAMS",
     "FORWARDED_CAPABILITIES",
     "INPUT_KEY",
     "LISTING_FIELDS",
@@ -40,6 +41,7 @@ __all__ = [
     "episode_problem",
     "error_json",
     "is_client_request",
+    "plain_call_params",
 ]
 
 CALL_METHODS = frozenset({"tools/call", "resources/read", "prompts/get", "completion/complete"})
@@ -53,6 +55,12 @@ LISTING_FIELDS = {
 """The listing methods, each with the item field of its result."""
 LISTING_METHODS = tuple(LISTING_FIELDS)
 """The listing methods a server advertises (recorded once per server, served as recorded)."""
+FAST_CALL_PARAMS = {
+    "tools/call": frozenset({"name", "arguments", "_meta"}),
+    "resources/read": frozenset({"uri", "_meta"}),
+    "prompts/get": frozenset({"name", "arguments", "_meta"}),
+}
+"""The calls a replay may answer without the SDK's models, and the params each may carry."""
 INPUT_KEY = "0"
 """The key of the one question a 2026-era ``input_required`` result carries."""
 
@@ -146,6 +154,20 @@ def agreed_episode(url: str | None, header: str | None, meta: Any) -> str | None
             "or leave all but one out"
         )
     return str(ids.pop())
+
+
+def plain_call_params(method: str, params: Any) -> bool:
+    """Whether the params of a call of :data:`FAST_CALL_PARAMS` are what the SDK takes as they are:
+    no other member, a string ``uri`` or ``name``, an object (or no) ``arguments``, of strings for a
+    prompt."""
+    if not isinstance(params, dict) or params.keys() - FAST_CALL_PARAMS[method]:
+        return False
+    if method == "resources/read":
+        return isinstance(params.get("uri"), str)
+    arguments = params.get("arguments")
+    if not isinstance(params.get("name"), str) or not (arguments is None or isinstance(arguments, dict)):
+        return False
+    return method != "prompts/get" or not arguments or all(isinstance(v, str) for v in arguments.values())
 
 
 def episode_path(episode: str, server: str) -> str:

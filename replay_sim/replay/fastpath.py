@@ -41,7 +41,7 @@ from starlette.types import Message, Scope, Send
 
 from replay_sim import untrusted
 from replay_sim.errors import EpisodeError
-from replay_sim.protocol import agreed_episode
+from replay_sim.protocol import agreed_episode, plain_call_params
 from replay_sim.replay.prepared import FAST_METHODS, Again, Prepared, Style, envelope
 from replay_sim.replay.responses import prefers_json
 from replay_sim.replay.surface import Surface
@@ -52,11 +52,6 @@ __all__ = ["FastPath", "StdioFastPath"]
 
 _RESERVED = "io.modelcontextprotocol/"
 _KEYS = frozenset({"jsonrpc", "id", "method", "params"})
-_PARAMS = {
-    "tools/call": frozenset({"name", "arguments", "_meta"}),
-    "resources/read": frozenset({"uri", "_meta"}),
-    "prompts/get": frozenset({"name", "arguments", "_meta"}),
-}
 _MINIMAL = {"tools/call": {"name": ""}, "resources/read": {"uri": ""}, "prompts/get": {"name": ""}}
 _ENVELOPES = 256  # distinct 2026-era envelopes whose verdict is kept
 _REPEATS = 1024  # stdio request lines kept to be answered again (each up to _REPEATED_LINE bytes)
@@ -83,16 +78,7 @@ class _Checks:
             return None
         if method not in self.served.get(name, ()):
             return None
-        if not isinstance(params, dict) or params.keys() - _PARAMS[method]:
-            return None
-        if method == "resources/read":
-            return params if isinstance(params.get("uri"), str) else None
-        arguments = params.get("arguments")
-        if not isinstance(params.get("name"), str) or not (arguments is None or isinstance(arguments, dict)):
-            return None
-        if method == "prompts/get" and arguments and not all(isinstance(v, str) for v in arguments.values()):
-            return None
-        return params
+        return params if plain_call_params(method, params) else None
 
     def _envelope_valid(self, method: str, version: str, meta: dict[str, Any]) -> bool:
         """Whether the SDK accepts a 2026-era request's ``_meta`` (validated once per distinct envelope)."""

@@ -24,7 +24,7 @@ from mcp_types import JSONRPCResponse
 
 from replay_sim.canonical import call_identity
 from replay_sim.errors import EpisodeError, StoreError
-from replay_sim.protocol import MATCH_META_KEY
+from replay_sim.protocol import FAST_CALL_PARAMS, MATCH_META_KEY
 from replay_sim.replay.episodes import Episode
 from replay_sim.replay.histories import needs_history
 from replay_sim.replay.provenance import provenance, status_of
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = ["FAST_METHODS", "Again", "Prepared", "Style", "envelope"]
 
-FAST_METHODS = frozenset({"tools/call", "resources/read", "prompts/get"})
+FAST_METHODS = frozenset(FAST_CALL_PARAMS)
 """The requests the fast path answers (everything else is the SDK's)."""
 _FAST_TIERS = frozenset({Tier.EXACT, Tier.CANONICAL})
 _MAX_ENTRIES = 4096

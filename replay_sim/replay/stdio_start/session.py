@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from replay_sim.canonical import call_identity, call_key
-from replay_sim.protocol import LISTING_METHODS
+from replay_sim.protocol import FAST_CALL_PARAMS, LISTING_METHODS, plain_call_params
 from replay_sim.replay.stdio_start.table import StartTable
 
 __all__ = ["Handover", "request_key", "serve_until_needed"]
@@ -19,29 +19,15 @@ __all__ = ["Handover", "request_key", "serve_until_needed"]
 _CHUNK = 1 << 16
 _MAX_LINE = 1 << 20  # a longer request line is the replay's to read
 _SAFE_ID = re.compile(r"[A-Za-z0-9_.:/-]{1,128}")  # string ids JSON spells as they are
-_CALL_PARAMS = {
-    "tools/call": frozenset({"name", "arguments"}),
-    "resources/read": frozenset({"uri"}),
-    "prompts/get": frozenset({"name", "arguments"}),
-}
 
 
 def request_key(server: str, request: dict[str, Any]) -> tuple[str, str] | None:
     """A call request's ``(method, exact key)`` when its params are plain (no ``_meta``), else None."""
     method, params = request.get("method"), request.get("params")
-    if not isinstance(method, str) or method not in _CALL_PARAMS:
+    if not isinstance(method, str) or method not in FAST_CALL_PARAMS or not isinstance(params, dict):
         return None
-    if not isinstance(params, dict) or params.keys() - _CALL_PARAMS[method]:
+    if "_meta" in params or not plain_call_params(method, params):
         return None
-    if method == "resources/read":
-        if not isinstance(params.get("uri"), str):
-            return None
-    else:
-        arguments = params.get("arguments")
-        if not isinstance(params.get("name"), str) or not (arguments is None or isinstance(arguments, dict)):
-            return None
-        if method == "prompts/get" and arguments and not all(isinstance(v, str) for v in arguments.values()):
-            return None
     name, arguments = call_identity(method, params)
     return method, call_key(server, method, name, arguments)
 
