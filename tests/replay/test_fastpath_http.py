@@ -24,8 +24,8 @@ from mcp_types import JSONRPCResponse
 from replay_helpers import ACCEPT, COUNTER_TOOLS, build_store, initialize, text_result
 
 from replay_sim.listener import serving_in_thread
-from replay_sim.replay.app import create_app
-from replay_sim.replay.replay import Replay
+from replay_sim.replay.core.replay import Replay
+from replay_sim.replay.http.app import create_app
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.store import Store
 
@@ -380,7 +380,7 @@ def _stdio_answers(db: Path, lines: list[dict[str, Any]], fast: bool) -> tuple[l
     """
     script = (
         "import sys, anyio\n"
-        "from replay_sim.replay.replay import Replay\n"
+        "from replay_sim.replay.core.replay import Replay\n"
         "from replay_sim.resolve.resolver import Resolver\n"
         "from replay_sim.store import Store\n"
         "from replay_sim.replay import fastpath\n"

@@ -22,10 +22,10 @@ from replay_sim.errors import ConfigError
 from replay_sim.listener import serving_in_thread
 from replay_sim.record.config import RecorderConfig, UpstreamSpec
 from replay_sim.record.forward import Forwarder
+from replay_sim.replay.core.replay import Replay
 from replay_sim.replay.options import MissPolicyName
 from replay_sim.replay.policies.miss import MissSettings
 from replay_sim.replay.policies.registry import MISS_POLICIES, make_policy
-from replay_sim.replay.replay import Replay
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.store import Origin, ServerRecord, Store
 

@@ -16,7 +16,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from replay_sim.replay.episodes import History
+from replay_sim.replay.core.episodes import History
 from replay_sim.resolve.lineage import StateLookup, Trail
 from replay_sim.resolve.resolution import Resolution, Tier
 from replay_sim.store import Store

@@ -35,7 +35,7 @@ import anyio.abc
 
 from replay_sim.canonical import call_identity
 from replay_sim.errors import ConfigError, EpisodeLost, InstanceLost, ReplaySimError, SandboxUnavailable
-from replay_sim.replay.episodes import Episode, History
+from replay_sim.replay.core.episodes import Episode, History
 from replay_sim.replay.policies.binding import Binding, Divergence, given_calls
 from replay_sim.replay.policies.miss import ErrorPolicy, Miss, MissPolicy, MissSettings
 from replay_sim.resolve.lineage import DIVERGED, StateLookup, Trail

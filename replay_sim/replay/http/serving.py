@@ -28,10 +28,10 @@ import anyio.to_thread
 from replay_sim.httpserver import DEFAULT_KEEP_ALIVE, HttpOptions
 from replay_sim.listener import serving_in_thread
 from replay_sim.protocol import episode_path
-from replay_sim.replay.app import create_app
-from replay_sim.replay.episodes import Episode
+from replay_sim.replay.core.episodes import Episode
+from replay_sim.replay.core.replay import Replay
 from replay_sim.replay.factory import open_replay
-from replay_sim.replay.faults import Faults, Latency
+from replay_sim.replay.http.app import create_app
 from replay_sim.replay.options import (
     DEFAULT_EPISODE_IDLE_TIMEOUT,
     DEFAULT_MAX_EPISODES,
@@ -39,7 +39,7 @@ from replay_sim.replay.options import (
     MissDetail,
     MissPolicyName,
 )
-from replay_sim.replay.replay import Replay
+from replay_sim.replay.shaping.faults import Faults, Latency
 
 __all__ = ["EpisodeHandle", "ReplayServer", "Serving", "serving"]
 
@@ -250,7 +250,7 @@ def serving(
         port: TCP port (0, the default: one the OS picks; read it from ``sim.url``).
         miss: Miss policy (``error``, ``nearest``; see :func:`~replay_sim.replay.factory.open_replay`).
         latency: ``none`` (default), ``recorded``, ``fixed:MS`` or ``scale:F``.
-        faults: Which tool calls fail on purpose: a :class:`~replay_sim.replay.faults.Faults`, or
+        faults: Which tool calls fail on purpose: a :class:`~replay_sim.replay.shaping.faults.Faults`, or
             ``--faults`` values (``"0.05"``, ``"git/git_log=0.2:timeout,error"``, a TOML file).
         max_episodes: Live episodes at most; one more is refused, none evicted.
         episode_idle_timeout: Seconds after which an idle episode expires (None: never).

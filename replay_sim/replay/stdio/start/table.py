@@ -32,7 +32,7 @@ def code_digest() -> str:
     """This replay-sim's code, as a digest of its source files' names, sizes and times: a table
     written by other code (another version, an edited checkout) is not read."""
     digest = hashlib.sha256()
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]  # replay_sim/replay
     for folder, folders, files in os.walk(root):
         folders[:] = sorted(f for f in folders if f != "__pycache__")
         for name in sorted(files):

@@ -15,7 +15,7 @@ from typing import Any
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
 
-from replay_sim.replay.surface import Surface
+from replay_sim.replay.core.surface import Surface
 
 __all__ = ["Initialize", "PassThrough", "hand_over", "overlay", "stand_in"]
 

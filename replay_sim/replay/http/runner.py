@@ -7,9 +7,9 @@ from collections.abc import Callable, Iterable
 
 from replay_sim.httpserver import HttpOptions, uvicorn_server
 from replay_sim.listener import base_url, listen
-from replay_sim.replay.app import create_app
+from replay_sim.replay.core.replay import Replay
+from replay_sim.replay.http.app import create_app
 from replay_sim.replay.options import Limits
-from replay_sim.replay.replay import Replay
 
 __all__ = ["serve"]
 

@@ -2,10 +2,10 @@
 
 :class:`Replay` builds what answering needs — the resolver, the miss policy, the recorded
 surfaces, the histories, metrics, the kept misses and the latency and faults asked for
-(:mod:`~replay_sim.replay.faults`) — and the servers themselves (:mod:`~replay_sim.replay.server`),
-over HTTP or stdio. How one call is answered is :mod:`~replay_sim.replay.answering`'s; replies and
-their provenance are rendered in :mod:`~replay_sim.replay.provenance`; refusals come from the
-recorded :mod:`~replay_sim.replay.surface`, and misses are kept by :mod:`~replay_sim.replay.keeper`.
+(:mod:`~replay_sim.replay.shaping.faults`) — and the servers themselves (:mod:`.server`), over HTTP
+or stdio. How one call is answered is :mod:`.answering`'s; replies and their provenance are rendered
+in :mod:`.provenance`; refusals come from the recorded :mod:`.surface`, and misses are kept by
+:mod:`.keeper`.
 """
 
 from __future__ import annotations
@@ -19,22 +19,22 @@ from mcp.server import Server
 
 from replay_sim.errors import ConfigError
 from replay_sim.redaction import RULES_META_KEY, Redactor
-from replay_sim.replay.answering import Answering
-from replay_sim.replay.connections import stdio_client
-from replay_sim.replay.conversation import Rounds
-from replay_sim.replay.episodes import Episodes
-from replay_sim.replay.fastpath import StdioFastPath
-from replay_sim.replay.faults import Faults, Latency
-from replay_sim.replay.histories import Histories, one_client
-from replay_sim.replay.injection import Injector
-from replay_sim.replay.keeper import MissKeeper
-from replay_sim.replay.metrics import Metrics
+from replay_sim.replay.core.answering import Answering
+from replay_sim.replay.core.connections import stdio_client
+from replay_sim.replay.core.conversation import Rounds
+from replay_sim.replay.core.episodes import Episodes
+from replay_sim.replay.core.histories import Histories, one_client
+from replay_sim.replay.core.keeper import MissKeeper
+from replay_sim.replay.core.prepared import Prepared
+from replay_sim.replay.core.server import build_server
+from replay_sim.replay.core.surface import Surface
+from replay_sim.replay.http.fastpath import StdioFastPath
+from replay_sim.replay.observe.metrics import Metrics
 from replay_sim.replay.options import MissDetail, MissPolicyName
 from replay_sim.replay.policies.miss import MissPolicy, MissSettings
 from replay_sim.replay.policies.registry import make_policy
-from replay_sim.replay.prepared import Prepared
-from replay_sim.replay.server import build_server
-from replay_sim.replay.surface import Surface
+from replay_sim.replay.shaping.faults import Faults, Latency
+from replay_sim.replay.shaping.injection import Injector
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.stdio_transport import Resume, native_stdio
 from replay_sim.store import Store
@@ -214,7 +214,7 @@ class Replay(Answering):
 
         Args:
             name: The recorded server.
-            resume: The connection as a stdio start left it (:mod:`replay_sim.replay.stdio_start`):
+            resume: The connection as a stdio start left it (:mod:`replay_sim.replay.stdio.start`):
                 the requests it answered are served first, their answers not written again.
 
         Raises:

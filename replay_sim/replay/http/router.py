@@ -4,7 +4,7 @@
 skip the admin app's routing table and middleware; every other request (admin API, dashboard,
 docs, metrics) and the lifespan go to the admin app. Every request passes the Host/Origin check
 (:class:`~replay_sim.listener.HostGuard`) and the body read timeout first; MCP requests then
-:class:`~replay_sim.replay.admission.Admission`.
+:class:`~replay_sim.replay.http.admission.Admission`.
 
 An MCP request may name its episode in the URL, the ``X-Replay-Episode`` header and
 ``_meta["replay-sim/episode"]``: a POST's body is read here first (:func:`_peek`), so a malformed
@@ -12,12 +12,12 @@ id or two different ids get ``400`` and a new episode past the cap (or the creat
 ``503``, each with a JSON-RPC error, before the MCP SDK sees the request. A new episode is created
 only once its request is answered as valid: made-up traffic (an unknown session's 404) creates
 none. The episode URL's id travels on to the
-handlers in the ASGI scope (:data:`~replay_sim.replay.histories.URL_EPISODE`), and so does a
-handshake-era request's session (:data:`~replay_sim.replay.connections.SESSION_KEY`).
+handlers in the ASGI scope (:data:`~replay_sim.replay.core.histories.URL_EPISODE`), and so does a
+handshake-era request's session (:data:`~replay_sim.replay.core.connections.SESSION_KEY`).
 
 A replayed call the fast path can answer from prepared bytes never reaches the SDK
-(:mod:`~replay_sim.replay.fastpath`); every other handshake-era POST gets the SDK's answer as one
-JSON body unless it streams (:mod:`~replay_sim.replay.responses`).
+(:mod:`~replay_sim.replay.http.fastpath`); every other handshake-era POST gets the SDK's answer as one
+JSON body unless it streams (:mod:`~replay_sim.replay.http.responses`).
 """
 
 from __future__ import annotations
@@ -41,15 +41,15 @@ from replay_sim import untrusted
 from replay_sim.errors import EpisodeError
 from replay_sim.listener import HostCheck, HostGuard
 from replay_sim.protocol import EPISODE_HEADER, EPISODE_META_KEY, EPISODES_PATH, agreed_episode
-from replay_sim.replay.admission import Admission, BodyTimeout
-from replay_sim.replay.connections import SESSION_KEY
-from replay_sim.replay.episodes import Episodes
-from replay_sim.replay.fastpath import FastPath
-from replay_sim.replay.faults import Hangup
-from replay_sim.replay.histories import URL_EPISODE
+from replay_sim.replay.core.connections import SESSION_KEY
+from replay_sim.replay.core.episodes import Episodes
+from replay_sim.replay.core.histories import URL_EPISODE
+from replay_sim.replay.http.admission import Admission, BodyTimeout
+from replay_sim.replay.http.fastpath import FastPath
+from replay_sim.replay.http.responses import JsonUnlessStreamed, prefers_json
+from replay_sim.replay.observe.readiness import Readiness
 from replay_sim.replay.options import Limits
-from replay_sim.replay.readiness import Readiness
-from replay_sim.replay.responses import JsonUnlessStreamed, prefers_json
+from replay_sim.replay.shaping.faults import Hangup
 
 __all__ = ["ReplayApp"]
 
@@ -74,7 +74,7 @@ class ReplayApp:
     managers) is the FastAPI app's, reachable as :attr:`admin`.
 
     Args:
-        admin: The admin app (built by :func:`~replay_sim.replay.app.create_app`).
+        admin: The admin app (built by :func:`~replay_sim.replay.http.app.create_app`).
         managers: Each recorded server's streamable HTTP session manager, by server name.
         admission: What the MCP endpoints take on (default: :class:`Limits`' defaults).
         hosts: Which Host and Origin headers are answered (default: a loopback server's).
@@ -303,7 +303,7 @@ def _hanging_up(
 ) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
     """``app``, able to drop the connection of a request whose call asks (a ``disconnect`` fault).
 
-    The call sets its :class:`~replay_sim.replay.faults.Hangup`; the request is stopped, its
+    The call sets its :class:`~replay_sim.replay.shaping.faults.Hangup`; the request is stopped, its
     response started if it was not, and left unfinished, so the server closes the connection.
     """
 

@@ -6,7 +6,7 @@ Agent frameworks start an MCP server per rollout over stdio, and importing the M
 models and the resolver takes most of a second. What a rollout asks first — ``initialize``, the
 listings, calls recorded exactly — needs none of it when it was prepared once: ``replay-sim index
 build`` writes the *start table* (:data:`START_TABLE` in the index folder,
-:mod:`~replay_sim.replay.stdio_start.write`), the replay's own answers to those requests, as the
+:mod:`~replay_sim.replay.stdio.start.write`), the replay's own answers to those requests, as the
 replay writes them on stdio. A start reads it (:meth:`StartTable.open`, :mod:`~.table`) and answers
 from it (:func:`serve_until_needed`, :mod:`~.session`); the replay is loaded only when a request
 needs it: the first request the table cannot answer for certain hands the connection over
@@ -27,7 +27,7 @@ matching config, a miss policy other than ``error`` and ``nearest``); a store wr
 
 from __future__ import annotations
 
-from replay_sim.replay.stdio_start.session import Handover, request_key, serve_until_needed
-from replay_sim.replay.stdio_start.table import START_TABLE, StartTable
+from replay_sim.replay.stdio.start.session import Handover, request_key, serve_until_needed
+from replay_sim.replay.stdio.start.table import START_TABLE, StartTable
 
 __all__ = ["START_TABLE", "Handover", "StartTable", "request_key", "serve_until_needed"]

@@ -12,7 +12,7 @@ from typing import Any
 
 from replay_sim.canonical import call_identity, call_key
 from replay_sim.protocol import FAST_CALL_PARAMS, LISTING_METHODS, plain_call_params
-from replay_sim.replay.stdio_start.table import StartTable
+from replay_sim.replay.stdio.start.table import StartTable
 
 __all__ = ["Handover", "request_key", "serve_until_needed"]
 

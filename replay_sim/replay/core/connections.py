@@ -1,7 +1,7 @@
 """Whose connection a request came on: the history key the SDK path and the fast path share.
 
 A handshake-era request's history is its connection's. The SDK keeps a connection object per MCP
-session, but the fast path (:mod:`~replay_sim.replay.fastpath`) answers under the SDK, where
+session, but the fast path (:mod:`~replay_sim.replay.http.fastpath`) answers under the SDK, where
 there is none; so both key a connection by what both can see: an HTTP session by its transport
 (the router passes it on in the ASGI scope under :data:`SESSION_KEY`), the one client of a stdio
 server by an object of its own (:func:`stdio_client`).

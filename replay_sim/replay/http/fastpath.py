@@ -4,7 +4,7 @@ A POST of ``tools/call``, ``resources/read`` or ``prompts/get`` that the SDK wou
 on an established handshake-era session (an ``Mcp-Session-Id`` its session manager knows), or a
 2026-era request passing the SDK's per-request checks (envelope, routing headers, ``Mcp-Param-*``
 headers) — is answered here with one ``application/json`` response when
-:class:`~replay_sim.replay.prepared.Prepared` has its answer: no JSON-RPC models, no task hops, no
+:class:`~replay_sim.replay.core.prepared.Prepared` has its answer: no JSON-RPC models, no task hops, no
 stream. Every check is the SDK's, done cheaply; a request that any check would refuse, or that the
 SDK would answer otherwise, or whose answer needs more than the recorded result, goes on to the
 SDK untouched (:meth:`FastPath.__call__` returns False having sent nothing).
@@ -13,7 +13,7 @@ Over stdio, :class:`StdioFastPath` answers request lines the same way before the
 sees them, once the connection's era is settled: the client's first request (which decides it
 for the SDK) and everything the SDK must see go on to the SDK. A line repeating one it answered
 (but for its id) is answered again from what that answer depended on, checked per call
-(:meth:`Prepared.again <replay_sim.replay.prepared.Prepared.again>`), without parsing or resolving it.
+(:meth:`Prepared.again <replay_sim.replay.core.prepared.Prepared.again>`), without parsing or resolving it.
 """
 
 from __future__ import annotations
@@ -42,9 +42,9 @@ from starlette.types import Message, Scope, Send
 from replay_sim import untrusted
 from replay_sim.errors import EpisodeError
 from replay_sim.protocol import agreed_episode, plain_call_params
-from replay_sim.replay.prepared import FAST_METHODS, Again, Prepared, Style, envelope
-from replay_sim.replay.responses import prefers_json
-from replay_sim.replay.surface import Surface
+from replay_sim.replay.core.prepared import FAST_METHODS, Again, Prepared, Style, envelope
+from replay_sim.replay.core.surface import Surface
+from replay_sim.replay.http.responses import prefers_json
 from replay_sim.stdio_transport import Opening, Repeated, request_of
 
 __all__ = ["FastPath", "StdioFastPath"]
@@ -274,7 +274,7 @@ class StdioFastPath(_Checks):
 
         A line repeating one answered before but for its id (a client calling a tool again) is
         answered from what that answer depended on, without parsing or resolving it, when
-        :meth:`Prepared.again <replay_sim.replay.prepared.Prepared.again>` finds it unchanged.
+        :meth:`Prepared.again <replay_sim.replay.core.prepared.Prepared.again>` finds it unchanged.
         """
         repeated = Repeated.split(line) if len(line) <= _REPEATED_LINE else None
         if repeated is not None:

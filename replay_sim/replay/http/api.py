@@ -1,6 +1,6 @@
 """The admin API of the replay server: health, readiness, stats, misses, recordings, episodes, metrics.
 
-Mounted under ``/api`` (and ``/metrics``) by :func:`~replay_sim.replay.app.create_app`; its OpenAPI
+Mounted under ``/api`` (and ``/metrics``) by :func:`~replay_sim.replay.http.app.create_app`; its OpenAPI
 description is served at ``/docs``. With a token, everything but health and readiness needs
 ``Authorization: Bearer <token>``. Answers that can be large are rendered in the worker thread
 and bounded (a few kilobytes of arguments per miss or recording summary, 1 MiB of misses), so
@@ -20,11 +20,11 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from replay_sim.errors import ConfigError
-from replay_sim.replay.coverage import coverage
-from replay_sim.replay.episodes_api import episodes_api
-from replay_sim.replay.metrics import sandbox_prometheus, truncated
-from replay_sim.replay.readiness import Readiness
-from replay_sim.replay.replay import Replay
+from replay_sim.replay.core.replay import Replay
+from replay_sim.replay.http.coverage import coverage
+from replay_sim.replay.http.episodes_api import episodes_api
+from replay_sim.replay.observe.metrics import sandbox_prometheus, truncated
+from replay_sim.replay.observe.readiness import Readiness
 from replay_sim.store import Recording
 
 __all__ = ["admin_api", "admin_token", "recording_json", "tool_effects"]

@@ -11,7 +11,7 @@ semantic match, a miss's nearest recordings — each in that call's worker threa
 :meth:`Readiness.model` and :meth:`Readiness.tools` say how far that is (``/api/ready``'s
 ``embedding_model`` and ``tools_prepared``). ``GET /api/ready``
 answers 200 only once ready, ``replay-sim serve`` prints its ``listening on URL`` line only then,
-and :func:`~replay_sim.replay.serving.serving` returns only then (unless told not to wait). A
+and :func:`~replay_sim.replay.http.serving.serving` returns only then (unless told not to wait). A
 warm-up that failed is reported here (and retried), never silently gone.
 """
 

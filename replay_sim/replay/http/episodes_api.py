@@ -8,7 +8,7 @@
   diverged from every recording, its seed.
 - ``DELETE /api/episodes/<id>`` ends one and frees its state (its last summary is the answer).
 
-An unknown (or expired) episode is ``404``. Mounted by :func:`~replay_sim.replay.api.admin_api`,
+An unknown (or expired) episode is ``404``. Mounted by :func:`~replay_sim.replay.http.api.admin_api`,
 behind its token when it has one.
 """
 
@@ -24,8 +24,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from replay_sim.errors import EpisodeError
 from replay_sim.protocol import EPISODE_ID_GRAMMAR, episode_path
-from replay_sim.replay.episodes import Episode
-from replay_sim.replay.replay import Replay
+from replay_sim.replay.core.episodes import Episode
+from replay_sim.replay.core.replay import Replay
 
 __all__ = ["NewEpisode", "episodes_api"]
 

@@ -1,8 +1,8 @@
 """The replay app: MCP endpoints, the admin API and the dashboard in one ASGI app.
 
 ``/mcp/<server>`` is each recorded server's streamable HTTP endpoint, and ``/episodes/<id>/mcp/<server>``
-the same endpoint with its history scoped to one episode (:mod:`~replay_sim.replay.router`);
-``/api/...`` the admin API and ``/metrics`` Prometheus (:mod:`~replay_sim.replay.api`; OpenAPI at
+the same endpoint with its history scoped to one episode (:mod:`~replay_sim.replay.http.router`);
+``/api/...`` the admin API and ``/metrics`` Prometheus (:mod:`~replay_sim.replay.http.api`; OpenAPI at
 ``/docs``); ``/`` the dashboard (static files, no build step).
 
 Every request, MCP or admin, passes the same Host/Origin check (DNS-rebinding protection), on any
@@ -25,13 +25,13 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 from replay_sim.errors import ConfigError
 from replay_sim.listener import HostCheck, is_loopback
-from replay_sim.replay.admission import Admission
-from replay_sim.replay.api import admin_api, admin_token
-from replay_sim.replay.fastpath import FastPath
+from replay_sim.replay.core.replay import Replay
+from replay_sim.replay.http.admission import Admission
+from replay_sim.replay.http.api import admin_api, admin_token
+from replay_sim.replay.http.fastpath import FastPath
+from replay_sim.replay.http.router import ReplayApp
+from replay_sim.replay.observe.readiness import Readiness
 from replay_sim.replay.options import Limits
-from replay_sim.replay.readiness import Readiness
-from replay_sim.replay.replay import Replay
-from replay_sim.replay.router import ReplayApp
 
 __all__ = ["create_app"]
 
@@ -63,7 +63,7 @@ def create_app(
 
     Returns:
         The ASGI app; its admin (FastAPI) lifespan runs every server's MCP session manager and
-        starts the warm-up; its :attr:`~replay_sim.replay.router.ReplayApp.readiness` says when
+        starts the warm-up; its :attr:`~replay_sim.replay.http.router.ReplayApp.readiness` says when
         every tier answers at its usual speed (``GET /api/ready``).
 
     Raises:

@@ -1,9 +1,9 @@
-"""Injecting latency and faults into a replay's answers (what :mod:`~replay_sim.replay.faults` configures).
+"""Injecting latency and faults into a replay's answers (what :mod:`.faults` configures).
 
 :class:`Injector` draws each tool call's fault, renders it the way the fault fails on the wire
 (with ``"fault"`` in the provenance), and holds an answer as long as asked — the injected latency,
 or a timeout fault's hold — stamping ``"latency_ms"`` into its provenance, or has a dropped call's
-connection closed by the router (:class:`~replay_sim.replay.faults.Hangup`). Waiting goes through
+connection closed by the router (:class:`~replay_sim.replay.shaping.faults.Hangup`). Waiting goes through
 an injected ``sleep``, so tests run on a fake clock.
 """
 
@@ -18,10 +18,10 @@ from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
 from replay_sim.protocol import MATCH_META_KEY
-from replay_sim.replay.episodes import Episode, History
-from replay_sim.replay.faults import FaultKind, Faults, Hangup, Latency
-from replay_sim.replay.metrics import Metrics
-from replay_sim.replay.provenance import Reply, fault_provenance
+from replay_sim.replay.core.episodes import Episode, History
+from replay_sim.replay.core.provenance import Reply, fault_provenance
+from replay_sim.replay.observe.metrics import Metrics
+from replay_sim.replay.shaping.faults import FaultKind, Faults, Hangup, Latency
 
 __all__ = ["Injector"]
 

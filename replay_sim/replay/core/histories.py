@@ -3,7 +3,7 @@
 The resolver picks among several recordings of one call by comparing a recorded session's prefix
 with the history of the episode asking. An *episode* is named by the client — in an episode URL
 (``/episodes/<id>/mcp/<server>``), the ``X-Replay-Episode`` header or ``_meta["replay-sim/episode"]``
-— so that several MCP sessions of one rollout share it (:mod:`~replay_sim.replay.episodes` keeps
+— so that several MCP sessions of one rollout share it (:mod:`~replay_sim.replay.core.episodes` keeps
 them); otherwise it is the MCP connection itself: a handshake-era session, or the one client of a
 stdio process in either era (:func:`one_client`). Modern-era (2026-07-28) HTTP requests carry no
 session, so without an episode id they have no history — and a call whose answer depends on the
@@ -27,7 +27,7 @@ from mcp.server.context import ServerRequestContext
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from replay_sim.protocol import EPISODE_HEADER, EPISODE_META_KEY, agreed_episode
-from replay_sim.replay.episodes import Episode, Episodes, History
+from replay_sim.replay.core.episodes import Episode, Episodes, History
 from replay_sim.resolve.lineage import Trail
 from replay_sim.resolve.resolution import Resolution
 from replay_sim.resolve.resolver import Resolver
@@ -90,7 +90,7 @@ def scope(ctx: ServerRequestContext[Any, Any]) -> str | Hashable | None:
 class Histories:
     """Histories of named episodes and of MCP connections, per recorded server.
 
-    Named episodes live in :attr:`episodes` (bounded; see :class:`~replay_sim.replay.episodes.Episodes`);
+    Named episodes live in :attr:`episodes` (bounded; see :class:`~replay_sim.replay.core.episodes.Episodes`);
     connection histories live exactly as long as their connection object (weak references), so
     a closed MCP session frees its history without bookkeeping.
 

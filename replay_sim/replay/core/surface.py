@@ -23,7 +23,7 @@ from mcp.shared.exceptions import MCPError
 from replay_sim.canonical import call_key
 from replay_sim.errors import StoreError
 from replay_sim.protocol import MATCH_META_KEY
-from replay_sim.replay.provenance import Reply, provenance
+from replay_sim.replay.core.provenance import Reply, provenance
 from replay_sim.resolve.dialect import Judgement, SchemaEvidence, adapt_refusal, failure_text
 from replay_sim.resolve.resolution import Problem, Resolution, Tier
 from replay_sim.schema import tool_schemas

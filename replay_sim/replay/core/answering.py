@@ -2,7 +2,7 @@
 policy; re-enact what the real server sent during the recorded call; advance the episode's history,
 count the answer and deliver it with the latency and faults asked for.
 
-:class:`Answering` is the half of :class:`~replay_sim.replay.replay.Replay` that answers calls; the
+:class:`Answering` is the half of :class:`~replay_sim.replay.core.replay.Replay` that answers calls; the
 replay holds the state it reads (the store, resolver, miss policy, histories, metrics).
 """
 
@@ -26,21 +26,21 @@ from replay_sim.canonical import call_identity, call_key
 from replay_sim.errors import EpisodeError, EpisodeLost, ReplaySimError, StoreError
 from replay_sim.protocol import LOST_CODE, MATCH_META_KEY, declared
 from replay_sim.redaction import Redactor
-from replay_sim.replay.connections import connection_key
-from replay_sim.replay.conversation import Rounds, bound_to, questions, reenact, suited
-from replay_sim.replay.episodes import Episode, History
-from replay_sim.replay.faults import FaultKind
-from replay_sim.replay.histories import Histories, needs_history
-from replay_sim.replay.histories import scope as history_scope
-from replay_sim.replay.injection import Injector
-from replay_sim.replay.keeper import MissKeeper
-from replay_sim.replay.metrics import Metrics
+from replay_sim.replay.core.connections import connection_key
+from replay_sim.replay.core.conversation import Rounds, bound_to, questions, reenact, suited
+from replay_sim.replay.core.episodes import Episode, History
+from replay_sim.replay.core.histories import Histories, needs_history
+from replay_sim.replay.core.histories import scope as history_scope
+from replay_sim.replay.core.keeper import MissKeeper
+from replay_sim.replay.core.provenance import FAULT_STATUS, Reply, provenance, render, status_of
+from replay_sim.replay.core.surface import Surface
+from replay_sim.replay.http.responses import stream_now
+from replay_sim.replay.observe.metrics import Metrics
+from replay_sim.replay.observe.readiness import model_loading, still_loading
 from replay_sim.replay.options import MissDetail
 from replay_sim.replay.policies.miss import Miss, MissPolicy
-from replay_sim.replay.provenance import FAULT_STATUS, Reply, provenance, render, status_of
-from replay_sim.replay.readiness import model_loading, still_loading
-from replay_sim.replay.responses import stream_now
-from replay_sim.replay.surface import Surface
+from replay_sim.replay.shaping.faults import FaultKind
+from replay_sim.replay.shaping.injection import Injector
 from replay_sim.resolve.lineage import DIVERGED, Trail
 from replay_sim.resolve.resolution import Candidate, Resolution, Tier
 from replay_sim.resolve.resolver import Resolver
@@ -92,7 +92,7 @@ class Answering:
     injector: Injector
 
     def scope(self, ctx: ServerRequestContext[Any, Any]) -> str | Hashable | None:
-        """Whose history a request extends (see :func:`~replay_sim.replay.histories.scope`).
+        """Whose history a request extends (see :func:`~replay_sim.replay.core.histories.scope`).
 
         A connection is keyed as the fast path keys it: a handshake-era HTTP session by its
         transport (which the router passes on), the one client of a stdio server by itself.
@@ -276,7 +276,7 @@ class Answering:
     ) -> Answer:
         """Serve the recording made for a client like this one, re-enacting what its server sent.
 
-        See :mod:`replay_sim.replay.conversation`. Recordings whose server asked the client nothing
+        See :mod:`replay_sim.replay.core.conversation`. Recordings whose server asked the client nothing
         and sent no notification (nearly all) pass straight through.
         """
         hit = answer.resolution

@@ -1,10 +1,10 @@
-"""Writing the start table a ``serve --stdio`` start answers from (:mod:`replay_sim.replay.stdio_start`).
+"""Writing the start table a ``serve --stdio`` start answers from (:mod:`replay_sim.replay.stdio.start`).
 
 Every answer in it is the replay's own, made the way a stdio client gets it: ``initialize`` at each
 handshake version and the listings, asked of the replay's MCP server over in-memory streams and
 serialised as the stdio transport writes them; each call through the fast path
-(:class:`~replay_sim.replay.prepared.Prepared`) as a new session's first call. Only calls whose
-answer does not depend on the session are kept (see :mod:`~replay_sim.replay.stdio_start`): an
+(:class:`~replay_sim.replay.core.prepared.Prepared`) as a new session's first call. Only calls whose
+answer does not depend on the session are kept (see :mod:`~replay_sim.replay.stdio.start`): an
 exact key recorded from the initial state by a tool that does not change state, and whose params
 the start reads back to the same key.
 """
@@ -25,13 +25,13 @@ from mcp.shared.message import SessionMessage
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION
 
 from replay_sim.protocol import LISTING_METHODS
-from replay_sim.replay.connections import stdio_client
+from replay_sim.replay.core.connections import stdio_client
+from replay_sim.replay.core.histories import one_client
+from replay_sim.replay.core.prepared import FAST_METHODS, Style
+from replay_sim.replay.core.replay import Replay
 from replay_sim.replay.factory import open_replay
-from replay_sim.replay.histories import one_client
-from replay_sim.replay.prepared import FAST_METHODS, Style
-from replay_sim.replay.replay import Replay
-from replay_sim.replay.stdio_start.session import request_key
-from replay_sim.replay.stdio_start.table import FORMAT, SCHEMA, START_TABLE, code_digest, stale, store_basis
+from replay_sim.replay.stdio.start.session import request_key
+from replay_sim.replay.stdio.start.table import FORMAT, SCHEMA, START_TABLE, code_digest, stale, store_basis
 
 __all__ = ["write_start_table"]
 

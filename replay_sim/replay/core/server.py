@@ -17,8 +17,8 @@ from mcp.server.context import ServerRequestContext
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from replay_sim.protocol import LISTING_FIELDS
-from replay_sim.replay.surface import Surface
-from replay_sim.replay.wire import Initialize, PassThrough, hand_over
+from replay_sim.replay.core.surface import Surface
+from replay_sim.replay.core.wire import Initialize, PassThrough, hand_over
 
 __all__ = ["Answerer", "build_server"]
 

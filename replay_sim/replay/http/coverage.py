@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from replay_sim.replay.metrics import truncated
-from replay_sim.replay.replay import Replay
+from replay_sim.replay.core.replay import Replay
+from replay_sim.replay.observe.metrics import truncated
 from replay_sim.store import Store
 from replay_sim.store.misses import MissEntry, read_misses
 

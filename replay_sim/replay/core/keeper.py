@@ -2,7 +2,7 @@
 
 Every such call — a miss, a ``nearest`` or ``synthetic`` answer, a refusal, a recording whose client
 answered the server's questions otherwise — is kept for the admin API and the dashboard
-(:meth:`Metrics.record_miss <replay_sim.replay.metrics.Metrics.record_miss>`). A call the resolver
+(:meth:`Metrics.record_miss <replay_sim.replay.observe.metrics.Metrics.record_miss>`). A call the resolver
 missed is also persisted in the store's miss log (:mod:`replay_sim.store.misses`) for
 ``replay-sim backfill``, with the state-changing steps of its history: what it takes to ask the
 real server the same call from the same state. Refusals and calls answered otherwise are not:
@@ -15,8 +15,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from replay_sim.replay.metrics import Metrics, MissRecord
-from replay_sim.replay.provenance import candidate_json
+from replay_sim.replay.core.provenance import candidate_json
+from replay_sim.replay.observe.metrics import Metrics, MissRecord
 from replay_sim.resolve.lineage import DIVERGED, Trail
 from replay_sim.resolve.resolution import Resolution
 from replay_sim.resolve.resolver import Resolver

@@ -4,7 +4,7 @@ The SDK path validates each request into models, runs the middleware chain, shap
 serialises a response envelope for every call. A replayed exact or canonical hit needs none of
 that: its answer is the recorded result with the provenance spliced in, which only changes with
 the recording, the status, the score and the differences. :class:`Prepared` resolves a call the
-way :meth:`Replay.answer <replay_sim.replay.replay.Replay.answer>` does and, when nothing but the
+way :meth:`Replay.answer <replay_sim.replay.core.replay.Replay.answer>` does and, when nothing but the
 recorded result is to be sent (no fault, no delay, no notifications or questions to re-enact, a
 recorded result rather than an error), advances the episode, counts the call and hands back the
 result's JSON, serialised once per provenance and protocol version by the SDK's own serialisers:
@@ -25,14 +25,14 @@ from mcp_types import JSONRPCResponse
 from replay_sim.canonical import call_identity
 from replay_sim.errors import EpisodeError, StoreError
 from replay_sim.protocol import FAST_CALL_PARAMS, MATCH_META_KEY
-from replay_sim.replay.episodes import Episode
-from replay_sim.replay.histories import needs_history
-from replay_sim.replay.provenance import provenance, status_of
-from replay_sim.replay.wire import overlay, stand_in
+from replay_sim.replay.core.episodes import Episode
+from replay_sim.replay.core.histories import needs_history
+from replay_sim.replay.core.provenance import provenance, status_of
+from replay_sim.replay.core.wire import overlay, stand_in
 from replay_sim.resolve.resolution import Resolution, Tier
 
 if TYPE_CHECKING:
-    from replay_sim.replay.replay import Replay
+    from replay_sim.replay.core.replay import Replay
 
 __all__ = ["FAST_METHODS", "Again", "Prepared", "Style", "envelope"]
 
@@ -150,7 +150,7 @@ class Prepared:
     ) -> bytes | None:
         """The result JSON of a call answered by an exact or canonical hit with nothing else to do.
 
-        Everything :meth:`Replay.answer <replay_sim.replay.replay.Replay.answer>` does for such a
+        Everything :meth:`Replay.answer <replay_sim.replay.core.replay.Replay.answer>` does for such a
         call is done here — the episode's trail advanced, its call counted, metrics and episode
         stats updated — and nothing is done when the answer is None.
 
@@ -324,7 +324,7 @@ class Prepared:
     def _shape(self, server: str, method: str, version: str) -> dict[str, Any]:
         """What the SDK's result shaping adds to a replayed result of ``method`` at ``version``.
 
-        The SDK path shapes a stand-in (:func:`~replay_sim.replay.wire.stand_in`) and overlays the
+        The SDK path shapes a stand-in (:func:`~replay_sim.replay.core.wire.stand_in`) and overlays the
         recorded result on it; the same pipeline (``ServerRunner``'s own shaping, which reads only
         the server) is run here once per server, method and version.
         """
