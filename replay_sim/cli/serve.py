@@ -398,7 +398,9 @@ def serve_command(
     if stdio:
         assert server_name is not None
         replay.server(server_name)  # fail before taking over stdio
-        anyio.run(replay.serve_stdio, server_name, started)
+        from replay_sim.replay.stdio.serve import serve_stdio
+
+        anyio.run(serve_stdio, replay, server_name, started)
         return
 
     generated = token is None and not is_loopback(host)

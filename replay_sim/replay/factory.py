@@ -77,7 +77,8 @@ def open_replay(
             no recording matches).
 
     Returns:
-        The replay, ready for :func:`~replay_sim.replay.http.app.create_app` or :meth:`Replay.serve_stdio`.
+        The replay, ready for :func:`~replay_sim.replay.http.app.create_app` or
+        :func:`~replay_sim.replay.stdio.serve.serve_stdio`.
 
     Raises:
         ConfigError: Inconsistent options (a writing miss policy on a read-only snapshot, another

@@ -1,6 +1,6 @@
 """The stdio fast path in process: a line repeated but for its id is answered as resolving it would.
 
-:class:`~replay_sim.replay.http.fastpath.StdioFastPath` keeps, per request line, what its answer depended
+:class:`~replay_sim.replay.stdio.fastpath.StdioFastPath` keeps, per request line, what its answer depended
 on; these tests change each of those things between two sends of one line (the byte-identity with
 the SDK path over real stdio is ``test_fastpath_http.py``'s).
 """
@@ -21,8 +21,8 @@ from replay_sim.protocol import EPISODE_META_KEY, MATCH_META_KEY
 from replay_sim.replay.core.connections import stdio_client
 from replay_sim.replay.core.episodes import seed_of
 from replay_sim.replay.core.replay import Replay
-from replay_sim.replay.http.fastpath import StdioFastPath
 from replay_sim.replay.shaping.faults import Faults
+from replay_sim.replay.stdio.fastpath import StdioFastPath
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.store import Store
 

@@ -2,8 +2,8 @@
 
 :class:`Replay` builds what answering needs — the resolver, the miss policy, the recorded
 surfaces, the histories, metrics, the kept misses and the latency and faults asked for
-(:mod:`~replay_sim.replay.shaping.faults`) — and the servers themselves (:mod:`.server`), over HTTP
-or stdio. How one call is answered is :mod:`.answering`'s; replies and their provenance are rendered
+(:mod:`~replay_sim.replay.shaping.faults`) — and the servers themselves (:mod:`.server`), which the
+doors serve. How one call is answered is :mod:`.answering`'s; replies and their provenance are rendered
 in :mod:`.provenance`; refusals come from the recorded :mod:`.surface`, and misses are kept by
 :mod:`.keeper`.
 """
@@ -20,15 +20,13 @@ from mcp.server import Server
 from replay_sim.errors import ConfigError
 from replay_sim.redaction import RULES_META_KEY, Redactor
 from replay_sim.replay.core.answering import Answering
-from replay_sim.replay.core.connections import stdio_client
 from replay_sim.replay.core.conversation import Rounds
 from replay_sim.replay.core.episodes import Episodes
-from replay_sim.replay.core.histories import Histories, one_client
+from replay_sim.replay.core.histories import Histories
 from replay_sim.replay.core.keeper import MissKeeper
 from replay_sim.replay.core.prepared import Prepared
 from replay_sim.replay.core.server import build_server
 from replay_sim.replay.core.surface import Surface
-from replay_sim.replay.http.fastpath import StdioFastPath
 from replay_sim.replay.observe.metrics import Metrics
 from replay_sim.replay.options import MissDetail, MissPolicyName
 from replay_sim.replay.policies.miss import MissPolicy, MissSettings
@@ -36,7 +34,6 @@ from replay_sim.replay.policies.registry import make_policy
 from replay_sim.replay.shaping.faults import Faults, Latency
 from replay_sim.replay.shaping.injection import Injector
 from replay_sim.resolve.resolver import Resolver
-from replay_sim.stdio_transport import Resume, native_stdio
 from replay_sim.store import Store
 from replay_sim.store.misslog import MissLog
 
@@ -208,26 +205,3 @@ class Replay(Answering):
             await stack.enter_async_context(self.settings.connections)
         if isinstance(self.policy, AbstractAsyncContextManager):  # the sandbox policy's instances
             await stack.enter_async_context(self.policy)
-
-    async def serve_stdio(self, name: str, resume: Resume | None = None) -> None:
-        """Replay server ``name`` to one client over this process's stdin/stdout until it hangs up.
-
-        Args:
-            name: The recorded server.
-            resume: The connection as a stdio start left it (:mod:`replay_sim.replay.stdio.start`):
-                the requests it answered are served first, their answers not written again.
-
-        Raises:
-            ConfigError: No server of that name was recorded.
-        """
-        server = self.server(name)
-        async with contextlib.AsyncExitStack() as stack:
-            await self.enter(stack)
-            self.resolver.warm(wait=False)  # in the background: exact hits are answered at once
-            stack.enter_context(one_client())  # before the stream's tasks start: they inherit it
-            client = stack.enter_context(stdio_client())
-            fast = StdioFastPath(self.prepared, name, server, client)
-            read_stream, write_stream = await stack.enter_async_context(
-                native_stdio(shortcut=fast, resume=resume)
-            )
-            await server.run(read_stream, write_stream, server.create_initialization_options())
