@@ -37,13 +37,13 @@ if TYPE_CHECKING:
     from replay_sim.record.http import record_http
     from replay_sim.record.recorder import Recorder, record_stdio, recording
     from replay_sim.redaction import Redactor
+    from replay_sim.replay.core.misses import MissPolicy
     from replay_sim.replay.core.provenance import Match, match_of
     from replay_sim.replay.core.replay import Replay
     from replay_sim.replay.factory import open_replay
     from replay_sim.replay.http.app import create_app
     from replay_sim.replay.http.serving import EpisodeHandle, ReplayServer, Serving
     from replay_sim.replay.options import Limits, MissPolicyName
-    from replay_sim.replay.policies.miss import MissPolicy
     from replay_sim.replay.shaping.faults import FaultKind, Faults, Latency
     from replay_sim.resolve.build import build_index
     from replay_sim.resolve.calibration import MatchConfig

@@ -16,8 +16,9 @@ from replay_sim.errors import ConfigError
 from replay_sim.redaction import RULES_META_KEY, Redactor
 from replay_sim.replay.core.replay import Replay
 from replay_sim.replay.options import DEFAULT_EPISODE_IDLE_TIMEOUT, MissDetail, MissPolicyName
+from replay_sim.replay.policies.instances import SandboxPool
 from replay_sim.replay.policies.miss import Forward, MissSettings
-from replay_sim.replay.policies.sandbox import SandboxPool
+from replay_sim.replay.policies.registry import serving_policy
 from replay_sim.replay.shaping.faults import Faults, Latency
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.resolver import Resolver
@@ -131,13 +132,16 @@ def open_replay(
         llm_api_key=llm_api_key,
     )
     resolver = Resolver(store, config=match_config, **resolver_options)
+    settings.lookup = resolver.lookup  # what the sandbox policy re-plays an episode's state from
+    chosen, holds = serving_policy(policy, settings)
     recorded_with = Redactor.from_rules(store.meta(RULES_META_KEY))
     redactor = recorded_with if redactor is None else recorded_with.merged(redactor)
     return Replay(
         store,
         resolver=resolver,
-        miss=policy,
-        settings=settings,
+        policy=chosen,
+        policy_name=policy,
+        holds=holds,
         snapshot=snapshot_id,
         redactor=redactor,
         latency=latency,

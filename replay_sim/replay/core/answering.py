@@ -26,19 +26,18 @@ from replay_sim.canonical import call_identity, call_key
 from replay_sim.errors import EpisodeError, EpisodeLost, ReplaySimError, StoreError
 from replay_sim.protocol import LOST_CODE, MATCH_META_KEY, declared
 from replay_sim.redaction import Redactor
-from replay_sim.replay.core.connections import connection_key
+from replay_sim.replay.core.connections import connection_key, stream_now
 from replay_sim.replay.core.conversation import Rounds, bound_to, questions, reenact, suited
 from replay_sim.replay.core.episodes import Episode, History
 from replay_sim.replay.core.histories import Histories, needs_history
 from replay_sim.replay.core.histories import scope as history_scope
 from replay_sim.replay.core.keeper import MissKeeper
-from replay_sim.replay.core.provenance import FAULT_STATUS, Reply, provenance, render, status_of
+from replay_sim.replay.core.misses import Miss, MissPolicy
+from replay_sim.replay.core.provenance import FAULT_STATUS, Reply, fault_reply, provenance, render, status_of
 from replay_sim.replay.core.surface import Surface
-from replay_sim.replay.http.responses import stream_now
 from replay_sim.replay.observe.metrics import Metrics
 from replay_sim.replay.observe.readiness import model_loading, still_loading
 from replay_sim.replay.options import MissDetail
-from replay_sim.replay.policies.miss import Miss, MissPolicy
 from replay_sim.replay.shaping.faults import FaultKind
 from replay_sim.replay.shaping.injection import Injector
 from replay_sim.resolve.lineage import DIVERGED, Trail
@@ -124,7 +123,8 @@ class Answering:
         fault = self.injector.draw(history, server, method, params)
         if fault is not None:
             name = str(params.get("name", ""))
-            reply, why = self.injector.fail(server, name, fault)
+            reply, why = fault_reply(server, name, fault, self.injector.faults.hold, self.snapshot)
+            self.metrics.count_fault(server, name, fault)
             answer = Answer(name, Resolution(Tier.MISS, 0.0, reason=why), reply, fault=fault)
         else:
             try:

@@ -15,24 +15,23 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
+from mcp.server import Server
 from mcp.server.runner import ServerRunner
 from mcp_types import JSONRPCResponse
 
 from replay_sim.canonical import call_identity
 from replay_sim.errors import EpisodeError, StoreError
 from replay_sim.protocol import FAST_CALL_PARAMS, MATCH_META_KEY
+from replay_sim.replay.core.answering import Answering
 from replay_sim.replay.core.episodes import Episode
 from replay_sim.replay.core.histories import needs_history
 from replay_sim.replay.core.provenance import provenance, status_of
 from replay_sim.replay.core.wire import overlay, stand_in
 from replay_sim.resolve.resolution import Resolution, Tier
-
-if TYPE_CHECKING:
-    from replay_sim.replay.core.replay import Replay
 
 __all__ = ["FAST_METHODS", "Again", "Prepared", "Style", "envelope"]
 
@@ -130,11 +129,13 @@ class Prepared:
     """The fast path's answers for one replay: resolved as the SDK path would, served as prepared bytes.
 
     Args:
-        replay: The replay whose servers, resolver, histories, metrics and injector answer.
+        replay: The replay whose resolver, histories, metrics and injector answer.
+        server: Its SDK server of a recorded server, by name (what the SDK path would run).
     """
 
-    def __init__(self, replay: Replay) -> None:
+    def __init__(self, replay: Answering, server: Callable[[str], Server[Any]]) -> None:
         self.replay = replay
+        self.server = server
         self._answers: dict[Hashable, bytes] = {}
         self._size = 0
         self._shapes: dict[tuple[str, str, str], dict[str, Any]] = {}
@@ -331,8 +332,6 @@ class Prepared:
         key = (server, method, version)
         shape = self._shapes.get(key)
         if shape is None:
-            runner = ServerRunner(
-                server=self.replay.server(server), connection=cast(Any, None), lifespan_state=None
-            )
+            runner = ServerRunner(server=self.server(server), connection=cast(Any, None), lifespan_state=None)
             shape = self._shapes[key] = runner._serialize(method, version, stand_in(method, version))
         return shape

@@ -23,6 +23,7 @@ from mcp.shared.exceptions import MCPError
 
 from replay_sim.protocol import MATCH_META_KEY
 from replay_sim.replay.options import MissDetail
+from replay_sim.replay.shaping.faults import FaultKind
 from replay_sim.resolve.resolution import Candidate, FieldDiff, Resolution, Tier
 from replay_sim.store import Origin
 
@@ -33,6 +34,7 @@ __all__ = [
     "candidate_json",
     "differences_json",
     "fault_provenance",
+    "fault_reply",
     "match_of",
     "miss_message",
     "provenance",
@@ -119,6 +121,35 @@ def match_of(result: Any) -> Match | None:
 def fault_provenance(kind: str, snapshot: str | None) -> dict[str, Any]:
     """The ``_meta["replay-sim/match"]`` record of a call failed on purpose."""
     return {"status": FAULT_STATUS, "score": 0.0, "recording": None, "snapshot": snapshot, "fault": kind}
+
+
+def fault_reply(
+    server: str, name: str, fault: FaultKind, hold: float, snapshot: str | None
+) -> tuple[Reply, str]:
+    """The reply of a tool call failed on purpose (``serve --faults``), and the sentence saying so.
+
+    Args:
+        server: The recorded server called.
+        name: The tool called.
+        fault: The fault drawn for the call.
+        hold: Seconds a ``timeout`` fault holds the call (said in its message).
+        snapshot: The snapshot id cited in the provenance, if one is served.
+    """
+    match = {MATCH_META_KEY: fault_provenance(fault, snapshot)}
+    said = f"replay-sim: injected fault ({fault}) on tool {name!r} of {server!r} (serve --faults)"
+    reply: Reply
+    if fault == FaultKind.IS_ERROR:
+        reply = {"content": [{"type": "text", "text": said}], "isError": True, "_meta": match}
+    elif fault == FaultKind.TIMEOUT:
+        said = f"{said}: no answer within {hold:g} s"
+        reply = MCPError(types.REQUEST_TIMEOUT, said, match)
+    elif fault == FaultKind.DISCONNECT:
+        said = f"{said}: connection dropped"
+        reply = MCPError(types.CONNECTION_CLOSED, said, match)
+    else:
+        said = f"{said}: internal error"
+        reply = MCPError(types.INTERNAL_ERROR, said, match)
+    return reply, said
 
 
 def status_of(resolution: Resolution) -> str:

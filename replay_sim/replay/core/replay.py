@@ -11,7 +11,7 @@ in :mod:`.provenance`; refusals come from the recorded :mod:`.surface`, and miss
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Self
 
@@ -24,13 +24,12 @@ from replay_sim.replay.core.conversation import Rounds
 from replay_sim.replay.core.episodes import Episodes
 from replay_sim.replay.core.histories import Histories
 from replay_sim.replay.core.keeper import MissKeeper
+from replay_sim.replay.core.misses import ErrorPolicy, MissPolicy
 from replay_sim.replay.core.prepared import Prepared
 from replay_sim.replay.core.server import build_server
 from replay_sim.replay.core.surface import Surface
 from replay_sim.replay.observe.metrics import Metrics
-from replay_sim.replay.options import MissDetail, MissPolicyName
-from replay_sim.replay.policies.miss import MissPolicy, MissSettings
-from replay_sim.replay.policies.registry import make_policy
+from replay_sim.replay.options import MissDetail
 from replay_sim.replay.shaping.faults import Faults, Latency
 from replay_sim.replay.shaping.injection import Injector
 from replay_sim.resolve.resolver import Resolver
@@ -49,8 +48,12 @@ class Replay(Answering):
     Args:
         store: The recording store (or a snapshot's, opened read-only).
         resolver: The resolver; a plain :class:`Resolver` over ``store`` when None.
-        miss: Miss policy name, or a ready :class:`MissPolicy`.
-        settings: What the miss policy needs (the live forwarder, the LLM URL); defaults to the store only.
+        policy: What a miss gets (:mod:`replay_sim.replay.policies` builds them by name); by default
+            the miss itself, as an error.
+        policy_name: The policy's name, as the admin API and stats show it (default: ``error``, or the
+            policy's class name).
+        holds: What serving holds open around the policy — ``live`` connections, ``sandbox``
+            instances — entered by :meth:`enter` and closed when serving ends.
         snapshot: The snapshot id cited in every provenance record, when serving a snapshot.
         histories: Episode histories (the calls each episode made, per server).
         metrics: Where counts, latencies and misses go.
@@ -75,8 +78,9 @@ class Replay(Answering):
         store: Store,
         *,
         resolver: Resolver | None = None,
-        miss: str | MissPolicy = MissPolicyName.ERROR,
-        settings: MissSettings | None = None,
+        policy: MissPolicy | None = None,
+        policy_name: str | None = None,
+        holds: Sequence[AbstractAsyncContextManager[Any]] = (),
         snapshot: str | None = None,
         histories: Histories | None = None,
         metrics: Metrics | None = None,
@@ -92,11 +96,9 @@ class Replay(Answering):
         self.warm_wait = warm_wait
         self.redactor = redactor or Redactor.from_rules(store.meta(RULES_META_KEY))
         self.resolver = resolver or Resolver(store)
-        self.settings = settings or MissSettings(store=store)
-        if self.settings.lookup is None:  # what the sandbox policy re-plays an episode's state from
-            self.settings.lookup = self.resolver.lookup
-        self.miss_policy_name = str(miss) if isinstance(miss, str) else type(miss).__name__
-        self.policy = make_policy(miss, self.settings) if isinstance(miss, str) else miss
+        self.policy: MissPolicy = policy or ErrorPolicy()
+        self.miss_policy_name = policy_name or ("error" if policy is None else type(policy).__name__)
+        self.holds = tuple(holds)
         self.snapshot = snapshot
         self.histories = histories or Histories()
         self.rounds = Rounds()  # 2026-era clients answer recorded questions one round at a time
@@ -115,7 +117,7 @@ class Replay(Answering):
             sleep=sleep,
         )
         self._servers: dict[str, Server[Any]] = {}
-        self.prepared = Prepared(self)
+        self.prepared = Prepared(self, self.server)
         """Exact and canonical hits served from prepared bytes (the HTTP and stdio fast paths)."""
 
     def _tools(self) -> dict[str, set[str]]:
@@ -201,7 +203,5 @@ class Replay(Answering):
 
     async def enter(self, stack: contextlib.AsyncExitStack) -> None:
         """Start what the miss policy holds open (``live`` connections, ``sandbox`` instances)."""
-        if self.settings.connections is not None:
-            await stack.enter_async_context(self.settings.connections)
-        if isinstance(self.policy, AbstractAsyncContextManager):  # the sandbox policy's instances
-            await stack.enter_async_context(self.policy)
+        for held in self.holds:
+            await stack.enter_async_context(held)

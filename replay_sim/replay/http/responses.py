@@ -7,7 +7,8 @@ requests a recorded call re-enacts. :class:`JsonUnlessStreamed` decides per requ
 the request's own response, it goes out as a single JSON body instead (the same JSON-RPC bytes);
 anything else first — a notification, a question to the client, a ping — starts the stream as
 the SDK sent it. A handler about to hold its answer (injected latency, a timeout fault) starts the
-stream at once (:func:`stream_now`), so a client waiting for the answer sees the response begin.
+stream at once (:func:`~replay_sim.replay.core.connections.stream_now`), so a client waiting for the
+answer sees the response begin.
 
 Both forms are the client's to accept; one that prefers the stream — ``text/event-stream`` with a
 higher q-value than ``application/json``, or listed first at the same one — gets it
@@ -18,17 +19,14 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Awaitable, Callable
-from typing import Any
 
 import anyio
-from mcp.server.context import ServerRequestContext
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["STREAM_KEY", "JsonUnlessStreamed", "prefers_json", "stream_now"]
+from replay_sim.replay.core.connections import STREAM_KEY
 
-STREAM_KEY = "replay_sim.stream_now"
-"""The ASGI scope key of the callable that starts a request's response stream at once."""
+__all__ = ["JsonUnlessStreamed", "prefers_json"]
+
 
 _EVENT_HEAD = b"event: message\r\ndata: "
 _EVENT_TAIL = b"\r\n\r\n"
@@ -131,16 +129,6 @@ def prefers_json(accept: str) -> bool:
     if "sse" not in best:
         return True
     return (best["json"][0], -best["json"][1]) >= (best["sse"][0], -best["sse"][1])
-
-
-async def stream_now(ctx: ServerRequestContext[Any, Any]) -> None:
-    """Start the response stream of ``ctx``'s request now, if it is held back (else nothing)."""
-    request = ctx.request
-    start: Callable[[], Awaitable[None]] | None = (
-        getattr(request, "scope", {}).get(STREAM_KEY) if request is not None else None
-    )
-    if start is not None:
-        await start()
 
 
 def _is_stream(message: Message) -> bool:

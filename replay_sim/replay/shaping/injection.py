@@ -1,31 +1,35 @@
 """Injecting latency and faults into a replay's answers (what :mod:`.faults` configures).
 
-:class:`Injector` draws each tool call's fault, renders it the way the fault fails on the wire
-(with ``"fault"`` in the provenance), and holds an answer as long as asked — the injected latency,
-or a timeout fault's hold — stamping ``"latency_ms"`` into its provenance, or has a dropped call's
-connection closed by the router (:class:`~replay_sim.replay.shaping.faults.Hangup`). Waiting goes through
-an injected ``sleep``, so tests run on a fake clock.
+:class:`Injector` draws each tool call's fault (the core renders it the way the fault fails on the
+wire, :func:`~replay_sim.replay.core.provenance.fault_reply`), and holds an answer as long as asked
+— the injected latency, or a timeout fault's hold — stamping ``"latency_ms"`` into its provenance,
+or has a dropped call's connection closed by the router (:class:`~.faults.Hangup`). Waiting goes
+through an injected ``sleep``, so tests run on a fake clock. It imports nothing of the core: the
+core uses it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
-import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
 from replay_sim.protocol import MATCH_META_KEY
-from replay_sim.replay.core.episodes import Episode, History
-from replay_sim.replay.core.provenance import Reply, fault_provenance
 from replay_sim.replay.observe.metrics import Metrics
 from replay_sim.replay.shaping.faults import FaultKind, Faults, Hangup, Latency
 
-__all__ = ["Injector"]
+__all__ = ["Injector", "Positioned"]
 
 _HANGUP_WAIT = 5.0  # seconds a dropped call waits for the router to close its connection
+
+
+class Positioned(Protocol):
+    """Where a call stands in its episode (or MCP session): the calls made so far, per server."""
+
+    calls: dict[str, int]
 
 
 class Injector:
@@ -58,7 +62,7 @@ class Injector:
         self.sleep = sleep or anyio.sleep
 
     def draw(
-        self, history: History | None, server: str, method: str, params: dict[str, Any]
+        self, history: Positioned | None, server: str, method: str, params: dict[str, Any]
     ) -> FaultKind | None:
         """The fault of this call (:meth:`Faults.draw`; tool calls only), or None.
 
@@ -67,33 +71,14 @@ class Injector:
         """
         if method != "tools/call" or not self.faults:
             return None
-        seed = history.seed if isinstance(history, Episode) else 0
+        seed: int = getattr(history, "seed", 0)  # a named episode's; a connection has none
         index = 0 if history is None else history.calls.get(server, 0)
         return self.faults.draw(self.basis, seed, server, str(params.get("name", "")), index)
-
-    def fail(self, server: str, name: str, fault: FaultKind) -> tuple[Reply, str]:
-        """The reply of a tool call failed on purpose, and the sentence saying so."""
-        match = {MATCH_META_KEY: fault_provenance(fault, self.snapshot)}
-        said = f"replay-sim: injected fault ({fault}) on tool {name!r} of {server!r} (serve --faults)"
-        reply: Reply
-        if fault == FaultKind.IS_ERROR:
-            reply = {"content": [{"type": "text", "text": said}], "isError": True, "_meta": match}
-        elif fault == FaultKind.TIMEOUT:
-            said = f"{said}: no answer within {self.faults.hold:g} s"
-            reply = MCPError(types.REQUEST_TIMEOUT, said, match)
-        elif fault == FaultKind.DISCONNECT:
-            said = f"{said}: connection dropped"
-            reply = MCPError(types.CONNECTION_CLOSED, said, match)
-        else:
-            said = f"{said}: internal error"
-            reply = MCPError(types.INTERNAL_ERROR, said, match)
-        self.metrics.count_fault(server, name, fault)
-        return reply, said
 
     async def deliver(
         self,
         ctx: ServerRequestContext[Any, Any],
-        reply: Reply,
+        reply: dict[str, Any] | MCPError,
         fault: FaultKind | None,
         recorded_ms: float | None,
     ) -> None:
