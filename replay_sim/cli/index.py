@@ -16,8 +16,6 @@ from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.confidence.leaveoneout import learn as learn_confidence
 from replay_sim.resolve.confidence.model import MODEL_FILE
 from replay_sim.resolve.confidence.reliability import cross_validated, render_calibration
-from replay_sim.resolve.confidence.leaveoneout import learn as learn_confidence
-from replay_sim.resolve.confidence.model import MODEL_FILE
 from replay_sim.resolve.confidence.reliability import plot as plot_reliability
 from replay_sim.resolve.embedders import EMBEDDINGS, embedder_for, index_embedder
 from replay_sim.resolve.embedding import CachedEmbedder, default_embedder
@@ -72,7 +70,7 @@ def build_command(db: Path, index_dir: Path, match_config: MatchConfig | None, e
 
             index = build_index(store, schemas, embedder, index_dir, progress=progress)
         keep_effects(store, match_config)  # the next replay reads them instead of learning them
-        model = learn_confidence(store, index_dir, match_config)
+        learned = learn_confidence(store, index_dir, match_config)
     parts = len(index.partitions)
     vectors = sum(len(p) for p in index.partitions.values())
     click.echo(
@@ -80,8 +78,8 @@ def build_command(db: Path, index_dir: Path, match_config: MatchConfig | None, e
         f"({embedder.encoded} embedded, {embedder.reused} from cache)"
     )
     click.echo(
-        f"confidence model {index_dir / MODEL_FILE}: {model.examples} leave-one-out examples, "
-        f"{model.positives} right"
+        f"confidence model {index_dir / MODEL_FILE}: {learned.examples} leave-one-out examples, "
+        f"{learned.positives} right"
     )
     table = index_dir / START_TABLE
     if match_config is not None:  # a stdio start answers only under the default matching config
@@ -134,7 +132,9 @@ def _progress_line(done: int, total: int) -> None:
     help="Also score the operating points cross-validated by server: precision, recall, ECE and "
     "a reliability table (a PNG beside PROBES with --plot, when matplotlib is installed).",
 )
-@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Reliability PNG.")
+@click.option(
+    "--plot", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Reliability PNG."
+)
 def eval_command(
     probes: Path,
     db: Path,
@@ -158,7 +158,10 @@ def eval_command(
         scored = cross_validated(resolver, loaded) if calibration else None
     click.echo(render(reports))
     if scored is not None:
-        click.echo("\nCalibration, cross-validated by server:\n\n" + render_calibration(scored, reports["exact-only cache"]))
+        click.echo(
+            "\nCalibration, cross-validated by server:\n\n"
+            + render_calibration(scored, reports["exact-only cache"])
+        )
         if plot is not None:
             wrote = plot_reliability(scored, plot)
             click.echo(f"reliability diagram {plot}" if wrote else "no PNG: matplotlib is not installed")

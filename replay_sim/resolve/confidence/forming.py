@@ -58,9 +58,7 @@ def _other(resolver: Resolver, recording: Recording, trail: Trail) -> dict[str, 
     return {"other_state": True, "gap": tuple(gap)}
 
 
-def _pick(
-    resolver: Resolver, groups: Sequence[tuple[str, list[Recording]]], trail: Trail
-) -> Formed | None:
+def _pick(resolver: Resolver, groups: Sequence[tuple[str, list[Recording]]], trail: Trail) -> Formed | None:
     """The first group with a recording from this state, else the first group with any."""
     lookup = resolver.lookup
     for kind, found in groups:
@@ -127,7 +125,11 @@ def form(
             continue
         group = set(state.group(normalised)) if normalised else set()
         return Formed(
-            rec, "nearest", round(float(score), 6), same_identifiers=rid in group, **_other(resolver, rec, trail)
+            rec,
+            "nearest",
+            round(float(score), 6),
+            same_identifiers=rid in group,
+            **_other(resolver, rec, trail),
         )
     return None
 

@@ -58,7 +58,9 @@ class Confidence:
         self._version: object = None
 
     @classmethod
-    def load(cls, directory: Path | None, config: MatchConfig, min_confidence: float | None = None) -> Confidence:
+    def load(
+        cls, directory: Path | None, config: MatchConfig, min_confidence: float | None = None
+    ) -> Confidence:
         """The confidence judge with the model kept in an index folder (if any)."""
         return cls(ConfidenceModel.load(directory), config, min_confidence)
 

@@ -93,7 +93,9 @@ class ConfidenceModel:
             tmp.write_text(json.dumps(self.as_json(), indent=1, sort_keys=True) + "\n", encoding="utf-8")
             tmp.replace(path)
         except OSError as exc:
-            raise VectorIndexError(f"{path}: cannot write the confidence model: {exc.strerror or exc}") from exc
+            raise VectorIndexError(
+                f"{path}: cannot write the confidence model: {exc.strerror or exc}"
+            ) from exc
         return path
 
     @classmethod

@@ -25,7 +25,15 @@ from replay_sim.resolve.resolver import Resolver
 from replay_sim.resolve.toolstate import answer_of
 from replay_sim.store import Recording
 
-__all__ = ["OPERATING_POINTS", "Scored", "cross_validated", "ece", "plot", "reliability", "render_calibration"]
+__all__ = [
+    "OPERATING_POINTS",
+    "Scored",
+    "cross_validated",
+    "ece",
+    "plot",
+    "reliability",
+    "render_calibration",
+]
 
 OPERATING_POINTS: tuple[float | None, ...] = (None, 0.99, 0.95, 0.9, 0.8, 0.5, 0.0)
 """The operating points scored by ``eval --calibration`` (None: the strict tiers, today's default)."""
@@ -55,7 +63,9 @@ def ece(pairs: Sequence[tuple[float, bool]], bins: int = 10) -> float:
     return float(total)
 
 
-def reliability(pairs: Sequence[tuple[float, bool]], bins: int = 10) -> list[tuple[float, float, int, float, float]]:
+def reliability(
+    pairs: Sequence[tuple[float, bool]], bins: int = 10
+) -> list[tuple[float, float, int, float, float]]:
     """Rows ``(bin low, bin high, answers, mean confidence, accuracy)`` of the non-empty bins."""
     rows = []
     for b in range(bins):
@@ -141,7 +151,7 @@ def render_calibration(scored: Sequence[Scored], exact_cache: Report | None = No
         "|---|---|---|---|",
     ]
     for low, high, n, mean, acc in reliability(loosest.served):
-        lines.append(f"| {low:.1f}–{high:.1f} | {n} | {mean:.3f} | {acc:.3f} |")
+        lines.append(f"| {low:.1f}-{high:.1f} | {n} | {mean:.3f} | {acc:.3f} |")
     return "\n".join(lines)
 
 
