@@ -63,10 +63,10 @@ class ConfidenceModel:
         return 1.0 / (1.0 + np.exp(-(self.bias + rows @ np.asarray(self.weights))))
 
     def explain(self, x: np.ndarray, top: int = 3) -> tuple[tuple[str, float], ...]:
-        """The features that drove a confidence most: ``(name, log-odds term)``, largest first."""
-        terms = [(f.name, w * v) for f, w, v in zip(FEATURES, self.weights, x, strict=True) if v and w]
+        """What drove a confidence: the base log-odds (``base``), then the largest feature terms."""
+        terms = [(f.name, float(w * v)) for f, w, v in zip(FEATURES, self.weights, x, strict=True) if v and w]
         terms.sort(key=lambda t: -abs(t[1]))
-        return tuple((name, round(term, 3)) for name, term in terms[:top])
+        return (("base", round(self.bias, 3)), *((name, round(term, 3)) for name, term in terms[:top]))
 
     def as_json(self) -> dict[str, Any]:
         """The model as JSON (the file's content)."""
