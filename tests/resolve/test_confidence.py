@@ -15,7 +15,7 @@ from replay_sim.resolve.confidence.leaveoneout import learn
 from replay_sim.resolve.confidence.model import MODEL_FILE, PRIOR, ConfidenceModel, fit
 from replay_sim.resolve.confidence.reliability import ece, reliability
 from replay_sim.resolve.embedding import SentenceTransformerEmbedder
-from replay_sim.resolve.resolution import Tier
+from replay_sim.resolve.resolution import Resolution, Tier
 from replay_sim.resolve.resolver import Resolver
 from tests.resolver_helpers import record_x, x_tool
 
@@ -39,7 +39,9 @@ def _store(path: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def learned(tmp_path_factory: pytest.TempPathFactory, embedder: SentenceTransformerEmbedder) -> tuple[Path, Path]:
+def learned(
+    tmp_path_factory: pytest.TempPathFactory, embedder: SentenceTransformerEmbedder
+) -> tuple[Path, Path]:
     """A store, and its index folder with the confidence model learned at build."""
     from replay_sim.store import Store
 
@@ -51,7 +53,9 @@ def learned(tmp_path_factory: pytest.TempPathFactory, embedder: SentenceTransfor
     return db, folder / "index"
 
 
-def _resolve(db: Path, index: Path, embedder: SentenceTransformerEmbedder, x: object, name: str, **options: object):
+def _resolve(
+    db: Path, index: Path, embedder: SentenceTransformerEmbedder, x: object, name: str, **options: object
+) -> Resolution:
     """Resolve ``name(x)`` in an episode that called ``pure(7)`` first (for ``pure``), or ``counter(0)``
     more often than any recorded session (for ``counter``): every recording of the tool was made
     from another state."""
@@ -136,7 +140,7 @@ def test_the_fit_holds_each_weight_to_its_sign_and_pulls_toward_the_prior() -> N
     rows = rng.integers(0, 2, size=(400, len(FEATURES))).astype(float)
     disagrees = [f.name for f in FEATURES].index("call_disagrees")
     labels = rows[:, disagrees]  # disagreement "predicts" being right: the sign forbids learning that
-    bias, weights = fit(rows, labels)
+    _, weights = fit(rows, labels)
     assert weights[disagrees] <= 0.0
     for feature, weight in zip(FEATURES, weights, strict=True):
         assert feature.sign == 0 or feature.sign * weight >= 0
@@ -148,7 +152,9 @@ def test_a_model_file_round_trips_and_a_broken_one_falls_back_to_none(tmp_path: 
     model.save(tmp_path)
     loaded = ConfidenceModel.load(tmp_path)
     assert loaded is not None and loaded.tools == {"s\tt": (2, 1)} and loaded.examples == 10
-    assert loaded.predict(np.ones(len(FEATURES))) == pytest.approx(model.predict(np.ones(len(FEATURES))), 1e-5)
+    assert loaded.predict(np.ones(len(FEATURES))) == pytest.approx(
+        model.predict(np.ones(len(FEATURES))), 1e-5
+    )
     (tmp_path / MODEL_FILE).write_text("{not json")
     assert ConfidenceModel.load(tmp_path) is None
 

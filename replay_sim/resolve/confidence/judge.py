@@ -54,8 +54,10 @@ class Confidence:
         self.min_confidence = min_confidence
         self._judged: dict[tuple[Any, ...], Judged] = {}
         self._repeated: dict[tuple[str, str, str], tuple[int, int]] = {}
+        self._exact: dict[tuple[int, float | None], Resolution] = {}  # the hot path: judged exact hits
         self._lock = threading.Lock()
         self._version: object = None
+        self._mark: object = None
 
     @classmethod
     def load(
@@ -69,6 +71,7 @@ class Confidence:
         with self._lock:
             self._judged.clear()
             self._repeated.clear()
+            self._exact.clear()
 
     def operating_point(self, server: str, tool: str, requested: float | None = None) -> float | None:
         """The confidence an answer of this tool must reach: per request, per tool, served, default."""
@@ -88,14 +91,21 @@ class Confidence:
             self._repeated[key] = found
         return found
 
+    def _current(self, resolver: Resolver) -> None:
+        """Forget what was judged when the store's recordings changed (counts may have)."""
+        mark = resolver._version
+        if mark is self._mark:
+            return
+        seen = None if mark is None else (mark.surface, mark.calls, mark.last)
+        if seen != self._version:
+            self.clear()
+            self._version = seen
+        self._mark = mark
+
     def of(self, resolver: Resolver, formed: Formed, method: str) -> Judged:
         """The confidence of a candidate, and its drivers (cached per recording and match)."""
         rec = formed.recording
-        mark = resolver._version
-        seen = None if mark is None else (mark.surface, mark.calls, mark.last)
-        if seen != self._version:  # recordings changed: counts may have
-            self.clear()
-            self._version = seen
+        self._current(resolver)
         gap = tuple(g.id for g, _ in formed.gap)
         cache = (rec.id, formed.kind, formed.other_state, formed.score, formed.same_identifiers, gap)
         found = self._judged.get(cache)
@@ -130,6 +140,12 @@ class Confidence:
             resolution: What the strict tiers answered.
             requested: The request's own operating point (``_meta``), if any.
         """
+        exact = resolution.recording.id if resolution.tier is Tier.EXACT and resolution.recording else None
+        if exact is not None:  # an exact hit judged before: a dict lookup
+            self._current(resolver)
+            found = self._exact.get((exact, requested))
+            if found is not None:
+                return found
         point = self.operating_point(server, name, requested)
         formed = from_hit(resolution)
         if formed is None and resolution.tier is Tier.MISS:
@@ -139,10 +155,12 @@ class Confidence:
             return resolution
         confidence, drivers = self.of(resolver, formed, method)
         judged = dataclasses.replace(resolution, confidence=confidence, drivers=drivers)
+        if resolution.hit and point is not None and confidence < point:
+            return self._refused(resolver, server, method, name, arguments, judged, point)
+        if exact is not None:
+            self._exact[(exact, requested)] = judged  # the same recording, key and step every time
         if point is None:
             return judged
-        if resolution.hit and confidence < point:
-            return self._refused(resolver, server, method, name, arguments, judged, point)
         if not resolution.hit and confidence >= point and resolution.problem not in _UNSERVED:
             rec = formed.recording
             state = "another state" if formed.other_state else "this state"
