@@ -223,6 +223,13 @@ TOKEN_ENV = "REPLAY_SIM_TOKEN"
 @click.option("--index-dir", type=click.Path(file_okay=False, path_type=Path), help="Vector index folder.")
 @match_config_option
 @click.option(
+    "--min-confidence",
+    type=click.FloatRange(0.0, 1.0),
+    default=None,
+    help="Operating point: serve an answer when its learned confidence reaches P, else run the miss "
+    "policy (default: the strict tiers alone).",
+)
+@click.option(
     "--ray", "on_ray", is_flag=True, help="Serve --snapshot from replicas on Ray Serve (pip extra 'ray')."
 )
 @click.option(
@@ -276,6 +283,7 @@ def serve_command(
     sandbox_timeout: float,
     index_dir: Path | None,
     match_config: MatchConfig | None,
+    min_confidence: float | None,
     on_ray: bool,
     replicas: int,
     max_ongoing_requests: int,
@@ -321,6 +329,7 @@ def serve_command(
             token=token,
             miss=miss,
             miss_detail=miss_detail,
+            min_confidence=min_confidence,
             keep_alive=keep_alive,
             config=None if config is None else str(config),
             sandbox_pool=sandbox_pool,
@@ -341,7 +350,11 @@ def serve_command(
     started = None
     # A start answers from the table only when nothing is to be checked or started first.
     plain = miss in (MissPolicyName.ERROR, MissPolicyName.NEAREST) and latency == "none"
-    if stdio and plain and not (snapshot or config or fault_specs or strict or match_config):
+    if (
+        stdio
+        and plain
+        and not (snapshot or config or fault_specs or strict or match_config or min_confidence is not None)
+    ):
         assert server_name is not None
         started = _start_stdio(db, index_dir, server_name)
         if started is not None and started.ended:
@@ -387,6 +400,7 @@ def serve_command(
         llm_api_key=llm_api_key,
         index_dir=index_dir,
         match_config=match_config,
+        min_confidence=min_confidence,
         latency=Latency.parse(latency),
         faults=faults,
         miss_detail=miss_detail,
