@@ -177,7 +177,7 @@ def confined_argv(command: list[str], confinement: Confinement) -> list[str]:
         "setpriv", f"--reuid={c.uid}", f"--regid={c.uid}", "--clear-groups", "--inh-caps=-all",
         "--ambient-caps=-all", "--bounding-set=-all", "--no-new-privs", "--",
     ]  # fmt: skip
-    env = ["env", "-C", c.cwd, *(f"{k}={v}" for k, v in c.env), "--"]
+    env = ["env", "-C", c.cwd, *(f"{k}={v}" for k, v in c.env)]
     size = str(limits.layer_bytes)
     net = "1" if c.containment.network else "0"
     script = ["sh", "-c", _SCRIPT, "replay-sim-confine", str(c.root), size, str(c.uid), net]
