@@ -33,9 +33,11 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 from collections.abc import Iterator
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -102,6 +104,7 @@ while [ "$1" != -- ]; do
       if [ -d "$2" ]; then mkdir -p "$M$3"; else mkdir -p "$(dirname "$M$3")"; touch "$M$3"; fi
       mount --bind "$2" "$M$3"; shift 3 ;;
     own) mkdir -p "$M$2"; chown "$uid:$uid" "$M$2"; shift 2 ;;
+    reach) chmod o+x "$M$2"; shift 2 ;;
     *) echo "replay-sim confine: unknown step $1" >&2; exit 70 ;;
   esac
 done
@@ -124,6 +127,8 @@ class Confinement:
         reveal: Directories under a private or hidden one that it sees copy-on-write all the same.
         binds: ``(copy, path)``: its own copies bound at the paths it knows them by.
         owned: Directories it is given (copied up, owned by its uid): its home and working directory.
+        reach: Directories on the way to its program that others may not enter (``/root`` holding a
+            pyenv): copied up with ``o+x``, so its uid can reach the program.
         cwd: Its working directory.
         env: Variables added at the last step (the pinned clock's).
     """
@@ -136,6 +141,7 @@ class Confinement:
     reveal: tuple[str, ...] = ()
     binds: tuple[tuple[str, str], ...] = ()
     owned: tuple[str, ...] = ()
+    reach: tuple[str, ...] = ()
     cwd: str = "/"
     env: tuple[tuple[str, str], ...] = ()
 
@@ -165,6 +171,8 @@ def confined_argv(command: list[str], confinement: Confinement) -> list[str]:
         steps += ["hide", path]
     for copy, path in c.binds:
         steps += ["bind", copy, path]
+    for path in c.reach:
+        steps += ["reach", path]
     for path in c.owned:
         steps += ["own", path]
     prlimit = [
@@ -247,10 +255,41 @@ def plan(
             reveal = [r for r in reveal if not under(r, [path])] + [path]
     home = os.environ.get("HOME", "/root") if "HOME" not in spec.env else spec.env["HOME"]
     owned = [p for p in dict.fromkeys([home, workdir]) if p != "/" and not under(p, hidden)]
+    reach = [d for d in _closed_ancestors([*named, workdir]) if not under(d, hidden)]
     return Confinement(
         root, placement.uid, spec.containment, hidden=tuple(hidden), reveal=tuple(reveal),
-        binds=tuple(binds), owned=tuple(owned), cwd=workdir,
+        binds=tuple(binds), owned=tuple(owned), reach=tuple(reach), cwd=workdir,
     )  # fmt: skip
+
+
+def _closed_ancestors(named: list[str]) -> list[str]:
+    """Directories others may not enter on the way to the programs and paths named (and interpreters)."""
+    paths = []
+    for value in named:
+        found = shutil.which(value) if not os.path.isabs(value) and os.sep not in value else value
+        if found and os.path.isabs(found) and os.path.exists(found):
+            paths += [found, os.path.realpath(found), *_interpreter(os.path.realpath(found))]
+    closed: dict[str, None] = {}
+    for path in paths:
+        for parent in Path(path).parents:
+            with suppress(OSError):
+                if parent != Path("/") and not parent.stat().st_mode & stat.S_IXOTH:
+                    closed[str(parent)] = None
+    return list(closed)
+
+
+def _interpreter(program: str) -> list[str]:
+    """A script's interpreter from its ``#!`` line (its real path too), or nothing."""
+    try:
+        with open(program, "rb") as f:
+            line = f.readline(256)
+    except OSError:
+        return []
+    words = line[2:].split() if line.startswith(b"#!") else []
+    if not words:
+        return []
+    interpreter = os.fsdecode(words[0])
+    return [interpreter, os.path.realpath(interpreter)] if os.path.isabs(interpreter) else []
 
 
 def _failure(argv: list[str]) -> str | None:
