@@ -37,7 +37,7 @@ LIMITS = {
 
 @asynccontextmanager
 async def hostile(tmp_path: Path, **options: Any) -> AsyncIterator[tuple[InstancePool, Instance]]:
-    """The pool (hostile + echo sandboxes; the store's directory and the config hidden) and a hostile instance."""
+    """The pool (hostile and echo sandboxes; store directory and config hidden), a hostile instance."""
     command, *args = HOSTILE
     entry = {"command": command, "args": args, "sandbox": True, **LIMITS, **options.pop("entry", {})}
     echo_command, *echo_args = ECHO
