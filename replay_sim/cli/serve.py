@@ -382,8 +382,9 @@ def serve_command(
         from replay_sim.cli.sandboxes import sandbox_pool as build_sandbox_pool
 
         sandboxes = build_sandbox_pool(
-            recorder_config, pool=sandbox_pool, max_instances=max_sandboxes, servers=servers
-        )
+            recorder_config, pool=sandbox_pool, max_instances=max_sandboxes, servers=servers,
+            store=db, hidden=[p for p in (index_dir, config) if p is not None],  # hidden from instances
+        )  # fmt: skip
     from replay_sim.replay.factory import open_replay  # the MCP SDK, the resolver
 
     replay = open_replay(
