@@ -30,6 +30,12 @@ class Reader(Protocol):
 
     on_read: Callable[[], None] | None
     """Called after a read that answered a raw request."""
+    max_line: int | None
+    """The longest output line allowed, in bytes (None: any)."""
+
+    def overflowed(self) -> None:
+        """A line was longer than ``max_line``: the server is ended."""
+        ...
 
     def answers(self, line: bytes) -> bool:
         """Whether a line answers a raw request (then handed to its waiter)."""

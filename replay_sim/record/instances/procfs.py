@@ -70,7 +70,7 @@ def rearm_cpu(launcher: int, seconds: int) -> bool:
         stat = Path(_PROC, str(pid), "stat").read_bytes()
         fields = stat[stat.rfind(b")") + 2 :].split()
         used = (int(fields[11]) + int(fields[12])) // _TICK + 1
-        os.prlimit(pid, resource.RLIMIT_CPU, (used + seconds, used + seconds + 1))
-    except (OSError, IndexError, ValueError, AttributeError):
+        resource.prlimit(pid, resource.RLIMIT_CPU, (used + seconds, used + seconds + 1))
+    except (OSError, IndexError, ValueError):
         return False
     return True
