@@ -23,7 +23,7 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 
-__all__ = ["SCHEMA", "TABLES", "ContentVersion", "content_version"]
+__all__ = ["SCHEMA", "TABLES", "ContentVersion", "content_version", "ensure"]
 
 TABLES = ("calls", "listings", "servers", "meta")
 """The tables a replay answers from: a write to any of them makes a new content version."""
@@ -34,8 +34,6 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS content_version (
     id INTEGER PRIMARY KEY CHECK (id = 0), store TEXT NOT NULL, changes INTEGER NOT NULL,
     version TEXT NOT NULL);
-INSERT OR IGNORE INTO content_version
-    VALUES (0, lower(hex(randomblob(16))), 0, lower(hex(randomblob(16))));
 """ + "".join(
     f"CREATE TRIGGER IF NOT EXISTS content_{table}_{event.lower()} AFTER {event} ON {table}\n"
     f"    BEGIN {_BUMP}; END;\n"
@@ -43,6 +41,18 @@ INSERT OR IGNORE INTO content_version
     for event in ("INSERT", "UPDATE", "DELETE")
 )
 """The content version's table and triggers (created, when missing, by every writable open)."""
+
+
+def ensure(conn: sqlite3.Connection) -> None:
+    """Give the store open on ``conn`` its id and first version when it has none (after :data:`SCHEMA`).
+
+    Only then is anything written: opening a store another process is writing must not wait.
+    """
+    if conn.execute("SELECT 1 FROM content_version WHERE id = 0").fetchone() is None:
+        conn.execute(
+            "INSERT OR IGNORE INTO content_version "
+            "VALUES (0, lower(hex(randomblob(16))), 0, lower(hex(randomblob(16))))"
+        )
 
 
 @dataclass(frozen=True, slots=True)

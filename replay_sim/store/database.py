@@ -121,6 +121,7 @@ class Database:
                 # WAL + NORMAL survives a killed process (not a power cut) at a fraction of FULL's cost.
                 conn.execute("PRAGMA synchronous=NORMAL")
                 conn.executescript(_SCHEMA + content.SCHEMA)
+                content.ensure(conn)
                 self._check_schema(conn)
             self.conn = conn
             self._db: sqlite_utils.Database | None = None
