@@ -477,6 +477,8 @@ def _start_stdio(db: Path, index_dir: Path | None, server: str) -> Handover | No
     try:
         return serve_until_needed(table)
     finally:
+        if table.problem:
+            click.echo(f"replay-sim: {table.problem}", err=True)
         table.close()
 
 
