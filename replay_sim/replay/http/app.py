@@ -28,6 +28,7 @@ from replay_sim.listener import HostCheck, is_loopback
 from replay_sim.replay.core.replay import Replay
 from replay_sim.replay.http.admission import Admission
 from replay_sim.replay.http.api import admin_api, admin_token
+from replay_sim.replay.http.errors import json_errors
 from replay_sim.replay.http.fastpath import FastPath
 from replay_sim.replay.http.router import ReplayApp
 from replay_sim.replay.observe.readiness import Readiness
@@ -119,6 +120,7 @@ def create_app(
         version="0.1.0",
         lifespan=lifespan,
     )
+    json_errors(app)  # every admin API error is JSON with its status, a corrupt row's included
     # Exact and canonical hits on established sessions skip the SDK (same bytes, prepared once).
     fast = FastPath(replay.prepared, {name: replay.server(name) for name in managers}, replay.surfaces)
     front = ReplayApp(
