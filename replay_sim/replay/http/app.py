@@ -29,6 +29,7 @@ from replay_sim.replay.core.replay import Replay
 from replay_sim.replay.http.admission import Admission
 from replay_sim.replay.http.api import admin_api, admin_token
 from replay_sim.replay.http.errors import json_errors
+from replay_sim.replay.http.fairness import ClientBuckets
 from replay_sim.replay.http.fastpath import FastPath
 from replay_sim.replay.http.router import ReplayApp
 from replay_sim.replay.observe.readiness import Readiness
@@ -80,6 +81,7 @@ def create_app(
     replay.episodes.max_live = limits.max_episodes
     replay.episodes.idle_timeout = limits.episode_idle_timeout
     replay.episodes.rate, replay.episodes.burst = limits.episode_rate, limits.episode_burst
+    clients = ClientBuckets(limits.episode_rate, limits.episode_burst, limits.episode_client_share)
     hangups = replay.injector.faults.drops
     if hangups:  # a dropped connection is uvicorn's error otherwise: here it is on purpose
         logging.getLogger("uvicorn.error").addFilter(_quiet_hangups)
@@ -132,8 +134,9 @@ def create_app(
         hangups,
         fast,
         readiness,
+        clients,
     )
-    app.include_router(admin_api(replay, readiness, token=token, load=front.load))
+    app.include_router(admin_api(replay, readiness, token=token, load=front.load, clients=clients))
 
     @app.get("/", include_in_schema=False)
     def dashboard() -> FileResponse:
