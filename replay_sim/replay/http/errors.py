@@ -15,6 +15,8 @@ text. :func:`json_errors` gives them all one shape, so a client reads every fail
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
@@ -26,7 +28,7 @@ from replay_sim.errors import EpisodeError, ReplaySimError, StoreLockedError
 __all__ = ["error_response", "json_errors"]
 
 
-def error_response(status: int, detail: object, headers: dict[str, str] | None = None) -> JSONResponse:
+def error_response(status: int, detail: object, headers: Mapping[str, str] | None = None) -> JSONResponse:
     """The admin API's error answer: ``{"detail": detail, "status": status}`` with ``status``."""
     return JSONResponse({"detail": jsonable_encoder(detail), "status": status}, status, headers=headers)
 
