@@ -147,6 +147,13 @@ TOKEN_ENV = "REPLAY_SIM_TOKEN"
     help="New episodes that may be created at once (a batch of rollouts starting).",
 )
 @click.option(
+    "--episode-client-share",
+    type=click.FloatRange(0, 1, min_open=True),
+    default=_LIMITS.episode_client_share,
+    show_default=True,
+    help="The part of --episode-rate and --episode-burst one client address may take (1: all).",
+)
+@click.option(
     "--latency",
     default="none",
     show_default=True,
@@ -266,6 +273,7 @@ def serve_command(
     episode_idle_timeout: float,
     episode_rate: float,
     episode_burst: int,
+    episode_client_share: float,
     latency: str,
     fault_specs: tuple[str, ...],
     fault_hold: float | None,
@@ -302,6 +310,7 @@ def serve_command(
         episode_idle_timeout=episode_idle_timeout,
         episode_rate=episode_rate,
         episode_burst=episode_burst,
+        episode_client_share=episode_client_share,
     )
     if on_ray:
         if snapshot is None or stdio:
