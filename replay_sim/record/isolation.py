@@ -10,13 +10,11 @@ started by :mod:`replay_sim.record.instances`.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from replay_sim.record.config import UpstreamSpec
-
-__all__ = ["STATE_PLACEHOLDER", "Isolation", "isolation_note", "isolation_problem"]
+__all__ = ["STATE_PLACEHOLDER", "Isolated", "Isolation", "isolation_note", "isolation_problem"]
 
 STATE_PLACEHOLDER = "{state}"
 """Replaced by a sandbox instance's own copy of the ``state`` directory in command, args, env and cwd."""
@@ -47,7 +45,42 @@ class Isolation(StrEnum):
         return cls.EXCLUSIVE if reset else cls.PROCESS  # a reset says the state outlives the process
 
 
-def isolation_problem(spec: UpstreamSpec) -> str | None:
+class Isolated(Protocol):
+    """The keys of a server's config entry its isolation is checked from (a recorder config's
+    :class:`~replay_sim.record.config.UpstreamSpec`)."""
+
+    @property
+    def sandbox(self) -> bool: ...
+
+    @property
+    def isolation(self) -> Isolation | None: ...
+
+    @property
+    def state(self) -> str | None: ...
+
+    @property
+    def mounts(self) -> Sequence[str]: ...
+
+    @property
+    def url(self) -> str | None: ...
+
+    @property
+    def reset(self) -> str | None: ...
+
+    @property
+    def command(self) -> str | None: ...
+
+    @property
+    def args(self) -> Sequence[str]: ...
+
+    @property
+    def env(self) -> Mapping[str, str]: ...
+
+    @property
+    def cwd(self) -> str | None: ...
+
+
+def isolation_problem(spec: Isolated) -> str | None:
     """What is wrong with a spec's sandbox isolation settings (one line naming the key), or None."""
     kind, placeholder = spec.isolation, _placeholder_fields(spec)
     if not spec.sandbox:
@@ -82,7 +115,7 @@ def isolation_problem(spec: UpstreamSpec) -> str | None:
     return None
 
 
-def isolation_note(spec: UpstreamSpec) -> str | None:
+def isolation_note(spec: Isolated) -> str | None:
     """What a sandbox's isolation keys do now that instances are confined (one line), or None.
 
     Every confined instance sees the host through a copy-on-write layer of its own, so a state at a
@@ -97,7 +130,7 @@ def isolation_note(spec: UpstreamSpec) -> str | None:
     return None
 
 
-def _placeholder_fields(spec: UpstreamSpec) -> list[str]:
+def _placeholder_fields(spec: Isolated) -> list[str]:
     """The fields whose values use ``{state}``."""
     fields = [("command", [spec.command or ""]), ("args", spec.args), ("env", spec.env.values())]
     fields.append(("cwd", [spec.cwd or ""]))

@@ -19,7 +19,6 @@ same answers.
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -43,6 +42,7 @@ from replay_sim.resolve.reasons import (
 from replay_sim.resolve.resolution import Problem, Resolution, Tier
 from replay_sim.resolve.schemas import RecordedSchemas
 from replay_sim.resolve.toolstate import ToolState
+from replay_sim.resolve.toolstates import Deferred, ToolStates
 from replay_sim.resolve.warmup import Warmup
 from replay_sim.schema import ToolSchema
 from replay_sim.store import Recording, Store
@@ -52,10 +52,6 @@ __all__ = ["Resolver"]
 
 _RECORDED_NOW = frozenset({Tier.LIVE, Tier.SANDBOX, Tier.SYNTHETIC})
 """Tiers whose recording the miss policy has just stored."""
-
-
-class _Deferred(Exception):
-    """Within :meth:`Resolver.resolve_now`: the call needs more than exact and canonical lookups."""
 
 
 class Resolver:
@@ -99,13 +95,12 @@ class Resolver:
         self.schemas = RecordedSchemas(store, self.config)
         self.lookup = StateLookup(store, self.schemas, cache_size, self.config)
         self.live_index = LiveIndex(store, self.schemas, index_dir, auto_build=auto_index)
-        self._states: dict[tuple[str, str], ToolState] = {}
-        self._build_lock = threading.Lock()
-        self._build_locks: dict[tuple[str, str], threading.Lock] = {}
         self._version: Mark | None = None
         self._builder: CachedEmbedder | None = None
         self.warmup = Warmup(self._warm_up)
-        self._inline = threading.local()  # .on: within resolve_now, which defers what embeds
+        self.tool_states = ToolStates(
+            store, self.config, self.lookup.state_of, self.warmup.need, self.version
+        )
         self.confidence = Confidence.load(index_dir, self.config, min_confidence)
 
     # -- caches -----------------------------------------------------------------------------
@@ -125,12 +120,15 @@ class Resolver:
         if appended is not None:
             with contextlib.suppress(StoreError):  # else: forget everything
                 if not appended or self.lookup.forget(appended):
-                    for tool in appended.tools:
-                        self._states.pop(tool, None)
+                    self.tool_states.forget(appended.tools)
                     return
         self.schemas.clear()
-        self._states.clear()
+        self.tool_states.forget()
         self.lookup.clear()
+
+    def version(self) -> Mark | None:
+        """The store's version as this resolver last read it (what its caches hold)."""
+        return self._version
 
     @property
     def embedder(self) -> CachedEmbedder:
@@ -203,7 +201,7 @@ class Resolver:
         # Only the index: neither the model (seconds of CPU; the first call that embeds a query
         # loads it, :attr:`model_loaded`) nor the tools' matching state (each read from all of the
         # tool's recordings — 30 s of CPU at 100,000 — when one of its calls first needs it:
-        # :meth:`_state`), which a replay answering exact hits never needs.
+        # :meth:`tool_state`), which a replay answering exact hits never needs.
         if not self.semantic:
             return
         try:
@@ -214,28 +212,11 @@ class Resolver:
     @property
     def prepared_tools(self) -> int:
         """How many tools' matching state (canonical forms, thresholds) is built so far."""
-        return len(self._states)
+        return len(self.tool_states)
 
-    def _state(self, server: str, tool: str, schema: ToolSchema) -> ToolState:
-        state = self._states.get((server, tool))
-        if state is None:
-            self.warmup.need()
-            if getattr(self._inline, "on", False):
-                raise _Deferred  # read from every recording of the tool: not on an event loop
-            with self._building(server, tool):
-                state = self._states.get((server, tool))  # another thread may have built it
-                if state is None:
-                    version = self._version
-                    recordings = self.store.recordings(server, method="tools/call", name=tool)
-                    state = ToolState(server, schema, recordings, self.config, self.lookup.state_of)
-                    if self._version == version:  # else the store changed meanwhile
-                        self._states[(server, tool)] = state
-        return state
-
-    def _building(self, server: str, tool: str) -> threading.Lock:
-        """The lock under which one tool's matching state is built (once, not by each waiting call)."""
-        with self._build_lock:
-            return self._build_locks.setdefault((server, tool), threading.Lock())
+    def tool_state(self, server: str, tool: str, schema: ToolSchema) -> ToolState:
+        """The tool's matching state (:class:`~replay_sim.resolve.toolstates.ToolStates`)."""
+        return self.tool_states.get(server, tool, schema)
 
     # -- episodes ------------------------------------------------------------------------------
 
@@ -274,13 +255,11 @@ class Resolver:
         """
 
         def inline() -> Resolution | None:
-            self._inline.on = True
             try:
-                return self.resolve(server, method, params, history)
-            except _Deferred:
+                with self.tool_states.inline():
+                    return self.resolve(server, method, params, history)
+            except Deferred:
                 return None
-            finally:
-                self._inline.on = False
 
         return self.warmup.attempt(inline)
 
@@ -351,7 +330,7 @@ class Resolver:
         schema = self.tool_schema(server, name) if method == "tools/call" else None
         if method != "tools/call" or schema is None:
             return structural_miss(self.schemas.tools(server), server, method, name, key, exact, what)
-        state = self._state(server, name, schema)
+        state = self.tool_state(server, name, schema)
         # Schema violations the recordings do not show accepted: servers coerce or refuse them.
         judgement = state.evidence.judge(arguments)
         normalised = state.normalise(arguments)
@@ -369,8 +348,7 @@ class Resolver:
                     Tier.CANONICAL, 1.0, chosen, key=key, step=chosen.key, differences=differences
                 )
             same_state_miss = same_state_miss or bool(found)
-        if getattr(self._inline, "on", False):
-            raise _Deferred  # what follows embeds the call: not on an event loop
+        self.tool_states.defer_inline()  # what follows embeds the call: not on an event loop
         if self.semantic and not judgement.unproven and state.semantic_ready(normalised, MAX_TEXT_CHARS):
             hit = self._semantic(state, normalised, trail)
             if hit is not None:

@@ -120,11 +120,11 @@ def test_a_call_recorded_for_one_server_leaves_what_was_learned_of_the_others(
     path = tmp_path / "served.db"
     served = _resolver(build_store(path), embedder)
     _answers(served)  # learns the tools' matching states (a call never recorded needs them)
-    learned = dict(served._states)
-    assert ("demo", "echo") in learned
+    learned = served.tool_states.kept("demo", "echo")
+    assert learned is not None
     _record(path, None, [("other", "ping", {"n": 1}, "pong 1")])
     _answers(served)
-    assert served._states[("demo", "echo")] is learned[("demo", "echo")]
+    assert served.tool_states.kept("demo", "echo") is learned
 
 
 def test_a_listing_replaced_by_another_connection_forgets_everything(
@@ -133,11 +133,12 @@ def test_a_listing_replaced_by_another_connection_forgets_everything(
     path = tmp_path / "served.db"
     served = _resolver(build_store(path), embedder)
     _answers(served)
-    learned = served._states[("demo", "echo")]
+    learned = served.tool_states.kept("demo", "echo")
+    assert learned is not None
     with Store(path) as other:
         other.put_listing("other", "tools/list", {"tools": []})
     _answers(served)
-    assert served._states[("demo", "echo")] is not learned  # learned again, from nothing kept
+    assert served.tool_states.kept("demo", "echo") is not learned  # learned again, from nothing kept
 
 
 def test_changes_since_names_the_appended_calls_and_the_tools_of_the_sessions_they_joined(

@@ -39,6 +39,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import suppress
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -47,11 +48,11 @@ from replay_sim.record.instances.cgroups import cgroup_problem
 
 if TYPE_CHECKING:
     from replay_sim.record.config import UpstreamSpec
-    from replay_sim.record.instances.workspace import Placement
 
 __all__ = [
     "UID_BASE",
     "Confinement",
+    "Placement",
     "confined_argv",
     "confinement_problem",
     "instance_uids",
@@ -112,6 +113,21 @@ shift
 cd "$M"
 exec chroot "$M" "$@"
 """
+
+
+@dataclass(frozen=True)
+class Placement:
+    """What the pool tells one instance's launch.
+
+    Attributes:
+        uid: The unprivileged uid it runs as when confined (one per live instance).
+        hidden: Paths it must not see when confined (the replay's store, index, snapshots, config).
+        clock_start: What its clock reads at launch (``clock = "recorded"``); None: the host's clock.
+    """
+
+    uid: int = UID_BASE
+    hidden: tuple[str, ...] = ()
+    clock_start: datetime | None = None
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,9 @@ from mcp.shared.exceptions import MCPError
 
 from replay_sim.errors import InstanceLost, UpstreamError
 from replay_sim.record.config import UpstreamSpec
+from replay_sim.record.instances.confine import Placement
 from replay_sim.record.instances.procfs import group_rss, rearm_cpu
-from replay_sim.record.instances.workspace import Launcher, Placement, Workspace, prepare
+from replay_sim.record.instances.workspace import Launcher, Workspace, prepare
 from replay_sim.record.isolation import Isolation
 from replay_sim.record.rerun import reset
 from replay_sim.record.upstream import Upstream

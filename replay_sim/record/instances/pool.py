@@ -27,10 +27,10 @@ import anyio.abc
 from replay_sim.errors import ConfigError, SandboxUnavailable, UpstreamError
 from replay_sim.record.config import DEFAULT_MAX_INSTANCES, DEFAULT_POOL, RecorderConfig, UpstreamSpec
 from replay_sim.record.containment import Clock
-from replay_sim.record.instances.confine import instance_uids
+from replay_sim.record.instances.confine import Placement, instance_uids
 from replay_sim.record.instances.instance import Instance
 from replay_sim.record.instances.procfs import group_rss
-from replay_sim.record.instances.workspace import Launcher, Placement, sweep
+from replay_sim.record.instances.workspace import Launcher, sweep
 from replay_sim.record.isolation import Isolation
 
 __all__ = ["DEFAULT_MAX_INSTANCES", "DEFAULT_POOL", "InstancePool"]

@@ -31,7 +31,6 @@ import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 
 from replay_sim.errors import SandboxUnavailable, UpstreamError
@@ -39,11 +38,11 @@ from replay_sim.record.config import UpstreamSpec
 from replay_sim.record.containment import Clock
 from replay_sim.record.instances.cgroups import make_cgroups, remove_cgroups, stale_cgroups
 from replay_sim.record.instances.clock import clock_env, faketime_library
-from replay_sim.record.instances.confine import UID_BASE, confined_argv, confinement_problem, plan
+from replay_sim.record.instances.confine import Placement, confined_argv, confinement_problem, plan
 from replay_sim.record.instances.procfs import started_at
 from replay_sim.record.isolation import STATE_PLACEHOLDER, Isolation
 
-__all__ = ["Launcher", "Placement", "Workspace", "prepare", "sweep"]
+__all__ = ["Launcher", "Workspace", "prepare", "sweep"]
 
 _OWNER = ".replay-sim-owner"  # in an instance directory: the replay that made it
 # Bind-mounts "$2"→"$3", "$4"→"$5", … (each copy over its path) until "--", enters "$1" (the cwd,
@@ -158,21 +157,6 @@ class _Launched(UpstreamSpec):
 
     def describe(self) -> str:
         return self.shown or super().describe()
-
-
-@dataclass(frozen=True)
-class Placement:
-    """What the pool tells one instance's launch.
-
-    Attributes:
-        uid: The unprivileged uid it runs as when confined (one per live instance).
-        hidden: Paths it must not see when confined (the replay's store, index, snapshots, config).
-        clock_start: What its clock reads at launch (``clock = "recorded"``); None: the host's clock.
-    """
-
-    uid: int = UID_BASE
-    hidden: tuple[str, ...] = ()
-    clock_start: datetime | None = None
 
 
 @dataclass

@@ -10,7 +10,7 @@ then the same from another state, then the tool's nearest recording by embedding
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -18,14 +18,39 @@ from replay_sim.canonical import call_key
 from replay_sim.effects import Effect
 from replay_sim.errors import ReplaySimError
 from replay_sim.resolve.confidence.features import Formed
-from replay_sim.resolve.lineage import Trail
+from replay_sim.resolve.index import IndexSet
+from replay_sim.resolve.lineage import StateLookup, Trail
 from replay_sim.resolve.resolution import Resolution, Tier
-from replay_sim.store import Recording
+from replay_sim.resolve.toolstate import ToolState
+from replay_sim.schema import ToolSchema
+from replay_sim.store import Recording, Store
+from replay_sim.store.changes import Mark
 
-if TYPE_CHECKING:
-    from replay_sim.resolve.resolver import Resolver
+__all__ = ["KIND_TIER", "Resolver", "form", "from_hit"]
 
-__all__ = ["KIND_TIER", "form", "from_hit"]
+
+class Resolver(Protocol):
+    """What forming and judging read of the resolver (:class:`replay_sim.resolve.resolver.Resolver`)."""
+
+    store: Store
+    lookup: StateLookup
+
+    def index(self) -> IndexSet:
+        """The vector index, current with the store."""
+        ...
+
+    def version(self) -> Mark | None:
+        """The store's version as the resolver last read it."""
+        ...
+
+    def tool_schema(self, server: str, tool: str) -> ToolSchema | None:
+        """The recorded schema of a tool (effect included), or None."""
+        ...
+
+    def tool_state(self, server: str, tool: str, schema: ToolSchema) -> ToolState:
+        """The tool's matching state."""
+        ...
+
 
 KIND_TIER = {"exact": Tier.EXACT, "canonical": Tier.CANONICAL, "nearest": Tier.SEMANTIC}
 """The provenance status of a candidate served by confidence."""
@@ -98,7 +123,7 @@ def form(
         exclude: A recording to treat as absent (leave-one-out).
 
     Raises:
-        _Deferred: Within :meth:`Resolver.resolve_now`, when the tool's matching state is not built.
+        Deferred: Within :meth:`Resolver.resolve_now`, when the tool's matching state is not built.
     """
     key = call_key(server, method, name, arguments)
     groups: list[tuple[str, list[Recording]]] = [
@@ -108,7 +133,7 @@ def form(
     state = None
     normalised: dict[str, Any] = {}
     if schema is not None:
-        state = resolver._state(server, name, schema)
+        state = resolver.tool_state(server, name, schema)
         try:
             normalised = state.normalise(arguments)
             same = state.canonical.get(call_key(server, method, name, normalised), [])

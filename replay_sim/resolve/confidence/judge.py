@@ -16,18 +16,15 @@ from __future__ import annotations
 import dataclasses
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.confidence.features import Formed, describe, repeated_calls
-from replay_sim.resolve.confidence.forming import KIND_TIER, form, from_hit
+from replay_sim.resolve.confidence.forming import KIND_TIER, Resolver, form, from_hit
 from replay_sim.resolve.confidence.model import PRIOR, ConfidenceModel
 from replay_sim.resolve.lineage import DIVERGED, Trail
 from replay_sim.resolve.reasons import differences_from
 from replay_sim.resolve.resolution import Candidate, Problem, Resolution, Tier
-
-if TYPE_CHECKING:
-    from replay_sim.resolve.resolver import Resolver
 
 __all__ = ["Confidence", "Judged"]
 
@@ -93,7 +90,7 @@ class Confidence:
 
     def _current(self, resolver: Resolver) -> None:
         """Forget what was judged when the store's recordings changed (counts may have)."""
-        mark = resolver._version
+        mark = resolver.version()
         if mark is self._mark:
             return
         seen = None if mark is None else (mark.surface, mark.calls, mark.last)
