@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
 from replay_sim.errors import StoreError, StoreLockedError
-from replay_sim.store import content, verified
+from replay_sim.store import content
+from replay_sim.store.opening import check_file
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -105,7 +106,7 @@ class Database:
                 conn = sqlite3.connect(
                     f"file:{self.path}?mode=ro", uri=True, check_same_thread=False, timeout=timeout
                 )
-                self._check_file(conn)
+                check_file(self.path, conn)
             else:
                 try:
                     self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -116,7 +117,7 @@ class Database:
                 conn = sqlite3.connect(
                     self.path, check_same_thread=False, timeout=timeout, isolation_level=None
                 )
-                self._check_file(conn)  # before anything is written to it
+                check_file(self.path, conn)  # before anything is written to it
                 conn.execute("PRAGMA journal_mode=WAL")
                 # WAL + NORMAL survives a killed process (not a power cut) at a fraction of FULL's cost.
                 conn.execute("PRAGMA synchronous=NORMAL")
@@ -159,60 +160,6 @@ class Database:
         elif "readonly" in text:
             hint = " (the store is read-only, e.g. a snapshot)"
         return StoreError(f"{self.path}: cannot {action}: {text}{hint}")
-
-    def _check_file(self, conn: sqlite3.Connection) -> None:
-        """Refuse a SQLite file that is not a replay-sim store, or one that fails its integrity check.
-
-        Both are checked before anything is written, so neither file is changed. A damaged store
-        would otherwise be served with whatever parts still read (an index build that cannot read
-        every call leaves semantic matching off). ``PRAGMA integrity_check`` reads every page and
-        looks every row up in every index; ``quick_check`` (a fifth of the time: 0.05 s vs 0.23 s
-        at 100,000 recordings) checks only the pages' structure, so it opens a file whose
-        ``calls_key`` index points a key at another call's row, and that call's recording would
-        answer. The full check runs on the opening thread: a check overlapped with the rest of a
-        replay's start would have to hold back every answer, the listings' too, until it passed,
-        and would save at most the 0.1 s between opening the store and the first call. A file that
-        passed and has not been written since is not checked again (:mod:`replay_sim.store.verified`).
-        """
-        stamp = verified.stamp_of(self.path)
-        try:
-            found = conn.execute("SELECT type, name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'")
-            objects = sorted(f"{name} ({kind})" if kind != "table" else name for kind, name in found)
-            if not objects:
-                return  # a new (or empty) file: the schema is created
-            if not _is_store(conn):
-                raise StoreError(
-                    f"{self.path}: a SQLite file but not a replay-sim store (it holds: "
-                    f"{', '.join(objects[:8])}{', …' if len(objects) > 8 else ''}); "
-                    "give a replay-sim store or a new path with --db"
-                )
-            if verified.verified(self.path, stamp):
-                return
-            problem = self._integrity(conn)
-        except sqlite3.DatabaseError as exc:
-            if "not a database" in str(exc):
-                conn.close()
-                raise StoreError(
-                    f"{self.path}: not a SQLite file ({exc}); give a replay-sim store or a new path with --db"
-                ) from exc
-            problem = str(exc)
-        except BaseException:
-            conn.close()
-            raise
-        if problem != "ok":
-            problem = " ".join(problem.replace("*** in database main ***", "").split())  # one line
-            conn.close()
-            raise StoreError(
-                f"{self.path}: the store fails its integrity check ({problem}); see "
-                f"`sqlite3 {self.path} 'PRAGMA integrity_check'`, and restore it from a copy or an "
-                "export (`sqlite3 FILE .recover` may save what is left)"
-            )
-        if stamp is not None and verified.stamp_of(self.path) == stamp:  # nobody wrote meanwhile
-            verified.remember(self.path, stamp)
-
-    def _integrity(self, conn: sqlite3.Connection) -> str:
-        """``PRAGMA integrity_check``'s first finding (``ok`` when it finds nothing)."""
-        return str(conn.execute("PRAGMA integrity_check(1)").fetchone()[0])
 
     def _check_schema(self, conn: sqlite3.Connection) -> None:
         row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
@@ -372,31 +319,6 @@ class Database:
         """A pair that moves whenever anything is committed to the file: this connection's content
         commits (:attr:`generation`) and other connections' commits (:meth:`data_version`)."""
         return self.generation, self.data_version()
-
-
-_STORE_TABLES = {
-    "meta": {"key", "value"},
-    "servers": {"name", "info", "capabilities"},
-    "listings": {"server", "method", "result"},
-    "sessions": {"id", "server", "started_at"},
-    "calls": {"id", "server", "method", "name", "arguments", "params", "key", "result", "error", "session"},
-}
-"""The tables every replay-sim store has held since its first schema, with columns each must have."""
-
-
-def _is_store(conn: sqlite3.Connection) -> bool:
-    """Whether a SQLite file holds replay-sim's tables and a ``schema_version`` (not just any of them).
-
-    Someone else's file may have a ``meta`` table with a ``schema_version`` of its own, or views
-    only: it is refused unchanged rather than given replay-sim's tables.
-    """
-    for table, columns in _STORE_TABLES.items():
-        kind = conn.execute("SELECT type FROM sqlite_master WHERE name=?", (table,)).fetchone()
-        if kind is None or kind[0] != "table":
-            return False
-        if not columns <= {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}:
-            return False
-    return conn.execute("SELECT 1 FROM meta WHERE key='schema_version'").fetchone() is not None
 
 
 def _busy(exc: sqlite3.OperationalError) -> bool:

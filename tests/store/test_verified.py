@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pytest
 
 from replay_sim.errors import StoreError
 from replay_sim.store import Store
-from replay_sim.store.database import Database
+from replay_sim.store import opening as store_opening
 from replay_sim.store.verified import VERIFY_ENV
 
 
@@ -17,13 +18,13 @@ def checks(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[Path]:
     """The stores whose integrity check ran, in order (each a fresh cache folder of stamps)."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     ran: list[Path] = []
-    check = Database._integrity
+    check = store_opening.integrity
 
-    def counted(self: Database, conn: object) -> str:
-        ran.append(self.path)
-        return check(self, conn)  # type: ignore[arg-type]
+    def counted(conn: sqlite3.Connection) -> str:
+        ran.append(Path(conn.execute("PRAGMA database_list").fetchone()[2]))
+        return check(conn)
 
-    monkeypatch.setattr(Database, "_integrity", counted)
+    monkeypatch.setattr(store_opening, "integrity", counted)
     return ran
 
 
