@@ -138,7 +138,7 @@ def test_the_getting_started_page_runs_as_written(tmp_path: Path) -> None:
     assert '\\"timezone\\": \\"Asia/Tokyo\\"' in walkthrough  # the real server's answer, through the recorder
     assert walkthrough.count('"status": "exact"') == 3
     assert '"status": "miss"' in walkthrough
-    assert '\\"name\\": \\"Ada\\"' in walkthrough.rsplit('"status": "exact"', 1)[-1]  # read_graph, episode URL
+    assert '\\"name\\": \\"Ada\\"' in walkthrough.rsplit('"status": "exact"', 1)[-1]  # read_graph
     assert re.search(r"^snap-[0-9a-f]+", walkthrough, re.M)
 
 

@@ -47,7 +47,7 @@ def index_group() -> None:
     type=click.Choice(sorted(EMBEDDINGS)),
     default=None,
     help="Embedding model: minilm (all-MiniLM-L6-v2, the default) or minilm-static (its static token "
-    "vectors: 12-24x faster on CPU, opt-in; see the docs, Benchmarks). Default: the one the index was built with, "
+    "vectors: 12-24x faster on CPU, opt-in; docs: Benchmarks). Default: the one the index was built with, "
     "else minilm. Another one than the index's rebuilds it.",
 )
 def build_command(db: Path, index_dir: Path, match_config: MatchConfig | None, embedding: str | None) -> None:
