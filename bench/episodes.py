@@ -96,7 +96,7 @@ def _traced(build: Any) -> tuple[int, Any]:
 
 def episode_memory(db: Path) -> dict[str, float]:
     """Bytes per idle episode: created only, and after a three-call rollout (write, then reads)."""
-    from replay_sim.replay.replay import Replay
+    from replay_sim.replay.core.replay import Replay
     from replay_sim.resolve.resolver import Resolver
     from replay_sim.store import Store
 
@@ -135,8 +135,8 @@ def episode_memory(db: Path) -> dict[str, float]:
 def session_memory(db: Path) -> float:
     """Bytes per idle, initialized handshake-era MCP session of the replay app (served in this process)."""
     from replay_sim.listener import serving_in_thread
-    from replay_sim.replay.app import create_app
     from replay_sim.replay.factory import open_replay
+    from replay_sim.replay.http.app import create_app
     from replay_sim.replay.options import Limits
 
     replay = open_replay(db, index_dir=db.parent / "index")

@@ -1,6 +1,6 @@
 """Bounded load test on 127.0.0.1: 1,000 MCP sessions in bursts against ``replay-sim serve``'s app.
 
-The replay runs in a subprocess through :func:`replay_sim.replay.runner.serve` (the listener and app
+The replay runs in a subprocess through :func:`replay_sim.replay.http.runner.serve` (the listener and app
 the CLI uses, ``gc.freeze`` included) on a free loopback port. The client opens ``BURSTS`` bursts of
 ``PER_BURST`` concurrent sessions over raw streamable HTTP (handshake era: ``initialize``,
 ``notifications/initialized``, then ``CALLS`` exact-hit ``tools/call``, then ``DELETE``), and checks
@@ -34,8 +34,8 @@ PROTOCOL = "2025-11-25"
 SERVER = """
 import sys
 from replay_sim.store import ServerRecord, Store
-from replay_sim.replay.replay import Replay
-from replay_sim.replay.runner import serve
+from replay_sim.replay.core.replay import Replay
+from replay_sim.replay.http.runner import serve
 from replay_sim.resolve.resolver import Resolver
 
 store = Store(sys.argv[1])

@@ -128,7 +128,7 @@ def raw_app() -> Any:
 
 def replay(db: str) -> Any:
     """The replay over a store holding the same call and result."""
-    from replay_sim.replay.replay import Replay
+    from replay_sim.replay.core.replay import Replay
     from replay_sim.resolve.resolver import Resolver
     from replay_sim.store import Store
 
@@ -150,7 +150,7 @@ def _serve(kind: str, port: int, db: str) -> None:
     import uvicorn
 
     from replay_sim.listener import listen
-    from replay_sim.replay.runner import serve
+    from replay_sim.replay.http.runner import serve
 
     if kind == "replay":  # exactly as `replay-sim serve` runs it
         serve(replay(db), "127.0.0.1", port)

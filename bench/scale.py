@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from bench import startup
-from replay_sim.replay.stdio_start.write import write_start_table
+from replay_sim.replay.stdio.start.write import write_start_table
 from replay_sim.resolve.build import build_index
 from replay_sim.resolve.embedding import CachedEmbedder, default_embedder
 from replay_sim.resolve.resolution import Tier

@@ -408,7 +408,7 @@ def report(found: dict[str, float], stdio: dict[str, float], recordings: str) ->
 def main() -> None:
     """A 1,000-recording store (index built first): replay vs bare SDK start, over HTTP and stdio."""
     from bench.scale import generate, recorded_calls
-    from replay_sim.replay.stdio_start.write import write_start_table
+    from replay_sim.replay.stdio.start.write import write_start_table
     from replay_sim.resolve.build import build_index
     from replay_sim.resolve.tooleffects import keep_effects
 

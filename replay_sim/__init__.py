@@ -37,14 +37,14 @@ if TYPE_CHECKING:
     from replay_sim.record.http import record_http
     from replay_sim.record.recorder import Recorder, record_stdio, recording
     from replay_sim.redaction import Redactor
-    from replay_sim.replay.app import create_app
+    from replay_sim.replay.core.misses import MissPolicy
+    from replay_sim.replay.core.provenance import Match, match_of
+    from replay_sim.replay.core.replay import Replay
     from replay_sim.replay.factory import open_replay
-    from replay_sim.replay.faults import FaultKind, Faults, Latency
+    from replay_sim.replay.http.app import create_app
+    from replay_sim.replay.http.serving import EpisodeHandle, ReplayServer, Serving
     from replay_sim.replay.options import Limits, MissPolicyName
-    from replay_sim.replay.policies.miss import MissPolicy
-    from replay_sim.replay.provenance import Match, match_of
-    from replay_sim.replay.replay import Replay
-    from replay_sim.replay.serving import EpisodeHandle, ReplayServer, Serving
+    from replay_sim.replay.shaping.faults import FaultKind, Faults, Latency
     from replay_sim.resolve.build import build_index
     from replay_sim.resolve.calibration import MatchConfig
     from replay_sim.resolve.embedding import CachedEmbedder, Embedder, SentenceTransformerEmbedder
@@ -73,20 +73,20 @@ _LAZY: dict[str, tuple[str, str]] = {
     "record_stdio": ("replay_sim.record.recorder", "record_stdio"),
     "recording": ("replay_sim.record.recorder", "recording"),
     "Redactor": ("replay_sim.redaction", "Redactor"),
-    "Limits": ("replay_sim.replay.admission", "Limits"),
-    "create_app": ("replay_sim.replay.app", "create_app"),
+    "Limits": ("replay_sim.replay.http.admission", "Limits"),
+    "create_app": ("replay_sim.replay.http.app", "create_app"),
     "open_replay": ("replay_sim.replay.factory", "open_replay"),
-    "FaultKind": ("replay_sim.replay.faults", "FaultKind"),
-    "Faults": ("replay_sim.replay.faults", "Faults"),
-    "Latency": ("replay_sim.replay.faults", "Latency"),
+    "FaultKind": ("replay_sim.replay.shaping.faults", "FaultKind"),
+    "Faults": ("replay_sim.replay.shaping.faults", "Faults"),
+    "Latency": ("replay_sim.replay.shaping.faults", "Latency"),
     "MissPolicy": ("replay_sim.replay.policies.miss", "MissPolicy"),
     "MissPolicyName": ("replay_sim.replay.policies.miss", "MissPolicyName"),
-    "Match": ("replay_sim.replay.provenance", "Match"),
-    "match_of": ("replay_sim.replay.provenance", "match_of"),
-    "Replay": ("replay_sim.replay.replay", "Replay"),
-    "EpisodeHandle": ("replay_sim.replay.serving", "EpisodeHandle"),
-    "ReplayServer": ("replay_sim.replay.serving", "ReplayServer"),
-    "Serving": ("replay_sim.replay.serving", "Serving"),
+    "Match": ("replay_sim.replay.core.provenance", "Match"),
+    "match_of": ("replay_sim.replay.core.provenance", "match_of"),
+    "Replay": ("replay_sim.replay.core.replay", "Replay"),
+    "EpisodeHandle": ("replay_sim.replay.http.serving", "EpisodeHandle"),
+    "ReplayServer": ("replay_sim.replay.http.serving", "ReplayServer"),
+    "Serving": ("replay_sim.replay.http.serving", "Serving"),
     "build_index": ("replay_sim.resolve.build", "build_index"),
     "MatchConfig": ("replay_sim.resolve.calibration", "MatchConfig"),
     "CachedEmbedder": ("replay_sim.resolve.embedding", "CachedEmbedder"),
@@ -134,7 +134,7 @@ def serving(
     max_sandboxes: int | None = None,
     **options: Any,
 ) -> Serving:
-    """Serve a replay over HTTP in this process (:func:`replay_sim.replay.serving.serving`).
+    """Serve a replay over HTTP in this process (:func:`replay_sim.replay.http.serving.serving`).
 
     With ``miss="sandbox"``, ``config`` (the recorder config, or its path) names the sandbox
     servers: the record side's instance pool is built from it here and injected into the replay,
@@ -145,7 +145,7 @@ def serving(
         config: The recorder config declaring the sandbox servers (``sandbox = true``).
         sandbox_pool: Started instances kept ready per sandbox server (None: ``DEFAULT_POOL``).
         max_sandboxes: Live instances at most, across servers (None: ``DEFAULT_MAX_INSTANCES``).
-        **options: Every other :func:`replay_sim.replay.serving.serving` option (``miss``,
+        **options: Every other :func:`replay_sim.replay.http.serving.serving` option (``miss``,
             ``snapshot``, ``episode_idle_timeout`` …).
 
     Raises:
@@ -153,8 +153,8 @@ def serving(
     """
     from replay_sim.record.config import RecorderConfig, load_config
     from replay_sim.record.instances import DEFAULT_MAX_INSTANCES, DEFAULT_POOL
+    from replay_sim.replay.http.serving import serving as _serving
     from replay_sim.replay.options import MissPolicyName
-    from replay_sim.replay.serving import serving as _serving
 
     if options.get("miss") == MissPolicyName.SANDBOX and "sandboxes" not in options:
         if config is None:

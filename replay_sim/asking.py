@@ -2,7 +2,7 @@
 elicitation, roots) sent on the stream of the client's own request.
 
 The recorder forwards a real server's questions to its client this way, and the replay server asks
-a recorded question again (:mod:`replay_sim.replay.conversation`).
+a recorded question again (:mod:`replay_sim.replay.core.conversation`).
 """
 
 from __future__ import annotations

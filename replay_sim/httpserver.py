@@ -1,6 +1,6 @@
 """How every replay-sim HTTP server runs uvicorn: kept-alive connections, header deadlines, quiet logs.
 
-The replay server (``replay-sim serve``, :func:`~replay_sim.replay.serving.serving`) and the HTTP
+The replay server (``replay-sim serve``, :func:`~replay_sim.replay.http.serving.serving`) and the HTTP
 recorder (``replay-sim record --http``) share these settings (:class:`HttpOptions`):
 
 - **Keep-alive past every client's.** A server that closes an idle connection at the moment a

@@ -207,7 +207,7 @@ def serving_in_thread(
     included).
 
     Args:
-        app: The ASGI app (for example :func:`replay_sim.replay.app.create_app`'s).
+        app: The ASGI app (for example :func:`replay_sim.replay.http.app.create_app`'s).
         host: Interface to bind.
         port: TCP port (0 picks a free one).
         options: Keep-alive, header deadline and logging (default: :class:`HttpOptions`' defaults).

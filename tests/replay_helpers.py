@@ -211,7 +211,7 @@ def tool_call(name: str, **arguments: Any) -> dict[str, Any]:
 
 def make_replay(path: Path, **options: Any) -> Any:
     """A Replay over :func:`build_store` with an in-memory index (nothing written outside tmp)."""
-    from replay_sim.replay.replay import Replay
+    from replay_sim.replay.core.replay import Replay
     from replay_sim.resolve.resolver import Resolver
 
     store = build_store(path)

@@ -21,9 +21,9 @@ from replay_helpers import match_of, text_result
 from replay_sim.listener import serving_in_thread
 from replay_sim.record.config import UpstreamSpec
 from replay_sim.record.recorder import recording
-from replay_sim.replay.app import create_app
-from replay_sim.replay.conversation import suited
-from replay_sim.replay.replay import Replay
+from replay_sim.replay.core.conversation import suited
+from replay_sim.replay.core.replay import Replay
+from replay_sim.replay.http.app import create_app
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.store import ServerRecord, Store
 

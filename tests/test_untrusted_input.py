@@ -29,9 +29,9 @@ from replay_helpers import ACCEPT, build_store, make_replay, raw_session
 from replay_sim import untrusted
 from replay_sim.errors import NestingError
 from replay_sim.listener import serving_in_thread
-from replay_sim.replay.app import create_app
-from replay_sim.replay.connections import stdio_client
-from replay_sim.replay.fastpath import StdioFastPath
+from replay_sim.replay.core.connections import stdio_client
+from replay_sim.replay.http.app import create_app
+from replay_sim.replay.stdio.fastpath import StdioFastPath
 from replay_sim.stdio_transport import TooLong, read_line
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

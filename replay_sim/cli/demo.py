@@ -21,8 +21,8 @@ from mcp import Client
 from replay_sim.errors import ConfigError
 from replay_sim.listener import serving_in_thread
 from replay_sim.protocol import MATCH_META_KEY
-from replay_sim.replay.app import create_app
-from replay_sim.replay.replay import Replay
+from replay_sim.replay.core.replay import Replay
+from replay_sim.replay.http.app import create_app
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.store import Store

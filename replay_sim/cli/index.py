@@ -9,8 +9,8 @@ from tqdm import tqdm
 
 from replay_sim.cli import cli, db_option, match_config_option
 from replay_sim.cli.progress import Progress
-from replay_sim.replay.stdio_start import START_TABLE
-from replay_sim.replay.stdio_start.write import write_start_table
+from replay_sim.replay.stdio.start import START_TABLE
+from replay_sim.replay.stdio.start.write import write_start_table
 from replay_sim.resolve.build import build_index
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.embedders import EMBEDDINGS, embedder_for, index_embedder

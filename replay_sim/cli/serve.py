@@ -21,13 +21,13 @@ from replay_sim.errors import ConfigError
 from replay_sim.httpserver import DEFAULT_KEEP_ALIVE, LOG_LEVELS, HttpOptions
 from replay_sim.listener import HostCheck, is_loopback
 from replay_sim.record.config import DEFAULT_MAX_INSTANCES, DEFAULT_POOL
-from replay_sim.replay.faults import Faults, Latency
 from replay_sim.replay.options import Limits, MissDetail, MissPolicyName
+from replay_sim.replay.shaping.faults import Faults, Latency
 
 if TYPE_CHECKING:
     from replay_sim.record.config import RecorderConfig
     from replay_sim.redaction import Redactor
-    from replay_sim.replay.stdio_start import Handover
+    from replay_sim.replay.stdio.start import Handover
     from replay_sim.resolve.calibration import MatchConfig
 
 _LIMITS = Limits()  # the defaults
@@ -398,7 +398,9 @@ def serve_command(
     if stdio:
         assert server_name is not None
         replay.server(server_name)  # fail before taking over stdio
-        anyio.run(replay.serve_stdio, server_name, started)
+        from replay_sim.replay.stdio.serve import serve_stdio
+
+        anyio.run(serve_stdio, replay, server_name, started)
         return
 
     generated = token is None and not is_loopback(host)
@@ -427,7 +429,7 @@ def serve_command(
     options = HttpOptions(
         keep_alive=keep_alive, header_timeout=body_timeout, log_level=log_level, access_log=access_log
     )
-    from replay_sim.replay.runner import serve  # the HTTP app: FastAPI, the admin API
+    from replay_sim.replay.http.runner import serve  # the HTTP app: FastAPI, the admin API
 
     serve(
         replay,
@@ -449,7 +451,7 @@ def _start_stdio(db: Path, index_dir: Path | None, server: str) -> Handover | No
         Where the start left the connection, or None when there is no start table to use (why
         is said on stderr when it is stale).
     """
-    from replay_sim.replay.stdio_start import StartTable, serve_until_needed
+    from replay_sim.replay.stdio.start import StartTable, serve_until_needed
     from replay_sim.resolve.layout import DEFAULT_INDEX_DIR
 
     table, why = StartTable.open(db, index_dir or DEFAULT_INDEX_DIR, server)
@@ -464,10 +466,10 @@ def _start_stdio(db: Path, index_dir: Path | None, server: str) -> Handover | No
 
 
 def _admin_token(token: str | None) -> str | None:
-    """:func:`replay_sim.replay.api.admin_token` (FastAPI's module: imported only for a token)."""
+    """:func:`replay_sim.replay.http.api.admin_token` (FastAPI's module: imported only for a token)."""
     if token is None:
         return None
-    from replay_sim.replay.api import admin_token
+    from replay_sim.replay.http.api import admin_token
 
     return admin_token(token)
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import sys
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import anyio
 import mcp_types as types
@@ -21,10 +22,28 @@ from mcp.shared.message import SessionMessage
 
 from replay_sim.stdio_transport import LineSplitter
 
-if TYPE_CHECKING:
-    from replay_sim.record.child import ChildStdio
+__all__ = ["ChildOutput", "Reader", "output_pipe", "parse"]
 
-__all__ = ["ChildOutput", "output_pipe", "parse"]
+
+class Reader(Protocol):
+    """What reads a server's output lines (:class:`~replay_sim.record.child.ChildStdio`)."""
+
+    on_read: Callable[[], None] | None
+    """Called after a read that answered a raw request."""
+
+    def answers(self, line: bytes) -> bool:
+        """Whether a line answers a raw request (then handed to its waiter)."""
+        ...
+
+    async def hand_over(
+        self, line: bytes, read_writer: MemoryObjectSendStream[SessionMessage | Exception]
+    ) -> bool:
+        """Hand a line to a raw request's waiter (True) or to the SDK's dispatcher."""
+        ...
+
+    def closed(self) -> None:
+        """The output ended."""
+        ...
 
 
 class ChildOutput:
@@ -36,7 +55,7 @@ class ChildOutput:
     for :meth:`deliver`, and so is every line after it, in order, with the pipe paused meanwhile.
     """
 
-    def __init__(self, child: ChildStdio, pipe: Any) -> None:
+    def __init__(self, child: Reader, pipe: Any) -> None:
         self.child = child
         self.pipe = pipe
         self.sdk = pipe.get_protocol()  # the subprocess transport's: told when the pipe closes

@@ -14,11 +14,12 @@ from typing import Any
 
 from replay_sim.errors import ConfigError
 from replay_sim.redaction import RULES_META_KEY, Redactor
-from replay_sim.replay.faults import Faults, Latency
+from replay_sim.replay.core.replay import Replay
 from replay_sim.replay.options import DEFAULT_EPISODE_IDLE_TIMEOUT, MissDetail, MissPolicyName
+from replay_sim.replay.policies.instances import SandboxPool
 from replay_sim.replay.policies.miss import Forward, MissSettings
-from replay_sim.replay.policies.sandbox import SandboxPool
-from replay_sim.replay.replay import Replay
+from replay_sim.replay.policies.registry import serving_policy
+from replay_sim.replay.shaping.faults import Faults, Latency
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.resolve.snapshot import match_config as frozen_match_config
@@ -77,7 +78,8 @@ def open_replay(
             no recording matches).
 
     Returns:
-        The replay, ready for :func:`~replay_sim.replay.app.create_app` or :meth:`Replay.serve_stdio`.
+        The replay, ready for :func:`~replay_sim.replay.http.app.create_app` or
+        :func:`~replay_sim.replay.stdio.serve.serve_stdio`.
 
     Raises:
         ConfigError: Inconsistent options (a writing miss policy on a read-only snapshot, another
@@ -130,13 +132,16 @@ def open_replay(
         llm_api_key=llm_api_key,
     )
     resolver = Resolver(store, config=match_config, **resolver_options)
+    settings.lookup = resolver.lookup  # what the sandbox policy re-plays an episode's state from
+    chosen, holds = serving_policy(policy, settings)
     recorded_with = Redactor.from_rules(store.meta(RULES_META_KEY))
     redactor = recorded_with if redactor is None else recorded_with.merged(redactor)
     return Replay(
         store,
         resolver=resolver,
-        miss=policy,
-        settings=settings,
+        policy=chosen,
+        policy_name=policy,
+        holds=holds,
         snapshot=snapshot_id,
         redactor=redactor,
         latency=latency,

@@ -1,7 +1,7 @@
 """What a replay server can be told, and its defaults: read by ``replay-sim serve``'s options.
 
 Nothing here imports the MCP SDK or the resolver: a ``serve --stdio`` start declares its options
-(and may answer its first requests, :mod:`replay_sim.replay.stdio_start`) before they are loaded.
+(and may answer its first requests, :mod:`replay_sim.replay.stdio.start`) before they are loaded.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Where a store's vector index lives: its default folder and its manifest's name.
 
 Apart from :mod:`replay_sim.resolve.index` (numpy, faiss) so that a ``serve --stdio`` start finds
-the folder (:mod:`replay_sim.replay.stdio_start` keeps what it answers from there) before loading them.
+the folder (:mod:`replay_sim.replay.stdio.start` keeps what it answers from there) before loading them.
 """
 
 from __future__ import annotations

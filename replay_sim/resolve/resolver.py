@@ -244,7 +244,7 @@ class Resolver:
         """``recording`` and the other recordings of that very call made from the episode's state.
 
         The same call may have been recorded for clients that answered the server's questions
-        (sampling, elicitation) differently; :mod:`replay_sim.replay.conversation` picks among them.
+        (sampling, elicitation) differently; :mod:`replay_sim.replay.core.conversation` picks among them.
         """
         trail = self.lookup.trail(history)
         same = self.lookup.by_key(recording.key)

@@ -34,8 +34,8 @@ from starlette.types import Message
 from replay_sim.errors import SnapshotError
 from replay_sim.record.config import load_config
 from replay_sim.record.instances import InstancePool
-from replay_sim.replay.app import create_app
 from replay_sim.replay.factory import open_replay
+from replay_sim.replay.http.app import create_app
 from replay_sim.scale.affinity import REPLICA_HEADER, SESSION_HEADER, session_id_for, split_session_id
 from replay_sim.scale.lost import lost
 from replay_sim.scale.wire import REDIRECT, Envelope, Lifespan, run_buffered
@@ -58,7 +58,7 @@ class ReplayReplica:
 
     Args:
         replica: This replica's id.
-        app: The replay app (:func:`~replay_sim.replay.app.create_app`), already started.
+        app: The replay app (:func:`~replay_sim.replay.http.app.create_app`), already started.
         claim: How an unknown episode is claimed in the registry.
     """
 

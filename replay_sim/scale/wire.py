@@ -4,7 +4,7 @@ The front (:mod:`~replay_sim.scale.gateway`) reads the request (it must, to find
 episodes) and serves here, or sends the replica holding the episode, an
 :class:`Envelope`: the ASGI scope, the whole body, what the request belongs to and — when the
 front knows — the replica that must serve it. The replica runs the unchanged replay app
-(:func:`~replay_sim.replay.app.create_app`) on it with :func:`run_buffered` and streams back the
+(:func:`~replay_sim.replay.http.app.create_app`) on it with :func:`run_buffered` and streams back the
 ASGI messages the app sends, batched. :class:`Lifespan` runs the app's startup and shutdown, as
 uvicorn would. No Ray here.
 """

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from replay_sim.cli.demo import DEMO_FIXTURES, import_demo
-from replay_sim.replay.replay import Replay
+from replay_sim.replay.core.replay import Replay
 from replay_sim.resolve.resolver import Resolver
 
 

@@ -21,7 +21,9 @@ from replay_sim.resolve.embedding import SentenceTransformerEmbedder
 # modules the process imported: none is needed to replay exact hits over stdio.
 _PROBE = """
 import atexit, json, runpy, sys
-HEAVY = ("fastapi", "torch", "sentence_transformers", "replay_sim.record.recorder", "replay_sim.replay.api")
+HEAVY = (
+    "fastapi", "torch", "sentence_transformers", "replay_sim.record.recorder", "replay_sim.replay.http.api"
+)
 said = lambda: print("IMPORTED " + json.dumps([m for m in HEAVY if m in sys.modules]), file=sys.stderr)
 atexit.register(said)
 sys.argv = ["replay-sim", *sys.argv[1:]]

@@ -60,7 +60,8 @@ def test_the_installed_wheel_imports_from_its_own_venv_with_only_declared_depend
 ) -> None:
     python = installed / "bin" / "python"
     probe = (
-        "import json, sys, replay_sim, replay_sim.cli, replay_sim.replay.app, replay_sim.record.recorder; "
+        "import json, sys, replay_sim, replay_sim.cli, replay_sim.replay.http.app, "
+        "replay_sim.record.recorder; "
         "print(json.dumps([replay_sim.__file__, [p for p in sys.path "
         "if p and not p.startswith(sys.base_prefix) and not p.startswith(sys.prefix)]]))"
     )

@@ -17,7 +17,7 @@ from recording_helpers import PYTHON, ROOT, proxy_stdio, run_script, step
 from replay_sim.cli.coverage import store_answers
 from replay_sim.record.backfill import backfill
 from replay_sim.record.config import RecorderConfig, UpstreamSpec
-from replay_sim.replay.replay import Replay
+from replay_sim.replay.core.replay import Replay
 from replay_sim.resolve.resolution import Tier
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.store import Origin, Store

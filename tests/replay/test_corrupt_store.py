@@ -15,8 +15,8 @@ from mcp.shared.exceptions import MCPError
 from replay_helpers import build_store, payload, raw_session
 
 from replay_sim.listener import serving_in_thread
-from replay_sim.replay.app import create_app
 from replay_sim.replay.factory import open_replay
+from replay_sim.replay.http.app import create_app
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import httpx2
 from replay_helpers import call_tools, make_replay
 
 from replay_sim.listener import serving_in_thread
-from replay_sim.replay.app import create_app
+from replay_sim.replay.http.app import create_app
 
 
 def test_coverage_shows_each_tools_hit_rate_and_the_most_missed_calls_with_what_backfill_needs(

@@ -12,8 +12,8 @@ from recording_helpers import PYTHON, ROOT, proxy_stdio, run_script, step
 from replay_helpers import call_tools, make_replay
 
 from replay_sim.listener import serving_in_thread
-from replay_sim.replay.app import create_app
-from replay_sim.replay.replay import Replay
+from replay_sim.replay.core.replay import Replay
+from replay_sim.replay.http.app import create_app
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.store import Store
 

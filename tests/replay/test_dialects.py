@@ -18,7 +18,7 @@ from mcp import Client
 from recording_helpers import BIN, ECHO_SERVER, PYTHON, Script, proxy_stdio, run_script, stdio, step
 from replay_helpers import make_replay, match_of
 
-from replay_sim.replay.replay import Replay
+from replay_sim.replay.core.replay import Replay
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.store import Store
 

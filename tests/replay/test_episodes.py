@@ -25,9 +25,9 @@ from replay_helpers import ACCEPT, make_replay, match_of, payload
 from replay_sim.errors import EpisodeError
 from replay_sim.listener import serving_in_thread
 from replay_sim.protocol import agreed_episode, episode_problem
-from replay_sim.replay.app import create_app
-from replay_sim.replay.episodes import Episodes, seed_of
-from replay_sim.replay.histories import EPISODE_FIX
+from replay_sim.replay.core.episodes import Episodes, seed_of
+from replay_sim.replay.core.histories import EPISODE_FIX
+from replay_sim.replay.http.app import create_app
 from replay_sim.replay.options import Limits
 
 MODES = ["auto", "legacy"]

@@ -24,8 +24,8 @@ from mcp_types import JSONRPCResponse
 from replay_helpers import ACCEPT, COUNTER_TOOLS, build_store, initialize, text_result
 
 from replay_sim.listener import serving_in_thread
-from replay_sim.replay.app import create_app
-from replay_sim.replay.replay import Replay
+from replay_sim.replay.core.replay import Replay
+from replay_sim.replay.http.app import create_app
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.store import Store
 
@@ -372,7 +372,7 @@ def test_requests_the_sdk_would_refuse_still_get_its_answers(servers: tuple[str,
 
 
 def _stdio_answers(db: Path, lines: list[dict[str, Any]], fast: bool) -> tuple[list[bytes], int, int]:
-    """Serve ``db`` over stdio (``Replay.serve_stdio``, as ``serve --stdio`` does) and send ``lines``.
+    """Serve ``db`` over stdio (``serve_stdio``, as ``serve --stdio`` does) and send ``lines``.
 
     Returns:
         The answers, in order; how many were resolved and answered from prepared bytes, and how
@@ -380,10 +380,11 @@ def _stdio_answers(db: Path, lines: list[dict[str, Any]], fast: bool) -> tuple[l
     """
     script = (
         "import sys, anyio\n"
-        "from replay_sim.replay.replay import Replay\n"
+        "from replay_sim.replay.core.replay import Replay\n"
         "from replay_sim.resolve.resolver import Resolver\n"
         "from replay_sim.store import Store\n"
-        "from replay_sim.replay import fastpath\n"
+        "from replay_sim.replay.stdio import fastpath\n"
+        "from replay_sim.replay.stdio.serve import serve_stdio\n"
         "store = Store(sys.argv[1], readonly=True)\n"
         "replay = Replay(store, resolver=Resolver(store, index_dir=None))\n"
         "replay.resolver.warm = lambda **kw: None  # resolve in place: no model to wait for\n"
@@ -399,7 +400,7 @@ def _stdio_answers(db: Path, lines: list[dict[str, Any]], fast: bool) -> tuple[l
         "    setattr(replay.prepared, name, counted)\n"
         "counting('answer_again')\n"
         "counting('again')\n"
-        "anyio.run(replay.serve_stdio, 'demo')\n"
+        "anyio.run(serve_stdio, replay, 'demo')\n"
         "print(answered['answer_again'], answered['again'], file=sys.stderr)\n"
     )
     process = subprocess.Popen(

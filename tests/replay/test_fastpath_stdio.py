@@ -1,6 +1,6 @@
 """The stdio fast path in process: a line repeated but for its id is answered as resolving it would.
 
-:class:`~replay_sim.replay.fastpath.StdioFastPath` keeps, per request line, what its answer depended
+:class:`~replay_sim.replay.stdio.fastpath.StdioFastPath` keeps, per request line, what its answer depended
 on; these tests change each of those things between two sends of one line (the byte-identity with
 the SDK path over real stdio is ``test_fastpath_http.py``'s).
 """
@@ -18,11 +18,11 @@ from mcp_types import JSONRPCResponse
 from replay_helpers import PASS_THROUGH, build_store
 
 from replay_sim.protocol import EPISODE_META_KEY, MATCH_META_KEY
-from replay_sim.replay.connections import stdio_client
-from replay_sim.replay.episodes import seed_of
-from replay_sim.replay.fastpath import StdioFastPath
-from replay_sim.replay.faults import Faults
-from replay_sim.replay.replay import Replay
+from replay_sim.replay.core.connections import stdio_client
+from replay_sim.replay.core.episodes import seed_of
+from replay_sim.replay.core.replay import Replay
+from replay_sim.replay.shaping.faults import Faults
+from replay_sim.replay.stdio.fastpath import StdioFastPath
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.store import Store
 

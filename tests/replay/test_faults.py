@@ -23,9 +23,9 @@ from replay_helpers import ACCEPT, build_store, initialize, text_result
 from replay_sim import match_of
 from replay_sim.errors import ConfigError
 from replay_sim.listener import serving_in_thread
-from replay_sim.replay.app import create_app
-from replay_sim.replay.faults import FaultKind, FaultRule, Faults, Latency
-from replay_sim.replay.replay import Replay
+from replay_sim.replay.core.replay import Replay
+from replay_sim.replay.http.app import create_app
+from replay_sim.replay.shaping.faults import FaultKind, FaultRule, Faults, Latency
 from replay_sim.resolve.resolver import Resolver
 
 pytestmark = pytest.mark.anyio

@@ -22,8 +22,8 @@ from replay_helpers import ACCEPT, initialize, make_replay, payload, raw_session
 from replay_sim import listener
 from replay_sim.errors import ConfigError
 from replay_sim.listener import listen, serving_in_thread
-from replay_sim.replay.app import create_app
-from replay_sim.replay.metrics import Metrics, MissRecord
+from replay_sim.replay.http.app import create_app
+from replay_sim.replay.observe.metrics import Metrics, MissRecord
 from replay_sim.replay.options import Limits
 
 BIN = Path(sys.executable).parent

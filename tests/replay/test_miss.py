@@ -22,10 +22,10 @@ from replay_sim.errors import ConfigError
 from replay_sim.listener import serving_in_thread
 from replay_sim.record.config import RecorderConfig, UpstreamSpec
 from replay_sim.record.forward import Forwarder
+from replay_sim.replay.core.replay import Replay
 from replay_sim.replay.options import MissPolicyName
 from replay_sim.replay.policies.miss import MissSettings
-from replay_sim.replay.policies.registry import MISS_POLICIES, make_policy
-from replay_sim.replay.replay import Replay
+from replay_sim.replay.policies.registry import MISS_POLICIES, make_policy, serving_policy
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.store import Origin, ServerRecord, Store
 
@@ -33,12 +33,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _replay(store: Store, miss: str, **settings: Any) -> Replay:
-    return Replay(
-        store,
-        resolver=Resolver(store, index_dir=None),
-        miss=miss,
-        settings=MissSettings(store=store, **settings),
-    )
+    resolver = Resolver(store, index_dir=None)
+    policy, holds = serving_policy(miss, MissSettings(store=store, lookup=resolver.lookup, **settings))
+    return Replay(store, resolver=resolver, policy=policy, policy_name=miss, holds=holds)
 
 
 def test_the_registry_names_every_policy_and_rejects_unknown_ones(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from replay_helpers import call_tools, make_replay
 
 from replay_sim.listener import serving_in_thread
-from replay_sim.replay.app import create_app
+from replay_sim.replay.http.app import create_app
 
 
 @pytest.fixture(scope="module")

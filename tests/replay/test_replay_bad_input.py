@@ -11,7 +11,7 @@ import pytest
 from replay_helpers import make_replay, payload, raw_session
 
 from replay_sim.listener import serving_in_thread
-from replay_sim.replay.app import create_app
+from replay_sim.replay.http.app import create_app
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,7 @@ from replay_helpers import (
 )
 
 from replay_sim.listener import serving_in_thread
-from replay_sim.replay.app import create_app
+from replay_sim.replay.http.app import create_app
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

@@ -25,8 +25,8 @@ from recording_helpers import PYTHON, ROOT, proxy_stdio, run_script, stdio, step
 from replay_helpers import build_store, make_replay, match_of, text_result, tool_call
 
 from replay_sim.listener import serving_in_thread
-from replay_sim.replay.app import create_app
 from replay_sim.replay.factory import open_replay
+from replay_sim.replay.http.app import create_app
 from replay_sim.resolve.calibration import MatchConfig, ToolOverride
 
 pytestmark = pytest.mark.anyio

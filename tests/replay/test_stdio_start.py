@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from replay_helpers import build_store, text_result
 
-from replay_sim.replay.stdio_start import START_TABLE, StartTable, request_key
-from replay_sim.replay.stdio_start.write import write_start_table
+from replay_sim.replay.stdio.start import START_TABLE, StartTable, request_key
+from replay_sim.replay.stdio.start.write import write_start_table
 from replay_sim.resolve.build import build_index
 from replay_sim.resolve.embedding import SentenceTransformerEmbedder
 from replay_sim.resolve.tooleffects import keep_effects

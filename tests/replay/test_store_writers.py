@@ -20,8 +20,8 @@ from replay_helpers import build_store, payload, raw_session, tool_call
 from store_helpers import write_locked
 
 from replay_sim.listener import serving_in_thread
-from replay_sim.replay.app import create_app
-from replay_sim.replay.replay import Replay
+from replay_sim.replay.core.replay import Replay
+from replay_sim.replay.http.app import create_app
 from replay_sim.resolve.embedding import SentenceTransformerEmbedder
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.store import Store

@@ -15,7 +15,7 @@ from resolver_helpers import REPO, GatedEmbedder, calibrated_store, call, search
 
 import replay_sim.resolve.toolstate as toolstate
 from replay_sim.errors import VectorIndexError
-from replay_sim.replay.replay import Replay
+from replay_sim.replay.core.replay import Replay
 from replay_sim.resolve.embedding import SentenceTransformerEmbedder
 from replay_sim.resolve.resolution import Tier
 from replay_sim.resolve.resolver import Resolver

@@ -14,17 +14,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 import anyio.to_thread
 
 from replay_sim.canonical import answer_text, call_identity, canonical_json
+from replay_sim.replay.policies.instances import SandboxInstance
 from replay_sim.resolve.lineage import DIVERGED, StateLookup, Trail
 from replay_sim.store import Origin, Recording, Store
-
-if TYPE_CHECKING:
-    from replay_sim.replay.policies.sandbox import SandboxInstance
 
 __all__ = ["Binding", "Divergence", "given_calls", "same_answer"]
 

@@ -11,7 +11,8 @@ import time
 import anyio.to_thread
 
 from replay_sim.errors import ConfigError
-from replay_sim.replay.policies.miss import Miss, MissSettings
+from replay_sim.replay.core.misses import Miss
+from replay_sim.replay.policies.miss import MissSettings
 from replay_sim.resolve.resolution import Resolution, Tier
 from replay_sim.store import Origin
 

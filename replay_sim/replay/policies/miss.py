@@ -5,8 +5,10 @@ A policy turns the resolver's miss into a :class:`~replay_sim.resolve.resolver.R
 (``nearest``), or a new recording it stored first (``live`` forwards to the real server, see
 :mod:`~replay_sim.replay.policies.live`; ``synthesize`` asks an LLM, see
 :mod:`~replay_sim.replay.policies.synthesize`).
-This module holds what every policy shares and the two that need nothing but the store; policies
-are looked up by name in :data:`~replay_sim.replay.policies.registry.MISS_POLICIES`.
+The call and the policy protocol are the core's (:mod:`~replay_sim.replay.core.misses`, with the
+``error`` policy); this module holds what the others share (their settings, the ``live`` policy's
+forward) and ``nearest``; policies are looked up by name in
+:data:`~replay_sim.replay.policies.registry.MISS_POLICIES`.
 """
 
 from __future__ import annotations
@@ -14,41 +16,15 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
-from replay_sim.replay.episodes import History
-from replay_sim.resolve.lineage import StateLookup, Trail
+from replay_sim.replay.core.misses import Miss
+from replay_sim.replay.policies.instances import SandboxPool
+from replay_sim.resolve.lineage import StateLookup
 from replay_sim.resolve.resolution import Resolution, Tier
 from replay_sim.store import Store
 
-if TYPE_CHECKING:
-    from replay_sim.replay.policies.sandbox import SandboxPool
-
-__all__ = [
-    "ErrorPolicy",
-    "Forward",
-    "Miss",
-    "MissPolicy",
-    "MissSettings",
-    "NearestPolicy",
-]
-
-
-@dataclass(frozen=True, slots=True)
-class Miss:
-    """A call the resolver could not answer with certainty."""
-
-    server: str
-    method: str
-    params: dict[str, Any]
-    resolution: Resolution
-    tool: dict[str, Any] | None = None
-    """The tool's (or prompt's) entry from the recorded listing, when there is one."""
-    trail: Trail | None = None
-    """The history of the episode (or MCP session) asking, on this server; None for a request with
-    none. The ``sandbox`` policy binds its instance to it."""
-    owner: History | None = None
-    """The episode or connection history ``trail`` belongs to (what the ``sandbox`` policy counts in)."""
+__all__ = ["Forward", "MissSettings", "NearestPolicy"]
 
 
 Forward = Callable[[str, str, dict[str, Any]], Awaitable[dict[str, Any]]]
@@ -84,25 +60,6 @@ class MissSettings:
     """Seconds after which the instance of an episode that made no call is closed (None: never)."""
     lookup: StateLookup | None = None
     """The resolver's view of the recordings' states (the replay fills it in): what ``sandbox`` re-plays."""
-
-
-class MissPolicy(Protocol):
-    """Decides the answer to a call no recording answers with certainty."""
-
-    async def answer(self, miss: Miss) -> Resolution:
-        """Return the resolution to serve: the miss itself, or one carrying a recording."""
-        ...
-
-
-class ErrorPolicy:
-    """Serve the miss as an error (the replay server renders its candidates and diffs)."""
-
-    def __init__(self, settings: MissSettings) -> None:
-        del settings  # the miss is its own answer: nothing to configure
-
-    async def answer(self, miss: Miss) -> Resolution:
-        """Return the miss unchanged."""
-        return miss.resolution
 
 
 class NearestPolicy:

@@ -3,7 +3,7 @@
 For a server the recorder config declares a sandbox (its state can be thrown away), a call the cache
 cannot answer *from the episode's state* is answered by an instance of the real server that belongs
 to the episode (:class:`~replay_sim.replay.policies.binding.Binding`): taken at the initial state
-from a :class:`SandboxPool`, brought to the episode's state by re-playing its state-changing calls
+from a :class:`~.instances.SandboxPool`, brought to the episode's state by re-playing its state-changing calls
 (each answer checked; a server answering otherwise is a miss naming the call, never an answer from
 another state), then asked the call. From then on the episode is **bound** on that server: every
 call that may change state goes to its instance even when the cache has an answer (the instance's
@@ -18,7 +18,7 @@ session-scoped histories: the history is freed, and with it the binding) or stay
 ``sandbox_idle`` seconds. An instance that dies makes its episode **lost**
 (:class:`~replay_sim.errors.EpisodeLost`); no instance within ``sandbox_timeout`` is a miss saying
 why. The record side provides the pool (``replay_sim.record.instances``); the replay side declares
-only what it needs of it here, and never imports it.
+only what it needs of it (:mod:`~replay_sim.replay.policies.instances`), and never imports it.
 """
 
 from __future__ import annotations
@@ -28,79 +28,23 @@ import time
 import weakref
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from pathlib import Path
-from typing import Any, Protocol, Self
+from typing import Any, Self
 
 import anyio
 import anyio.abc
 
 from replay_sim.canonical import call_identity
 from replay_sim.errors import ConfigError, EpisodeLost, InstanceLost, ReplaySimError, SandboxUnavailable
-from replay_sim.replay.episodes import Episode, History
+from replay_sim.replay.core.episodes import Episode, History
+from replay_sim.replay.core.misses import ErrorPolicy, Miss, MissPolicy
 from replay_sim.replay.policies.binding import Binding, Divergence, given_calls
-from replay_sim.replay.policies.miss import ErrorPolicy, Miss, MissPolicy, MissSettings
+from replay_sim.replay.policies.miss import MissSettings
 from replay_sim.resolve.lineage import DIVERGED, StateLookup, Trail
 from replay_sim.resolve.resolution import Resolution, Tier
 from replay_sim.store import Recording, Store
 from replay_sim.store.snapshot import STORE_FILE
 
-__all__ = ["SandboxInstance", "SandboxPolicy", "SandboxPool", "sandbox_side_file"]
-
-
-class SandboxInstance(Protocol):
-    """One running instance of a real server, owned by one episode until closed."""
-
-    server: str
-    """The recorded server name it runs."""
-    id: str
-    """Unique, e.g. ``git-3``."""
-
-    @property
-    def alive(self) -> bool:
-        """False once its process has exited or crashed."""
-        ...
-
-    async def call(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        """Send one MCP request; return ``{"params", "result", "error", "latency_ms", "notifications"}``.
-
-        Params, result and error are MCP wire JSON, redacted as the recorder would.
-
-        Raises:
-            InstanceLost: The instance died before or during the call.
-            UpstreamError: The call timed out.
-        """
-        ...
-
-    def memory_bytes(self) -> int | None:
-        """Resident memory of its process tree, None if unknown."""
-        ...
-
-    async def close(self) -> None:
-        """End its process group and delete its state; idempotent."""
-        ...
-
-
-class SandboxPool(Protocol):
-    """Where instances come from: started (or warm) at the initial state, capped in number."""
-
-    def servers(self) -> frozenset[str]:
-        """The recorded server names declared sandboxes."""
-        ...
-
-    async def acquire(self, server: str, *, timeout: float) -> SandboxInstance:
-        """A fresh instance at the initial state, owned by the caller until ``close()``.
-
-        Raises:
-            SandboxUnavailable: None could be had within ``timeout`` (the message says why).
-        """
-        ...
-
-    def stats(self) -> dict[str, Any]:
-        """Per server: live, warm, started, crashed, ended, memory per live instance, isolation kind."""
-        ...
-
-    async def aclose(self) -> None:
-        """End every instance (server shutdown)."""
-        ...
+__all__ = ["SandboxPolicy", "sandbox_side_file"]
 
 
 def sandbox_side_file(store_path: str | Path) -> Path:
@@ -143,7 +87,7 @@ class SandboxPolicy:
         self.store = settings.store
         self.timeout = settings.sandbox_timeout
         self.idle = settings.sandbox_idle
-        self.fallback = fallback or ErrorPolicy(settings)
+        self.fallback = fallback or ErrorPolicy()
         self._side: Store | None = None
         self._bindings: dict[int, Binding] = {}  # id(trail) -> its binding, while the trail lives
         self._tg: anyio.abc.TaskGroup | None = None

@@ -17,7 +17,8 @@ import anyio.to_thread
 import httpx2
 
 from replay_sim.errors import ConfigError, UpstreamError
-from replay_sim.replay.policies.miss import Miss, MissSettings
+from replay_sim.replay.core.misses import Miss
+from replay_sim.replay.policies.miss import MissSettings
 from replay_sim.resolve.resolution import Resolution, Tier
 from replay_sim.store import Origin, Recording
 

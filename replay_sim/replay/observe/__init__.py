@@ -1,0 +1,1 @@
+"""What a replay shows about itself: counts and latencies (:mod:`.metrics`), readiness (:mod:`.readiness`)."""

@@ -1,0 +1,68 @@
+"""What the ``sandbox`` policy needs of the record side's instances: the extension point it is handed.
+
+The record side implements both protocols (``replay_sim.record.instances``); the replay side declares
+them here and never imports it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+__all__ = ["SandboxInstance", "SandboxPool"]
+
+
+class SandboxInstance(Protocol):
+    """One running instance of a real server, owned by one episode until closed."""
+
+    server: str
+    """The recorded server name it runs."""
+    id: str
+    """Unique, e.g. ``git-3``."""
+
+    @property
+    def alive(self) -> bool:
+        """False once its process has exited or crashed."""
+        ...
+
+    async def call(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """Send one MCP request; return ``{"params", "result", "error", "latency_ms", "notifications"}``.
+
+        Params, result and error are MCP wire JSON, redacted as the recorder would.
+
+        Raises:
+            InstanceLost: The instance died before or during the call.
+            UpstreamError: The call timed out.
+        """
+        ...
+
+    def memory_bytes(self) -> int | None:
+        """Resident memory of its process tree, None if unknown."""
+        ...
+
+    async def close(self) -> None:
+        """End its process group and delete its state; idempotent."""
+        ...
+
+
+class SandboxPool(Protocol):
+    """Where instances come from: started (or warm) at the initial state, capped in number."""
+
+    def servers(self) -> frozenset[str]:
+        """The recorded server names declared sandboxes."""
+        ...
+
+    async def acquire(self, server: str, *, timeout: float) -> SandboxInstance:
+        """A fresh instance at the initial state, owned by the caller until ``close()``.
+
+        Raises:
+            SandboxUnavailable: None could be had within ``timeout`` (the message says why).
+        """
+        ...
+
+    def stats(self) -> dict[str, Any]:
+        """Per server: live, warm, started, crashed, ended, memory per live instance, isolation kind."""
+        ...
+
+    async def aclose(self) -> None:
+        """End every instance (server shutdown)."""
+        ...
