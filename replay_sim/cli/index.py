@@ -69,8 +69,8 @@ def build_command(db: Path, index_dir: Path, match_config: MatchConfig | None, e
     parts = len(index.partitions)
     vectors = sum(len(p) for p in index.partitions.values())
     click.echo(
-        f"index {index_dir} ({index.model_id}): {vectors} calls in {parts} partitions "
-        f"({embedder.encoded} embedded, {embedder.reused} from cache)"
+        f"indexed {vectors} calls in {parts} partitions into {index_dir} ({index.model_id}; "
+        f"{embedder.encoded} embedded, {embedder.reused} from cache)"
     )
     table = index_dir / START_TABLE
     if match_config is not None:  # a stdio start answers only under the default matching config
