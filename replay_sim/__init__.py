@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from replay_sim.replay.http.app import create_app
     from replay_sim.replay.http.serving import EpisodeHandle, ReplayServer, Serving
     from replay_sim.replay.options import Limits, MissPolicyName
+    from replay_sim.replay.policies.instances import SandboxPool
     from replay_sim.replay.policies.miss import Forward
     from replay_sim.replay.shaping.faults import FaultKind, Faults, Latency
     from replay_sim.resolve.build import build_index
@@ -136,6 +137,7 @@ def serving(
     miss: MissPolicyName | str = "error",
     miss_detail: str = "full",
     config: str | Path | RecorderConfig | None = None,
+    sandboxes: SandboxPool | None = None,
     sandbox_pool: int | None = None,
     max_sandboxes: int | None = None,
     sandbox_timeout: float = 30.0,
@@ -178,6 +180,9 @@ def serving(
         config: The recorder config declaring the sandbox servers (``sandbox = true``), or its path;
             with ``miss="sandbox"`` the record side's instance pool is built from it here and
             injected into the replay, as ``serve --miss sandbox --config`` does.
+        sandboxes: Where the ``sandbox`` miss policy takes instances of the real servers, built
+            elsewhere (instead of from ``config``); with another ``miss``, its servers' misses are
+            still answered by sandboxes.
         sandbox_pool: Started instances kept ready per sandbox server (None: the CLI's default).
         max_sandboxes: Live instances at most, across servers (None: the CLI's default).
         sandbox_timeout: Seconds a call may wait for a sandbox instance before it is a miss.
@@ -218,8 +223,7 @@ def serving(
     from replay_sim.record.instances import DEFAULT_MAX_INSTANCES, DEFAULT_POOL
 
     serve = importlib.import_module(_LAZY["Serving"][0]).serving  # the HTTP door's serving()
-    sandboxes = None
-    if miss == "sandbox":
+    if miss == "sandbox" and sandboxes is None:
         if config is None:
             raise ConfigError(
                 'serving(miss="sandbox") needs config=, the recorder config declaring sandboxes'

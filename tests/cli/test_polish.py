@@ -72,8 +72,8 @@ def test_serving_takes_every_option_as_a_typed_keyword_with_the_replays_defaults
     door = importlib_serving()
     for source in (inspect.signature(door).parameters, inspect.signature(replay_sim.open_replay).parameters):
         for name, parameter in source.items():
-            if parameter.kind is inspect.Parameter.VAR_KEYWORD or name == "sandboxes":
-                continue  # sandboxes: built from config= (the recorder config) by the public serving()
+            if parameter.kind is inspect.Parameter.VAR_KEYWORD:
+                continue
             assert name in public, name
             assert public[name].default == parameter.default, name
 
