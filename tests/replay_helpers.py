@@ -230,9 +230,14 @@ def call_tools(url: str, calls: list[tuple[str, dict[str, Any]]]) -> None:
 
 
 def match_of(result: Any) -> dict[str, Any]:
-    """The replay-sim provenance of a result model or wire dict."""
+    """The replay-sim provenance of a result model or wire dict, without its learned confidence.
+
+    ``confidence`` and ``drivers`` depend on the store's model (tests/resolve/test_confidence.py
+    and the HTTP test check them); the tiers' own record is compared here.
+    """
     meta = result.get("_meta") if isinstance(result, dict) else result.meta
-    return (meta or {})["replay-sim/match"]
+    match = (meta or {})["replay-sim/match"]
+    return {k: v for k, v in match.items() if k not in ("confidence", "drivers")}
 
 
 ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}

@@ -1,6 +1,7 @@
-"""Every HTTP server we run (issue 20, items 1, 6, 7, 8): connections are kept past every client's
-keep-alive, half-sent headers time out, nothing is logged per request, and one line says when it
-is ready. Real ``replay-sim serve`` and ``record --http`` processes, raw sockets on 127.0.0.1."""
+"""Every HTTP server we run (issue 20, items 1, 6, 7, 8; issue 29, item 3): connections are kept
+past every client's keep-alive, half-sent headers time out, open connections stay below the
+descriptor limit, nothing is logged per request, and one line says when it is ready. Real
+``replay-sim serve`` and ``record --http`` processes, raw sockets on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -11,7 +12,11 @@ import anyio
 import anyio.abc
 import pytest
 from recording_helpers import ECHO_SERVER, PYTHON, REPLAY_SIM, Process, spawn
-from replay_helpers import build_store
+from replay_helpers import build_store, make_replay
+
+from replay_sim.httpserver import HttpOptions, connection_budget
+from replay_sim.listener import serving_in_thread
+from replay_sim.replay.http.app import create_app
 
 pytestmark = pytest.mark.anyio
 
@@ -137,3 +142,80 @@ async def test_half_sent_request_headers_get_408_and_a_real_request_is_answered_
                 await stream.aclose()
         assert len(answers) == 200
         assert all(a.startswith(b"HTTP/1.1 408 ") and b"connection: close" in a for a in answers)
+
+
+# -- issue 29, item 3: descriptors bounded below the process's limit -------------------------------
+
+NOFILE = 256
+"""The descriptor limit of the server under test (``ulimit -n``), set in the child before it starts."""
+LIMITED = (
+    "import os, resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[1]),) * 2); "
+    "os.execv(sys.argv[2], sys.argv[2:])"
+)
+
+
+async def _answer(port: int, path: str) -> bytes:
+    """What the server answers a whole GET on a new connection (until it closes or answers)."""
+    async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+        await stream.send(
+            f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n".encode()
+        )
+        data = b""
+        try:
+            while chunk := await stream.receive():
+                data += chunk
+        except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
+            pass
+        return data
+
+
+async def test_a_flood_of_half_sent_requests_past_the_descriptor_limit_is_refused_and_the_server_stays_up(
+    tmp_path: Path,
+) -> None:
+    command = _serve(tmp_path, "--body-timeout", "300")  # half-sent headers are held five minutes
+    async with spawn(PYTHON, "-c", LIMITED, str(NOFILE), *command) as process:
+        port = int((await process.wait_for(LISTENING)).group(2))
+        half = f"GET /api/health HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nX-Slow: ".encode()  # never ends
+        flood = []
+        try:
+            with anyio.fail_after(60):
+                for _ in range(NOFILE + 100):
+                    stream = await anyio.connect_tcp("127.0.0.1", port)
+                    flood.append(stream)
+                    await stream.send(half)
+                # at the bound a new connection is answered 503 at once, not left unaccepted
+                refused = await _answer(port, "/api/health")
+            assert refused.startswith(b"HTTP/1.1 503 "), refused[:200]
+            assert b"retry-after: 1" in refused.lower() and b"too many open connections" in refused
+            assert process.process.returncode is None  # still up
+        finally:
+            for stream in flood:
+                await stream.aclose()
+        with anyio.fail_after(60):  # once the flood's connections end, it answers as before
+            while not (answer := await _answer(port, "/api/health")).startswith(b"HTTP/1.1 200 "):
+                assert answer.startswith(b"HTTP/1.1 503 "), answer[:200]
+                await anyio.sleep(0.05)
+        assert process.process.returncode is None
+        said = await _stopped(process)
+    assert not any("Traceback" in line or "Too many open files" in line for line in said), said
+
+
+async def test_a_connection_past_max_connections_gets_503_and_the_others_are_served(tmp_path: Path) -> None:
+    bound, batch = connection_budget()
+    assert bound > 0 and 16 <= batch <= 2048 and connection_budget(4)[0] == 4
+    app = create_app(make_replay(tmp_path / "bound.db"))
+    with serving_in_thread(app, options=HttpOptions(max_connections=4)) as url:
+        port = int(url.rsplit(":", 1)[1])
+        request = f"GET /api/health HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
+        with anyio.fail_after(60):
+            held = [await anyio.connect_tcp("127.0.0.1", port) for _ in range(4)]
+            try:
+                for stream in held:  # answered: each connection is open and kept alive
+                    assert await _exchange(stream, request) == 200
+                assert (await _answer(port, "/api/health")).startswith(b"HTTP/1.1 503 ")
+                assert await _exchange(held[0], request) == 200  # the open ones go on
+            finally:
+                for stream in held:
+                    await stream.aclose()
+            while not (await _answer(port, "/api/health")).startswith(b"HTTP/1.1 200 "):
+                await anyio.sleep(0.05)  # until the server has seen the four close

@@ -46,3 +46,26 @@ def test_a_dropped_line_whose_leading_id_is_not_json_is_answered_with_a_null_id(
         TooLong(1 << 30, b'{"jsonrpc":"2.0","id":007,"method":"tools/call"'), 1 << 20
     )
     assert not for_server and error.message.id is None
+
+
+@pytest.mark.parametrize("token", [b"1e3", b"1.0", b"1.5", b"true", b"false", b"null", b"{}", b"[1]"])
+def test_a_request_whose_id_is_not_a_string_or_an_integer_gets_an_invalid_request_error(token: bytes) -> None:
+    line = b'{"jsonrpc":"2.0","id":' + token + b',"method":"ping"}'
+    error, for_server = read_line(line, 1 << 20)
+    assert not for_server
+    assert error.message.id is None and error.message.error.code == -32600  # type: ignore[union-attr]
+    assert "id" in error.message.error.message  # type: ignore[union-attr]
+
+
+def test_a_notification_and_a_request_with_a_proper_id_are_the_servers() -> None:
+    for line in (
+        b'{"jsonrpc":"2.0","method":"notifications/initialized"}',
+        b'{"jsonrpc":"2.0","id":"a","method":"ping"}',
+    ):
+        _, for_server = read_line(line, 1 << 20)
+        assert for_server
+
+
+@pytest.mark.parametrize("token", [b"1e3", b"1.0", b"true", b"null", b"{}"])
+def test_a_shortcut_is_never_offered_a_request_whose_id_is_not_a_string_or_an_integer(token: bytes) -> None:
+    assert request_of(b'{"jsonrpc":"2.0","id":' + token + b',"method":"tools/call","params":{}}') is None

@@ -13,6 +13,10 @@ from replay_sim.replay.stdio.start import START_TABLE
 from replay_sim.replay.stdio.start.write import write_start_table
 from replay_sim.resolve.build import build_index
 from replay_sim.resolve.calibration import MatchConfig
+from replay_sim.resolve.confidence.leaveoneout import learn as learn_confidence
+from replay_sim.resolve.confidence.model import MODEL_FILE
+from replay_sim.resolve.confidence.reliability import cross_validated, render_calibration
+from replay_sim.resolve.confidence.reliability import plot as plot_reliability
 from replay_sim.resolve.embedders import EMBEDDINGS, embedder_for, index_embedder
 from replay_sim.resolve.embedding import CachedEmbedder, default_embedder
 from replay_sim.resolve.evaluate import compare, load_probes, render
@@ -66,11 +70,16 @@ def build_command(db: Path, index_dir: Path, match_config: MatchConfig | None, e
 
             index = build_index(store, schemas, embedder, index_dir, progress=progress)
         keep_effects(store, match_config)  # the next replay reads them instead of learning them
+        learned = learn_confidence(store, index_dir, match_config)
     parts = len(index.partitions)
     vectors = sum(len(p) for p in index.partitions.values())
     click.echo(
         f"indexed {vectors} calls in {parts} partitions into {index_dir} ({index.model_id}; "
         f"{embedder.encoded} embedded, {embedder.reused} from cache)"
+    )
+    click.echo(
+        f"confidence model {index_dir / MODEL_FILE}: {learned.examples} leave-one-out examples, "
+        f"{learned.positives} right"
     )
     table = index_dir / START_TABLE
     if match_config is not None:  # a stdio start answers only under the default matching config
@@ -111,6 +120,21 @@ def _progress_line(done: int, total: int) -> None:
     is_flag=True,
     help="Score replay-sim as the MCP SDK client's default mode meets it: no episode, no session.",
 )
+@click.option(
+    "--min-confidence",
+    type=click.FloatRange(0.0, 1.0),
+    default=None,
+    help="Operating point: serve answers whose learned confidence reaches it (default: strict tiers).",
+)
+@click.option(
+    "--calibration",
+    is_flag=True,
+    help="Also score the operating points cross-validated by server: precision, recall, ECE and "
+    "a reliability table (a PNG beside PROBES with --plot, when matplotlib is installed).",
+)
+@click.option(
+    "--plot", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Reliability PNG."
+)
 def eval_command(
     probes: Path,
     db: Path,
@@ -120,15 +144,27 @@ def eval_command(
     explain: bool,
     floor: bool,
     sessionless: bool,
+    min_confidence: float | None,
+    calibration: bool,
+    plot: Path | None,
 ) -> None:
     """Score the resolver on PROBES.jsonl (live truth) against exact-only and naive baselines."""
     with Store(db, create=False) as store:
-        resolver = Resolver(store, config=match_config, index_dir=index_dir)
+        resolver = Resolver(store, config=match_config, index_dir=index_dir, min_confidence=min_confidence)
         embedder = CachedEmbedder(default_embedder(), store) if baselines else None
         loaded = load_probes(probes)
         reports = compare(store, loaded, resolver, embedder, sessionless=sessionless)
         refused = exact_floor(resolver, loaded, sessionless=sessionless) if floor else None
+        scored = cross_validated(resolver, loaded) if calibration else None
     click.echo(render(reports))
+    if scored is not None:
+        click.echo(
+            "\nCalibration, cross-validated by server:\n\n"
+            + render_calibration(scored, reports["exact-only cache"])
+        )
+        if plot is not None:
+            wrote = plot_reliability(scored, plot)
+            click.echo(f"reliability diagram {plot}" if wrote else "no PNG: matplotlib is not installed")
     if refused is not None:
         click.echo("\n" + render_floor(refused))
     if explain:

@@ -7,11 +7,15 @@ The replay side declares what it needs (``SandboxPool``); the record side implem
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
+from datetime import datetime
+from pathlib import Path
 
-from replay_sim.errors import ConfigError
+from replay_sim.errors import ConfigError, StoreError
 from replay_sim.record.config import RecorderConfig
 from replay_sim.record.instances import DEFAULT_MAX_INSTANCES, DEFAULT_POOL, InstancePool
+from replay_sim.record.instances.clock import recordings_began
 
 __all__ = ["sandbox_pool"]
 
@@ -23,6 +27,9 @@ def sandbox_pool(
     max_instances: int = DEFAULT_MAX_INSTANCES,
     idle_timeout: float | None = None,
     servers: Iterable[str] | None = None,
+    store: str | Path | None = None,
+    hidden: Iterable[str | Path] = (),
+    unconfined: bool = False,
 ) -> InstancePool:
     """The pool of instances of ``config``'s sandbox servers (enter it with ``async with`` while serving).
 
@@ -33,6 +40,10 @@ def sandbox_pool(
         idle_timeout: Seconds a handed-out instance may go without a call before it is ended
             (a safety net behind the episodes' own idle expiry; None: never).
         servers: Only these sandbox servers (default: all of them).
+        store: The served store: its directory is hidden from every instance, and each server's
+            instances start their clock when its recordings began.
+        hidden: More paths no instance may see (the index directory, the recorder config file).
+        unconfined: Run instances unconfined (``--unconfined-sandboxes``).
 
     Raises:
         ConfigError: The config declares no sandbox, a named server is not one, or a count is out of range.
@@ -42,6 +53,22 @@ def sandbox_pool(
             "--miss sandbox needs a recorder config with at least one server declared `sandbox = true` "
             f"(its servers: {', '.join(sorted(config.servers))})"
         )
+    paths = [*hidden, *([os.path.dirname(os.path.abspath(store))] if store is not None else [])]
     return InstancePool(
-        config, pool=pool, max_instances=max_instances, idle_timeout=idle_timeout, servers=servers
-    )
+        config, pool=pool, max_instances=max_instances, idle_timeout=idle_timeout, servers=servers,
+        hidden=paths, clocks=_clocks(store, config) if store is not None else None, unconfined=unconfined,
+    )  # fmt: skip
+
+
+def _clocks(store: str | Path, config: RecorderConfig) -> dict[str, datetime]:
+    """When each sandbox server's recordings in ``store`` began (servers with none are left out)."""
+    from replay_sim.store import Store
+
+    try:
+        with Store(store, readonly=True, create=False) as opened:
+            found = {
+                name: recordings_began(opened, server=name) for name, s in config.servers.items() if s.sandbox
+            }
+    except StoreError:
+        return {}  # the replay reports an unreadable store itself
+    return {name: when for name, when in found.items() if when is not None}

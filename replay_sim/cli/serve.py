@@ -52,6 +52,7 @@ def serve_command(
     episode_idle_timeout: float,
     episode_rate: float,
     episode_burst: int,
+    episode_client_share: float,
     latency: str,
     fault_specs: tuple[str, ...],
     fault_hold: float | None,
@@ -69,6 +70,7 @@ def serve_command(
     sandbox_timeout: float,
     index_dir: Path | None,
     match_config: MatchConfig | None,
+    min_confidence: float | None,
     on_ray: bool,
     replicas: int,
     max_ongoing_requests: int,
@@ -87,6 +89,7 @@ def serve_command(
         episode_idle_timeout=episode_idle_timeout,
         episode_rate=episode_rate,
         episode_burst=episode_burst,
+        episode_client_share=episode_client_share,
     )
     if on_ray:
         if snapshot is None or stdio:
@@ -119,6 +122,7 @@ def serve_command(
             token=token,
             miss=miss,
             miss_detail=miss_detail,
+            min_confidence=min_confidence,
             keep_alive=keep_alive,
             config=None if config is None else str(config),
             sandbox_pool=sandbox_pool,
@@ -139,7 +143,11 @@ def serve_command(
     started = None
     # A start answers from the table only when nothing is to be checked or started first.
     plain = miss in (MissPolicyName.ERROR, MissPolicyName.NEAREST) and latency == "none"
-    if stdio and plain and not (snapshot or config or fault_specs or strict or match_config):
+    if (
+        stdio
+        and plain
+        and not (snapshot or config or fault_specs or strict or match_config or min_confidence is not None)
+    ):
         assert server_name is not None
         started = _start_stdio(db, index_dir, server_name)
         if started is not None and started.ended:
@@ -167,8 +175,9 @@ def serve_command(
         from replay_sim.cli.sandboxes import sandbox_pool as build_sandbox_pool
 
         sandboxes = build_sandbox_pool(
-            recorder_config, pool=sandbox_pool, max_instances=max_sandboxes, servers=servers
-        )
+            recorder_config, pool=sandbox_pool, max_instances=max_sandboxes, servers=servers,
+            store=db, hidden=[p for p in (index_dir, config) if p is not None],  # hidden from instances
+        )  # fmt: skip
     from replay_sim.replay.factory import open_replay  # the MCP SDK, the resolver
 
     replay = open_replay(
@@ -185,6 +194,7 @@ def serve_command(
         llm_api_key=llm_api_key,
         index_dir=index_dir,
         match_config=match_config,
+        min_confidence=min_confidence,
         latency=Latency.parse(latency),
         faults=faults,
         miss_detail=miss_detail,
@@ -261,6 +271,8 @@ def _start_stdio(db: Path, index_dir: Path | None, server: str) -> Handover | No
     try:
         return serve_until_needed(table)
     finally:
+        if table.problem:
+            click.echo(f"replay-sim: {table.problem}", err=True)
         table.close()
 
 

@@ -148,6 +148,13 @@ SERVE_OPTIONS: list[Callable[[Any], Any]] = [
         help="New episodes that may be created at once (a batch of rollouts starting).",
     ),
     click.option(
+        "--episode-client-share",
+        type=click.FloatRange(0, 1, min_open=True),
+        default=_LIMITS.episode_client_share,
+        show_default=True,
+        help="The part of --episode-rate and --episode-burst one client address may take (1: all).",
+    ),
+    click.option(
         "--latency",
         default="none",
         show_default=True,
@@ -231,6 +238,13 @@ SERVE_OPTIONS: list[Callable[[Any], Any]] = [
     ),
     match_config_option,
     click.option(
+        "--min-confidence",
+        type=click.FloatRange(0.0, 1.0),
+        default=None,
+        help="Operating point: serve an answer when its learned confidence reaches P, else run the miss "
+        "policy (default: the strict tiers alone).",
+    ),
+    click.option(
         "--ray", "on_ray", is_flag=True, help="Serve --snapshot from replicas on Ray Serve (pip extra 'ray')."
     ),
     click.option(
@@ -256,10 +270,11 @@ SERVE_OPTIONS: list[Callable[[Any], Any]] = [
 SERVE_GROUPS: dict[str, tuple[str, ...]] = {
     "Serving": ("db", "snapshot", "host", "port", "allowed_hosts", "token", "stdio", "server_name",
                 "index_dir", "match_config", "strict"),
-    "Misses and sandboxes": ("miss", "miss_detail", "config", "llm_url", "llm_model", "llm_api_key",
-                             "sandbox_pool", "max_sandboxes", "sandbox_timeout"),
+    "Misses and sandboxes": ("miss", "miss_detail", "min_confidence", "config", "llm_url", "llm_model",
+                             "llm_api_key", "sandbox_pool", "max_sandboxes", "sandbox_timeout"),
     "Episodes, latency and faults": ("max_episodes", "episode_idle_timeout", "episode_rate",
-                                     "episode_burst", "latency", "fault_specs", "fault_hold"),
+                                     "episode_burst", "episode_client_share", "latency", "fault_specs",
+                                     "fault_hold"),
     "Limits": ("session_idle_timeout", "max_sessions", "max_concurrent", "admission_wait",
                "body_timeout", "keep_alive"),
     "Observability": ("log_level", "access_log"),

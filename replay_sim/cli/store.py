@@ -22,9 +22,9 @@ from replay_sim.store.interchange import export_jsonl, import_jsonl, merge
 def import_command(file: Path, db: Path) -> None:
     """Import a JSONL recording file into the store (all or nothing)."""
     # One commit: a replay serving the store reads the effects kept with the calls it learns from.
-    with Store(db) as store, Progress("importing", "B") as progress, store.transaction(f"import {file}"):
-        counts = import_jsonl(store, file, progress=progress)
-        keep_effects(store)
+    # Every line is checked before the store's write lock is taken.
+    with Store(db) as store, Progress("importing", "B") as progress:
+        counts = import_jsonl(store, file, progress=progress, within=keep_effects)
     click.echo(
         f"imported {counts['call']} calls ({counts['duplicate']} already present), "
         f"{counts['listing']} listings, {counts['server']} servers into {db}"

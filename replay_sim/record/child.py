@@ -14,6 +14,8 @@ closed first, then the group terminated).
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager, suppress
 from typing import Any, TextIO
@@ -73,11 +75,16 @@ class ChildStdio:
     Args:
         params: How to start the server.
         errlog: Where its stderr goes.
+        max_line: The longest line it may write on stdout, in bytes: a longer one ends the server
+            (its process group is killed; no request is answered from it). None: no cap.
     """
 
-    def __init__(self, params: StdioServerParameters, errlog: TextIO) -> None:
+    def __init__(self, params: StdioServerParameters, errlog: TextIO, max_line: int | None = None) -> None:
         self.params = params
         self.errlog = errlog
+        self.max_line = max_line
+        self.overflow = False
+        """Whether it was ended for writing a line longer than ``max_line``."""
         self._waiting: dict[str, _Waiter] = {}
         self._writing = anyio.Lock()
         self._stdin: Any = None
@@ -124,6 +131,9 @@ class ChildStdio:
                         while True:
                             lines = (buffer + await process.stdout.receive(_CHUNK)).split(b"\n")
                             buffer = lines.pop()
+                            if self.max_line is not None and max(map(len, [buffer, *lines])) > self.max_line:
+                                self.overflowed()
+                                return
                             answered = False
                             for line in lines:
                                 answered = await self.hand_over(line, read_writer) or answered
@@ -266,6 +276,14 @@ class ChildStdio:
     def closed(self) -> None:
         """The server's output ended: no raw request will be answered (its waiters are told)."""
         self._close()
+
+    def overflowed(self) -> None:
+        """It wrote a line longer than ``max_line``: end its process group; no waiter gets an answer."""
+        self.overflow = True
+        self._close()
+        if self.process is not None and self.process.returncode is None:
+            with suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.process.pid, signal.SIGKILL)
 
     def _answered(self, line: bytes) -> bool:
         """Hand a line that answers a raw request to its waiter; False for every other line."""

@@ -30,6 +30,12 @@ class Reader(Protocol):
 
     on_read: Callable[[], None] | None
     """Called after a read that answered a raw request."""
+    max_line: int | None
+    """The longest output line allowed, in bytes (None: any)."""
+
+    def overflowed(self) -> None:
+        """A line was longer than ``max_line``: the server is ended."""
+        ...
 
     def answers(self, line: bytes) -> bool:
         """Whether a line answers a raw request (then handed to its waiter)."""
@@ -59,7 +65,7 @@ class ChildOutput:
         self.child = child
         self.pipe = pipe
         self.sdk = pipe.get_protocol()  # the subprocess transport's: told when the pipe closes
-        self.lines = LineSplitter(sys.maxsize)
+        self.lines = LineSplitter(child.max_line or sys.maxsize)
         self.backlog: deque[bytes | None] = deque()  # lines for deliver(); None: the output ended
         self.wake = anyio.Event()
         self.ended = False
@@ -73,8 +79,13 @@ class ChildOutput:
         if self.discarding:
             return
         child, answered = self.child, False
-        for line in self.lines.feed(data):
-            assert isinstance(line, bytes)  # no line is too long here
+        lines = self.lines.feed(data)
+        if self.lines.dropping or any(not isinstance(line, bytes) for line in lines):
+            self.discarding = True
+            child.overflowed()  # a line over the cap: the server is ended, never half-answered
+            return
+        for line in lines:
+            assert isinstance(line, bytes)
             if not self.backlog and child.answers(line):
                 answered = True
             else:

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from replay_sim.errors import ConfigError
+from replay_sim.record.containment import CONTAINMENT_KEYS, Containment, containment_keys
 from replay_sim.record.isolation import Isolation, isolation_problem
 from replay_sim.redaction import DEFAULT_KEY_GLOBS, REDACTED, Redactor
 
@@ -67,7 +68,7 @@ _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _SERVER_KEYS = {
     "command", "args", "env", "cwd", "url", "headers", "timeout", "startup_timeout", "explore", "reset",
     "sandbox", "isolation", "state", "mounts",
-    "miss",
+    "miss", *CONTAINMENT_KEYS,
 }  # fmt: skip
 _REDACTION_KEYS = {"keys", "patterns", "replacement"}
 DEFAULT_TIMEOUT = 60.0
@@ -116,6 +117,7 @@ class UpstreamSpec:
             (isolation ``mount``).
         miss: ``"sandbox"``: ``replay-sim serve --config`` answers this server's misses from its
             sandbox instances whatever ``--miss`` says for the others; None: ``--miss`` decides.
+        containment: A sandbox instance's network, clock and limits (:mod:`replay_sim.record.containment`).
     """
 
     command: str | None = None
@@ -133,6 +135,7 @@ class UpstreamSpec:
     state: str | None = None
     mounts: tuple[str, ...] = ()
     miss: str | None = None
+    containment: Containment = field(default_factory=Containment)
 
     def __post_init__(self) -> None:
         if (self.command is None) == (self.url is None):
@@ -286,6 +289,7 @@ def _server(name: str, entry: Any, where: str) -> UpstreamSpec:
             sandbox=sandbox,
             **isolation,
             **_miss(entry, where, sandbox),
+            **containment_keys(entry, where, sandbox=sandbox),
         )
     args = entry.get("args", [])
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
@@ -306,6 +310,7 @@ def _server(name: str, entry: Any, where: str) -> UpstreamSpec:
         sandbox=sandbox,
         **isolation,
         **_miss(entry, where, sandbox),
+        **containment_keys(entry, where, sandbox=sandbox),
     )
 
 

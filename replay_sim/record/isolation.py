@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from replay_sim.record.config import UpstreamSpec
 
-__all__ = ["STATE_PLACEHOLDER", "Isolation", "isolation_problem"]
+__all__ = ["STATE_PLACEHOLDER", "Isolation", "isolation_note", "isolation_problem"]
 
 STATE_PLACEHOLDER = "{state}"
 """Replaced by a sandbox instance's own copy of the ``state`` directory in command, args, env and cwd."""
@@ -79,6 +79,21 @@ def isolation_problem(spec: UpstreamSpec) -> str | None:
         return f'isolation = {kind.value!r} needs a command: a url upstream can only be "exclusive"'
     if kind is Isolation.EXCLUSIVE and spec.reset is None:
         return "isolation = \"exclusive\" needs a 'reset' command (run before each instance)"
+    return None
+
+
+def isolation_note(spec: UpstreamSpec) -> str | None:
+    """What a sandbox's isolation keys do now that instances are confined (one line), or None.
+
+    Every confined instance sees the host through a copy-on-write layer of its own, so a state at a
+    fixed path is already private: ``mounts`` is not needed (kept, each path is still copied per
+    instance and bound in its view), and ``process`` isolation is as safe as ``state``.
+    """
+    if spec.sandbox and spec.mounts:
+        return (
+            "'mounts' is not needed: each confined instance writes to its own copy-on-write view of "
+            "the host (kept, each path is copied per instance); it matters only with --unconfined-sandboxes"
+        )
     return None
 
 

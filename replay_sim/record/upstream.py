@@ -88,6 +88,7 @@ class Upstream:
         capabilities: Client capabilities to declare, as wire JSON: what the downstream client
             declared it can be asked (:func:`replay_sim.protocol.declared`); the server's
             requests for them go to :attr:`on_request`.
+        max_line: A stdio server's longest line on stdout in bytes: a longer one ends it (None: no cap).
     """
 
     def __init__(
@@ -95,8 +96,10 @@ class Upstream:
         spec: UpstreamSpec,
         on_notification: NotificationHandler | None = None,
         capabilities: Mapping[str, Any] | None = None,
+        max_line: int | None = None,
     ) -> None:
         self.spec = spec
+        self.max_line = max_line
         self.on_notification = on_notification
         self.on_request: RequestHandler | None = None
         self.capabilities = dict(capabilities or {})
@@ -177,7 +180,7 @@ class Upstream:
                 env=dict(self.spec.env) or None,
                 cwd=self.spec.cwd,
             )
-            child = ChildStdio(params, errlog=self._stderr)
+            child = ChildStdio(params, errlog=self._stderr, max_line=self.max_line)
             read, write = await stack.enter_async_context(child.open())
             self._child = child
         dispatcher: JSONRPCDispatcher[Any] = JSONRPCDispatcher(read, write)

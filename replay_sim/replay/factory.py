@@ -44,6 +44,7 @@ def open_replay(
     llm_api_key: str | None = None,
     index_dir: str | Path | None = None,
     match_config: MatchConfig | None = None,
+    min_confidence: float | None = None,
     latency: Latency | str | None = None,
     faults: Faults | None = None,
     miss_detail: str = MissDetail.FULL,
@@ -71,6 +72,8 @@ def open_replay(
         index_dir: Where the vector index lives (default: the resolver's). A snapshot is served
             with its own index, which its id covers: another one is refused.
         match_config: Thresholds and per-tool overrides (a snapshot brings the one it was frozen with).
+        min_confidence: The operating point: answers whose learned confidence reaches it are served,
+            others go to the miss policy (None: the strict tiers decide, as before).
         latency: How long answers are held: ``none`` (default), ``recorded``, ``fixed:MS``, ``scale:F``.
         faults: Which tool calls fail on purpose, and how (default: none).
         miss_detail: How much a miss tells the client: ``full`` (the nearest recordings and the
@@ -131,7 +134,7 @@ def open_replay(
         llm_model=llm_model,
         llm_api_key=llm_api_key,
     )
-    resolver = Resolver(store, config=match_config, **resolver_options)
+    resolver = Resolver(store, config=match_config, min_confidence=min_confidence, **resolver_options)
     settings.lookup = resolver.lookup  # what the sandbox policy re-plays an episode's state from
     chosen, holds = serving_policy(policy, settings)
     recorded_with = Redactor.from_rules(store.meta(RULES_META_KEY))

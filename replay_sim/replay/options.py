@@ -47,6 +47,9 @@ class Limits:
         episode_idle_timeout: Seconds after which an episode that made no request expires (None: never).
         episode_rate: New episodes a second, sustained, once ``episode_burst`` is spent (past it: ``503``).
         episode_burst: New episodes that may be created at once (a batch of rollouts starting).
+        episode_client_share: The part of ``episode_rate`` and ``episode_burst`` one client (one
+            address) may take, so that one flooding client leaves the rest to the others (1: any
+            client may take all of it).
     """
 
     session_idle_timeout: float | None = 600.0
@@ -59,6 +62,7 @@ class Limits:
     episode_idle_timeout: float | None = DEFAULT_EPISODE_IDLE_TIMEOUT
     episode_rate: float = DEFAULT_EPISODE_RATE
     episode_burst: int = DEFAULT_EPISODE_BURST
+    episode_client_share: float = 0.5
 
 
 class MissPolicyName(StrEnum):

@@ -36,6 +36,12 @@ Per-tool overrides live in a TOML file (``replay-sim.toml`` by convention)::
     floor = 0.93
     semantic = false                # exact and canonical tiers only
     read_only = true                # overrides annotations.readOnlyHint
+    min_confidence = 0.99           # this tool's answers need this confidence (see below)
+
+``min_confidence`` (in ``[defaults]`` or per tool) is an operating point: an answer is served
+when its learned confidence (:mod:`replay_sim.resolve.confidence`) reaches it, else the miss
+policy runs. Unset, the strict tiers decide alone (a tool whose wrong answer is costly can demand
+more than ``serve --min-confidence``; the per-tool value wins over the command's).
 """
 
 from __future__ import annotations
@@ -56,7 +62,9 @@ from replay_sim.schema import ToolSchema
 
 __all__ = ["Calibration", "MatchConfig", "ToolOverride", "calibrate_threshold", "reflected_fields"]
 
-_OVERRIDE_KEYS = {"free_text", "identifiers", "threshold", "floor", "margin", "semantic", "read_only"}
+_OVERRIDE_KEYS = {
+    "free_text", "identifiers", "threshold", "floor", "margin", "semantic", "read_only", "min_confidence"
+}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +78,7 @@ class ToolOverride:
     margin: float | None = None
     semantic: bool | None = None
     read_only: bool | None = None
+    min_confidence: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +94,7 @@ class MatchConfig:
         evidence_pairs: Pairs with different answers needed near a threshold to trust it.
         evidence_band: How far below the threshold such a pair may lie.
         tools: Overrides by ``"server/tool"`` or ``"*/tool"``.
+        min_confidence: The operating point of every tool without its own (None: strict tiers only).
     """
 
     floor: float = 0.9
@@ -94,6 +104,7 @@ class MatchConfig:
     evidence_pairs: int = 2
     evidence_band: float = 0.1
     tools: dict[str, ToolOverride] = field(default_factory=dict)
+    min_confidence: float | None = None
 
     @classmethod
     def load(cls, path: str | Path) -> MatchConfig:
@@ -120,7 +131,8 @@ class MatchConfig:
         if not isinstance(defaults, dict) or not isinstance(table, dict):
             raise ConfigError(f"{path}: [defaults] and [tools] must be tables")
         unknown = set(defaults) - {
-            "floor", "margin", "semantic", "reflect_fraction", "evidence_pairs", "evidence_band"
+            "floor", "margin", "semantic", "reflect_fraction", "evidence_pairs", "evidence_band",
+            "min_confidence",
         }  # fmt: skip
         if unknown:
             raise ConfigError(f"{path}: [defaults] has unknown keys {sorted(unknown)}")
@@ -140,6 +152,7 @@ class MatchConfig:
                     margin=None if "margin" not in entry else float(entry["margin"]),
                     semantic=None if "semantic" not in entry else _boolean(entry["semantic"]),
                     read_only=None if "read_only" not in entry else _boolean(entry["read_only"]),
+                    min_confidence=_probability(entry.get("min_confidence")),
                 )
             except (TypeError, ValueError) as exc:
                 raise ConfigError(f"{where}: {exc}") from exc
@@ -153,6 +166,7 @@ class MatchConfig:
                 evidence_pairs=_count(defaults.get("evidence_pairs", base.evidence_pairs)),
                 evidence_band=float(defaults.get("evidence_band", base.evidence_band)),
                 tools=tools,
+                min_confidence=_probability(defaults.get("min_confidence")),
             )
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"{path}: [defaults]: {exc}") from exc
@@ -179,6 +193,8 @@ class MatchConfig:
         """The config as plain JSON data in the TOML file's shape (recorded in snapshot manifests)."""
         data = dataclasses.asdict(self)
         tools = data.pop("tools")
+        if data["min_confidence"] is None:  # unset: the same config (and snapshot id) as before it existed
+            del data["min_confidence"]
         data = {"defaults": data}
         data["tools"] = {
             name: {k: v for k, v in over.items() if v not in (None, ())} for name, over in tools.items()
@@ -195,6 +211,14 @@ def _names(value: Any) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise TypeError(f"expected a list of field names, got {value!r}")
     return tuple(value)
+
+
+def _probability(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
+        raise ValueError(f"min_confidence must be a number from 0 to 1, not {value!r}")
+    return float(value)
 
 
 def _count(value: Any) -> int:

@@ -91,6 +91,12 @@ class Resolution:
     differences: list[FieldDiff] = field(default_factory=list)
     sandbox: dict[str, Any] | None = None
     """For a ``sandbox`` answer: the instance that gave it, its latency and the calls re-played first."""
+    confidence: float | None = None
+    """The probability that the real server answers what the recording says (for a miss: the best
+    candidate's), learned from the store (:mod:`replay_sim.resolve.confidence`); None when no
+    recording comes close."""
+    drivers: tuple[tuple[str, float], ...] = ()
+    """The features that drove ``confidence`` most, with their log-odds terms."""
 
     @property
     def hit(self) -> bool:

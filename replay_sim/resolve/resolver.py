@@ -28,6 +28,7 @@ from replay_sim.canonical import call_identity, call_key
 from replay_sim.errors import ReplaySimError, StoreError
 from replay_sim.resolve.build import LiveIndex
 from replay_sim.resolve.calibration import MatchConfig
+from replay_sim.resolve.confidence.judge import Confidence
 from replay_sim.resolve.embedders import index_embedder
 from replay_sim.resolve.embedding import MAX_TEXT_CHARS, CachedEmbedder, Embedder
 from replay_sim.resolve.index import DEFAULT_INDEX_DIR, IndexSet, call_text
@@ -71,6 +72,9 @@ class Resolver:
         auto_index: Build or update a missing/stale index on first need; when False a missing or
             stale index is a :class:`~replay_sim.errors.VectorIndexError` (reported in the miss reason).
         cache_size: Entries of the in-memory exact-key cache.
+        min_confidence: The operating point (:mod:`replay_sim.resolve.confidence`): answers whose
+            learned confidence is below it miss, candidates at or above it are served; None keeps
+            the matching config's, and without either the strict tiers decide alone.
     """
 
     def __init__(
@@ -84,6 +88,7 @@ class Resolver:
         canonical: bool = True,
         auto_index: bool = True,
         cache_size: int = 65536,
+        min_confidence: float | None = None,
     ) -> None:
         self.store = store
         self.config = config or MatchConfig()
@@ -101,6 +106,7 @@ class Resolver:
         self._builder: CachedEmbedder | None = None
         self.warmup = Warmup(self._warm_up)
         self._inline = threading.local()  # .on: within resolve_now, which defers what embeds
+        self.confidence = Confidence.load(index_dir, self.config, min_confidence)
 
     # -- caches -----------------------------------------------------------------------------
 
@@ -279,7 +285,12 @@ class Resolver:
         return self.warmup.attempt(inline)
 
     def resolve(
-        self, server: str, method: str, params: Any, history: Sequence[str] | Trail = ()
+        self,
+        server: str,
+        method: str,
+        params: Any,
+        history: Sequence[str] | Trail = (),
+        min_confidence: float | None = None,
     ) -> Resolution:
         """Find the recording that answers a call.
 
@@ -288,6 +299,7 @@ class Resolver:
             method: MCP method (``tools/call``, ``resources/read``, ``prompts/get``, ``completion/complete``).
             params: Request params, wire JSON (anything else is a miss, never an exception).
             history: The episode's trail, or its steps so far (``Resolution.step``), oldest first.
+            min_confidence: This call's own operating point (a request's ``_meta``), if any.
 
         Returns:
             A :class:`Resolution`; ``tier`` is ``miss`` when nothing answers the call.
@@ -315,7 +327,9 @@ class Resolver:
             )
         try:
             self._check_version()  # before the trail: its steps are judged with what the store holds now
-            return self._resolve(server, method, name, arguments, key, self.lookup.trail(history))
+            trail = self.lookup.trail(history)
+            found = self._resolve(server, method, name, arguments, key, trail)
+            return self.confidence.judge(self, server, method, name, arguments, trail, found, min_confidence)
         except ReplaySimError as exc:
             return Resolution(Tier.MISS, 0.0, reason=str(exc), key=key)
 

@@ -90,6 +90,7 @@ class ScaleSettings:
         sandbox_pool: Started instances kept ready per sandbox server, per replica.
         max_sandboxes: Live instances at most per replica.
         miss_detail: How much a miss tells the client (``full``, ``reason``, ``none``).
+        min_confidence: The operating point (``serve --min-confidence``; None: strict tiers).
         keep_alive: Seconds Serve's HTTP proxy keeps an idle connection open (past every common
             client's keep-alive; Serve's default is uvicorn's 5 s, httpx's very expiry).
         limits: Each replica's sessions, concurrency and body read time.
@@ -109,6 +110,7 @@ class ScaleSettings:
     token: str | None = None
     miss: str = MissPolicyName.ERROR.value
     miss_detail: str = MissDetail.FULL.value
+    min_confidence: float | None = None
     keep_alive: float = DEFAULT_KEEP_ALIVE
     config: str | None = None
     sandbox_pool: int = DEFAULT_POOL
@@ -234,6 +236,7 @@ def build_app(settings: ScaleSettings) -> serve.Application:
     app_options = {
         "miss": settings.miss,
         "miss_detail": settings.miss_detail,
+        "min_confidence": settings.min_confidence,
         "sandboxes": None
         if settings.config is None
         else {

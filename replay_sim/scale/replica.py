@@ -81,10 +81,16 @@ class ReplayReplica:
         options = dict(app_options)
         miss = options.pop("miss", "error")
         detail = options.pop("miss_detail", "full")
+        point = options.pop("min_confidence", None)
         sandboxes = options.pop("sandboxes", None)  # this replica's own pool: its episodes' instances
         pool = None if sandboxes is None else replica_pool(**sandboxes)
         replay = await asyncio.to_thread(
-            open_replay, snapshot=Path(snapshot), miss=miss, miss_detail=detail, sandboxes=pool
+            open_replay,
+            snapshot=Path(snapshot),
+            miss=miss,
+            miss_detail=detail,
+            sandboxes=pool,
+            min_confidence=point,
         )
         if replay.snapshot != snapshot_id:
             raise SnapshotError(

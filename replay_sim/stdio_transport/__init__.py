@@ -5,9 +5,11 @@ request), which alone costs the recording proxy most of its latency budget. This
 non-blocking duplicates of fds 0 and 1 on the event loop. Like the SDK's, it points fd 0 at the
 null device and fd 1 at stderr while serving, so stray output of handlers cannot corrupt the wire.
 
-Bad input is answered, never left hanging (:func:`read_line`): a line that is not JSON, or JSON
-nested deeper than :data:`~replay_sim.untrusted.MAX_DEPTH` levels, gets a ``-32700`` parse error
-(id null), JSON that is not a JSON-RPC message ``-32600`` (with its id when it has one). Lines are
+Bad input is answered, never left hanging (:func:`read_line`, :mod:`~.messages`): a line that is
+not JSON, or JSON nested deeper than :data:`~replay_sim.untrusted.MAX_DEPTH` levels, gets a
+``-32700`` parse error (id null), JSON that is not a JSON-RPC message ``-32600`` (with its id when
+it has one), and so does a request whose id is neither a string nor an integer (``1e3``, ``true``,
+``null``, an object), which the SDK would read as a notification and never answer. Lines are
 framed in time linear in their length (:class:`LineSplitter`), and capped: a line longer than
 :data:`DEFAULT_MAX_LINE` bytes (32 MiB, or ``REPLAY_SIM_MAX_LINE_BYTES``) is dropped as it arrives —
 never held whole — and answered with ``-32600`` naming the cap; the next line is served as usual.
@@ -40,12 +42,10 @@ import mcp_types as types
 import sniffio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
-from pydantic import ValidationError
 
-from replay_sim import untrusted
-from replay_sim.errors import NestingError
 from replay_sim.stdio_transport.lines import LineSplitter, TooLong
-from replay_sim.stdio_transport.requests import Opening, Repeated, leading_id, request_of
+from replay_sim.stdio_transport.messages import MAX_LINE_ENV, read_line
+from replay_sim.stdio_transport.requests import Opening, Repeated, request_of
 from replay_sim.stdio_transport.writer import Writer
 
 __all__ = [
@@ -66,8 +66,6 @@ __all__ = [
 _CHUNK = 1 << 16
 _RESUMED_WAIT = 60.0  # seconds a resumed request's answer is awaited before the next line is read
 DEFAULT_MAX_LINE = 32 << 20
-MAX_LINE_ENV = "REPLAY_SIM_MAX_LINE_BYTES"
-"""Environment variable overriding :data:`DEFAULT_MAX_LINE` (bytes) for every stdio face."""
 
 
 class Resume(Protocol):
@@ -120,58 +118,6 @@ def _asyncio_loop() -> asyncio.AbstractEventLoop | None:
 def _max_line() -> int:
     value = os.environ.get(MAX_LINE_ENV, "")
     return int(value) if value.isdigit() and int(value) > 0 else DEFAULT_MAX_LINE
-
-
-def _error(id_: int | str | None, code: int, message: str) -> SessionMessage:
-    return SessionMessage(
-        types.JSONRPCError(jsonrpc="2.0", id=id_, error=types.ErrorData(code=code, message=message))
-    )
-
-
-def _refusal(line: bytes | TooLong, max_line: int) -> SessionMessage:
-    """The error answering a line that is not a JSON-RPC message."""
-    if isinstance(line, TooLong):
-        return _error(
-            leading_id(line.head),
-            types.INVALID_REQUEST,
-            f"request too large: a {line.size}-byte line is over the {max_line}-byte limit of this "
-            f"stdio server (set {MAX_LINE_ENV} to raise it); it was not read",
-        )
-    try:
-        data = untrusted.loads(line)
-    except NestingError as exc:
-        return _error(None, types.PARSE_ERROR, f"Parse error: {exc}")
-    except ValueError as exc:
-        return _error(None, types.PARSE_ERROR, f"Parse error: not JSON ({exc})")
-    id_ = data.get("id") if isinstance(data, dict) else None
-    return _error(
-        id_ if isinstance(id_, int | str) and not isinstance(id_, bool) else None,
-        types.INVALID_REQUEST,
-        "Invalid Request: not a JSON-RPC 2.0 request, notification or response",
-    )
-
-
-def read_line(line: bytes | TooLong, max_line: int) -> tuple[SessionMessage, bool]:
-    """What a request line is: its JSON-RPC message for the server, or the error answering it.
-
-    Never raises, whatever the line holds (any bytes, any nesting, any size).
-
-    Args:
-        line: A line read (without its newline), or a line dropped for its length.
-        max_line: The cap it was read under (named in the error answering a dropped line).
-
-    Returns:
-        ``(message, True)``: the message, for the server; ``(error, False)``: the ``-32700`` or
-        ``-32600`` error answering the line.
-    """
-    if isinstance(line, bytes):
-        try:
-            message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
-        except ValidationError:
-            pass
-        else:
-            return SessionMessage(message), True
-    return _refusal(line, max_line), False
 
 
 @asynccontextmanager

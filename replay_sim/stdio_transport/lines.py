@@ -34,6 +34,11 @@ class LineSplitter:
         self._dropped: int | None = None  # bytes of the line being dropped, None when keeping
         self._head = b""
 
+    @property
+    def dropping(self) -> bool:
+        """Whether the line being read has passed the cap (its end not read yet)."""
+        return self._dropped is not None
+
     def feed(self, chunk: bytes) -> list[bytes | TooLong]:
         """The lines (or dropped lines) that ``chunk`` completes, in order."""
         if not self._buffer and self._dropped is None and chunk[-1:] == b"\n" and len(chunk) <= self.max_line:

@@ -26,14 +26,16 @@ _NUMBER = re.compile(rb"-?[1-9][0-9]{0,17}|-?0")  # a JSON integer Python reads 
 
 def request_of(line: bytes) -> dict[str, Any] | None:
     """A request line's JSON-RPC request (it has an ``id`` and a ``method``), or None: a
-    notification, a response, or not a message — what a :class:`Shortcut` leaves to the server."""
+    notification, a response, not a message, or a request whose id is no string or integer (which
+    the transport answers with an error) — what a :class:`Shortcut` leaves to the server."""
     try:
         request = pydantic_core.from_json(line)
     except ValueError:
         return None
-    if not isinstance(request, dict) or "id" not in request or not isinstance(request.get("method"), str):
+    if not isinstance(request, dict) or not isinstance(request.get("method"), str):
         return None
-    return request
+    id_ = request.get("id")
+    return request if type(id_) is int or isinstance(id_, str) else None
 
 
 def leading_id(line: bytes) -> int | str | None:

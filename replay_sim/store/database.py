@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
 from replay_sim.errors import StoreError, StoreLockedError
-from replay_sim.store import verified
+from replay_sim.store import content, verified
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -120,7 +120,8 @@ class Database:
                 conn.execute("PRAGMA journal_mode=WAL")
                 # WAL + NORMAL survives a killed process (not a power cut) at a fraction of FULL's cost.
                 conn.execute("PRAGMA synchronous=NORMAL")
-                conn.executescript(_SCHEMA)
+                conn.executescript(_SCHEMA + content.SCHEMA)
+                content.ensure(conn)
                 self._check_schema(conn)
             self.conn = conn
             self._db: sqlite_utils.Database | None = None

@@ -87,40 +87,81 @@ def import_jsonl(
     lines: Iterable[str] | None = None,
     *,
     progress: Callable[[int, int], None] | None = None,
+    declared: bool = True,
+    within: Callable[[Store], None] | None = None,
 ) -> dict[str, int]:
-    """Read a JSONL file into the store, line by line, all of it or nothing.
+    """Read a JSONL file into the store, all of it or nothing: every line is checked before any is written.
 
     The file is read as a stream (one line in memory at a time) and split on ``\\n`` only: U+2028,
-    U+2029 and U+0085 are text inside a line. Every line is checked against the format
-    (:func:`~replay_sim.store.lines.parse_line`) as it is written, in one transaction: a bad line
-    rolls back everything before it.
+    U+2029 and U+0085 are text inside a line. It is read twice: first every line is checked against
+    the format (:func:`~replay_sim.store.lines.parse_line`) and every listing's and call's server
+    against the servers declared (a ``server`` line of the file, or a server the store holds), with
+    nothing written and no lock taken; then the lines are written in one transaction (checked again
+    as they are, so a file changed in between still rolls back whole).
 
     Args:
         store: Destination store.
         path: The file (also used in error messages).
         lines: Already-open lines (without their newline), instead of reading ``path``.
-        progress: Called with (bytes read, the file's size) as the file is read (not with ``lines``).
+        progress: Called with (bytes read, the file's size) as the file is read: once as it is
+            checked, once more as it is written (not with ``lines``).
+        declared: Refuse a listing or call whose server is not declared (off for :func:`fold_in`:
+            a store is copied as it is).
+        within: Called with the store in the import's transaction once the lines are written (to
+            write more in the same commit).
 
     Returns:
         Counts of imported ``server``, ``listing`` and ``call`` lines, and of ``duplicate`` calls
         skipped because the store holds them already (importing twice changes nothing).
 
     Raises:
-        InterchangeError: The file cannot be read, or a line is not UTF-8, not JSON or not a line
-            of the format (names file, line and field).
+        InterchangeError: The file cannot be read, or a line is not UTF-8, not JSON, not a line of
+            the format, or names a server no line declares (names file, line and field).
     """
     path = Path(path)
+    if lines is not None:
+        lines = list(lines)
+    with contextlib.ExitStack() as stack:
+        read = lines if lines is not None else _read_lines(path, stack, progress)
+        _check_all(store, path, read, declared)
     counts = {"server": 0, "listing": 0, "call": 0, "duplicate": 0}
     writer = _Writer(store, counts)
     with contextlib.ExitStack() as stack:
-        if lines is None:
-            lines = _read_lines(path, stack, progress)
+        read = lines if lines is not None else _read_lines(path, stack, progress)
         stack.enter_context(store.transaction(f"import {path}"))
-        for number, text in enumerate(lines, start=1):
+        for number, text in enumerate(read, start=1):
             parsed = parse_line(text, f"{path}:{number}")
             if parsed is not None:
                 writer.write(*parsed)
+        if within is not None:
+            within(store)
     return counts
+
+
+def _check_all(store: Store, path: Path, lines: Iterable[str], declared: bool) -> None:
+    """Check every line, and that every listing's and call's server is declared; write nothing.
+
+    Raises:
+        InterchangeError: The first bad line, or the first line naming an undeclared server.
+    """
+    servers: set[str] = set()
+    first_use: dict[str, int] = {}  # each server a listing or call names: the first line naming it
+    for number, text in enumerate(lines, start=1):
+        parsed = parse_line(text, f"{path}:{number}")
+        if parsed is None:
+            continue
+        kind, obj = parsed
+        if kind == "server":
+            servers.add(obj["server"])
+        elif declared:
+            first_use.setdefault(obj["server"], number)
+    for server, number in sorted(first_use.items(), key=lambda item: item[1]):
+        if server not in servers and store.server(server) is None:
+            raise InterchangeError(
+                f"{path}:{number}: field 'server': {server!r} is not declared: the file has no server "
+                f"line for it and the store does not hold it (add its "
+                f'{{"type":"server","server":{json.dumps(server, ensure_ascii=False)},"info":{{...}}}} line)'
+            )
 
 
 def _read_lines(
@@ -228,7 +269,8 @@ def fold_in(target: Store, source: str | Path) -> dict[str, int]:
         StoreError: ``source`` is missing or cannot be read.
     """
     with Store(source, readonly=True) as store:
-        return import_jsonl(target, source, lines=[line.rstrip("\n") for line in export_lines(store)])
+        lines = [line.rstrip("\n") for line in export_lines(store)]
+        return import_jsonl(target, source, lines=lines, declared=False)
 
 
 def merge(sources: Iterable[str | Path], out: str | Path) -> dict[str, int]:

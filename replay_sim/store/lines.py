@@ -183,8 +183,8 @@ def _check_server(line: _Line) -> None:
 
 
 def _check_listing(line: _Line) -> None:
-    method = line.obj.get("method")
-    line.present("method", True)
+    line.text("method", required=True)
+    method = line.obj["method"]
     if method not in LISTING_FIELDS:
         raise line.fail("method", f"{method!r} is not a listing method ({', '.join(LISTING_FIELDS)})")
     line.object("result", required=True)
@@ -195,7 +195,7 @@ def _check_listing(line: _Line) -> None:
 
 def _check_call(line: _Line) -> None:
     obj = line.obj
-    line.present("method", True)
+    line.text("method", required=True)  # before the lookups: a list or an object is unhashable
     if obj["method"] not in CALL_METHODS:
         raise line.fail(
             "method", f"{obj['method']!r} is not a recorded call ({', '.join(sorted(CALL_METHODS))})"

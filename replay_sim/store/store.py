@@ -108,7 +108,12 @@ class Store(CallWriter):
                 :meth:`~replay_sim.store.database.Database.transaction`).
         """
         with self.transaction(f"record {key}", content=False, wait=wait) as conn:
-            conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, dumps(value)))
+            # An upsert that leaves an equal value alone: no new content version for it.
+            conn.execute(
+                "INSERT INTO meta VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value "
+                "WHERE value IS NOT excluded.value",
+                (key, dumps(value)),
+            )
 
     # -- servers and listings -----------------------------------------------------------------
 
@@ -116,7 +121,11 @@ class Store(CallWriter):
         """Record (or refresh) what a server said about itself at initialisation."""
         with self.transaction(f"record server {server.name!r}") as conn:
             conn.execute(
-                "INSERT OR REPLACE INTO servers VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO servers VALUES (?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET "
+                "info = excluded.info, capabilities = excluded.capabilities, "
+                "protocol_version = excluded.protocol_version, instructions = excluded.instructions "
+                "WHERE (info, capabilities, protocol_version, instructions) IS NOT "
+                "(excluded.info, excluded.capabilities, excluded.protocol_version, excluded.instructions)",
                 (
                     server.name,
                     dumps(server.info),
@@ -148,7 +157,11 @@ class Store(CallWriter):
                 f"{self.path}: {method!r} is not a listing method ({', '.join(LISTING_METHODS)})"
             )
         with self.transaction(f"record {method} of {server!r}") as conn:
-            conn.execute("INSERT OR REPLACE INTO listings VALUES (?, ?, ?)", (server, method, dumps(result)))
+            conn.execute(
+                "INSERT INTO listings VALUES (?, ?, ?) ON CONFLICT (server, method) DO UPDATE "
+                "SET result = excluded.result WHERE result IS NOT excluded.result",
+                (server, method, dumps(result)),
+            )
 
     def listings(self, server: str) -> dict[str, dict[str, Any]]:
         """The recorded listings of ``server``, by method."""

@@ -115,8 +115,9 @@ def test_every_reading_command_refuses_a_missing_store_and_creates_none(tmp_path
 
 def test_import_still_creates_the_store(tmp_path: Path) -> None:
     source = tmp_path / "one.jsonl"
+    server = {"type": "server", "server": "echo", "info": {"name": "echo", "version": "1"}}
     line = {"type": "listing", "server": "echo", "method": "tools/list", "result": {"tools": []}}
-    source.write_text(json.dumps(line) + "\n")
+    source.write_text(json.dumps(server) + "\n" + json.dumps(line) + "\n")
     done = _run("import", str(source), "--db", str(tmp_path / "new" / "r.db"))
     assert done.returncode == 0 and (tmp_path / "new" / "r.db").is_file()
 

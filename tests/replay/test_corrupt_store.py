@@ -68,3 +68,25 @@ def test_an_sdk_client_gets_the_error_naming_the_recording(served: tuple[str, Pa
 
     error = anyio.run(main)
     _names_the_recording({"code": error.error.code, "message": error.error.message}, db, bad)
+
+
+def test_the_admin_api_answers_a_corrupt_recording_and_every_other_error_as_json_with_its_status(
+    served: tuple[str, Path, int],
+) -> None:
+    url, db, bad = served
+    base = url.removesuffix("/mcp/demo")
+    for path, status in (
+        (f"/api/recordings/{bad}", 500),
+        ("/api/recordings", 500),  # the page holding it
+        ("/api/recordings/987654", 404),
+        ("/api/recordings/not-a-number", 422),
+        ("/api/episodes/nope", 404),
+    ):
+        answer = httpx2.get(base + path, timeout=30)
+        assert answer.status_code == status, path
+        assert answer.headers["content-type"] == "application/json", path
+        body = answer.json()
+        assert body["status"] == status and body["detail"], path
+    corrupt = httpx2.get(f"{base}/api/recordings/{bad}", timeout=30).json()["detail"]
+    assert f"{db}: recording #{bad} is corrupt: its result is not JSON" in corrupt
+    assert httpx2.get(f"{base}/api/health", timeout=30).json() == {"status": "ok"}

@@ -351,3 +351,25 @@ def test_serve_refuses_a_bad_latency_or_fault_spec_in_one_line(
     ran = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
     assert ran.returncode != 0 and said in ran.stderr
     assert len(ran.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("table", "said"),
+    [
+        ("rate = true", "[faults]: field 'rate' must be a number from 0 to 1, not a boolean (True)"),
+        ('rate = "0.5"', "[faults]: field 'rate' must be a number from 0 to 1, not a str ('0.5')"),
+        ('rate = 0.5\nkinds = "error"', "[faults]: field 'kinds' must be an array of fault kind names"),
+        ("rate = 0.5\nkinds = true", "[faults]: field 'kinds' must be an array of fault kind names"),
+        ("rate = 0.5\nkinds = [1]", "[faults]: field 'kinds' must be an array of fault kind names"),
+        ('[faults.tools."demo/echo"]\nrate = false', ".tools.\"demo/echo\": field 'rate' must be a number"),
+        ('hold = "5"\nrate = 0.1', "[faults]: hold must be a number of seconds"),
+    ],
+)
+def test_a_faults_table_is_typed_strictly_and_refused_in_one_line_naming_the_field(
+    tmp_path: Path, table: str, said: str
+) -> None:
+    config = tmp_path / "faults.toml"
+    config.write_text(f"[faults]\n{table}\n" if not table.startswith("[") else table + "\n")
+    with pytest.raises(ConfigError) as refused:
+        Faults.parse([str(config)])
+    assert said in str(refused.value) and "\n" not in str(refused.value)

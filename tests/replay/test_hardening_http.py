@@ -22,6 +22,7 @@ from replay_helpers import ACCEPT, initialize, make_replay, payload, raw_session
 from replay_sim import listener
 from replay_sim.errors import ConfigError
 from replay_sim.listener import listen, serving_in_thread
+from replay_sim.replay.http.admission import MAX_PEEK_BYTES
 from replay_sim.replay.http.app import create_app
 from replay_sim.replay.observe.metrics import Metrics, MissRecord
 from replay_sim.replay.options import Limits
@@ -349,15 +350,21 @@ def test_an_idle_session_is_closed_after_the_configured_timeout(tmp_path: Path) 
         assert gone.status_code == 404
 
 
-def _half_sent(url: str, path: str, headers: str = "") -> socket.socket:
-    """A connection that sent a POST's headers and 10 of its 200 body bytes."""
+def _half_sent(url: str, path: str, headers: str = "", sent: int = 10) -> socket.socket:
+    """A connection that sent a POST's headers and ``sent`` of its body bytes (more are announced)."""
     client = socket.create_connection(_address(url), timeout=60)
     client.sendall(
         f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-        f"Accept: application/json, text/event-stream\r\n{headers}Content-Length: 200\r\n\r\n".encode()
-        + b'{"jsonrpc"'
+        f"Accept: application/json, text/event-stream\r\n{headers}"
+        f"Content-Length: {sent + 200}\r\n\r\n".encode()
+        + (b'{"jsonrpc"' + b" " * sent)[:sent]
     )
     return client
+
+
+def _in_flight(url: str, path: str) -> socket.socket:
+    """A request counted in flight that never ends: past the bytes read before counting, then stalled."""
+    return _half_sent(url, path, sent=MAX_PEEK_BYTES + 1)
 
 
 def test_a_new_session_waits_its_turn_while_too_much_is_in_flight_and_opens_once_a_slot_frees(
@@ -367,7 +374,7 @@ def test_a_new_session_waits_its_turn_while_too_much_is_in_flight_and_opens_once
     limits = Limits(max_concurrent=1, admission_wait=120, body_timeout=None)
     with serving_in_thread(create_app(replay, limits=limits)) as url:
         with ThreadPoolExecutor(1) as pool:
-            with _half_sent(url, "/mcp/demo"):
+            with _in_flight(url, "/mcp/demo"):
                 _wait_for_metric(url, "replay_sim_requests_in_flight", lambda n: n >= 1)
                 opening = pool.submit(httpx2.post, f"{url}/mcp/demo", json=INIT, headers=ACCEPT, timeout=120)
                 _wait_for_metric(url, "replay_sim_sessions_waiting", lambda n: n >= 1)
@@ -385,7 +392,7 @@ def test_a_new_session_is_refused_with_retry_after_once_it_waited_its_admission_
     replay = make_replay(tmp_path / "busy.db")
     limits = Limits(max_concurrent=1, admission_wait=0.2, body_timeout=None)
     with serving_in_thread(create_app(replay, limits=limits)) as url:
-        with _half_sent(url, "/mcp/demo"):
+        with _in_flight(url, "/mcp/demo"):
             _wait_for_metric(url, "replay_sim_requests_in_flight", lambda n: n >= 1)
             refused = httpx2.post(f"{url}/mcp/demo", json=INIT, headers=ACCEPT, timeout=30)
             assert refused.status_code == 503 and refused.headers["retry-after"] == "1"

@@ -60,9 +60,10 @@ def test_replayed_results_are_the_recorded_wire_json_plus_provenance(served: tup
     }
     assert list(result) == [*recorded, "_meta"]  # recorded key order, unknown fields kept
     assert {k: v for k, v in result.items() if k != "_meta"} == recorded
-    assert result["_meta"] == {
-        "replay-sim/match": {"status": "exact", "score": 1.0, "recording": 1, "snapshot": None}
-    }
+    match = dict(result["_meta"]["replay-sim/match"])
+    assert list(result["_meta"]) == ["replay-sim/match"] and 0.0 < match.pop("confidence") <= 1.0
+    assert match.pop("drivers")[0]["feature"] == "base"
+    assert match == {"status": "exact", "score": 1.0, "recording": 1, "snapshot": None}
 
 
 def test_the_x_replay_episode_header_shares_history_between_http_sessions(served: tuple[str, Any]) -> None:

@@ -29,7 +29,7 @@ from replay_sim.resolve.tooleffects import (
     recorded_effects,
     remembered_effects,
 )
-from replay_sim.store import Store, snapshot
+from replay_sim.store import ServerRecord, Store, snapshot
 from replay_sim.store.interchange import export_jsonl
 
 RO = {"readOnlyHint": True}
@@ -260,6 +260,7 @@ def test_a_replay_serving_a_store_that_import_writes_reads_the_effects_the_impor
     served = Resolver(store, index_dir=None, semantic=False)
     assert served.resolve("srv", "tools/call", {"name": "get", "arguments": {"x": "k"}}).tier is Tier.EXACT
     more = Store(tmp_path / "more.db")  # what shows ``put`` changes state, recorded elsewhere
+    more.put_server(ServerRecord("srv", {"name": "srv", "version": "1"}, {}, None))  # an import declares it
     for session, tool, answer in (("s3", "get", "unset"), ("s3", "put", "ok"), ("s3", "get", "set")):
         record_x(more, session, tool, "k", answer)
     lines = tmp_path / "more.jsonl"

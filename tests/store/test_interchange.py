@@ -82,7 +82,9 @@ def test_exported_lines_follow_the_design_format(tmp_path: Path) -> None:
 def test_imported_calls_without_origin_are_marked_import(tmp_path: Path) -> None:
     path = tmp_path / "in.jsonl"
     path.write_text(
-        json.dumps(
+        json.dumps({"type": "server", "server": "t", "info": {"name": "t", "version": "1"}})
+        + "\n"
+        + json.dumps(
             {
                 "type": "call",
                 "server": "t",
@@ -276,6 +278,10 @@ def test_a_line_that_is_not_utf8_is_refused_by_its_number(tmp_path: Path) -> Non
 def test_a_wrongly_shaped_import_leaves_the_store_serving(tmp_path: Path) -> None:
     good = tmp_path / "good.jsonl"
     good.write_text(_with(_GOOD_CALL) + "\n", encoding="utf-8")
+    declared = tmp_path / "declared.jsonl"
+    declared.write_text(
+        _with({"type": "server", "server": "t", "info": {"name": "t", "version": "1"}}) + "\n"
+    )
     bad = tmp_path / "bad.jsonl"
     bad.write_text(
         _with({"type": "server", "server": "t", "info": {"name": "t", "version": "1"}})
@@ -285,19 +291,22 @@ def test_a_wrongly_shaped_import_leaves_the_store_serving(tmp_path: Path) -> Non
         encoding="utf-8",
     )
     db = str(tmp_path / "r.db")
-    subprocess.run([*REPLAY_SIM, "import", str(good), "--db", db], check=True, capture_output=True)
+    for file in (declared, good):
+        subprocess.run([*REPLAY_SIM, "import", str(file), "--db", db], check=True, capture_output=True)
     failed = subprocess.run([*REPLAY_SIM, "import", str(bad), "--db", db], capture_output=True, text=True)
     assert failed.returncode == 1
     assert failed.stderr.strip().count("\n") == 0, failed.stderr
     assert "bad.jsonl:2: field 'result'" in failed.stderr
     with Store(db, readonly=True) as store:
-        assert store.servers() == [] and store.listings("t") == {} and len(store.recordings()) == 1
+        assert [s.name for s in store.servers()] == ["t"] and store.listings("t") == {}
+        assert len(store.recordings()) == 1
 
 
 def test_import_reads_the_file_as_a_stream(tmp_path: Path) -> None:
     text = "x" * 200_000
     path = tmp_path / "big.jsonl"
     with path.open("w", encoding="utf-8") as out:
+        out.write(_with({"type": "server", "server": "t", "info": {"name": "t", "version": "1"}}) + "\n")
         for n in range(60):  # 12 MB of lines
             out.write(
                 _with(_GOOD_CALL, params={"name": "x", "arguments": {"n": n}}, result={"t": text}) + "\n"
@@ -311,3 +320,82 @@ def test_import_reads_the_file_as_a_stream(tmp_path: Path) -> None:
             tracemalloc.stop()
         assert counts["call"] == 60
     assert peak < 4_000_000, peak  # a few lines' worth, not the file's 12 MB
+
+
+# -- issue 29, item 5: every line checked before anything is written ------------------------------
+
+_SERVER_T = {"type": "server", "server": "t", "info": {"name": "t", "version": "1"}}
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        (
+            _with(_GOOD_CALL, method=["tools/call"]),
+            "field 'method': must be a non-empty string, got an array",
+        ),
+        (_with(_GOOD_CALL, method={"a": 1}), "field 'method': must be a non-empty string, got an object"),
+        (
+            _with({"type": "listing", "server": "t", "result": {"tools": []}}, method=["tools/list"]),
+            "field 'method': must be a non-empty string, got an array",
+        ),
+    ],
+)
+def test_a_method_that_is_not_a_string_is_a_one_line_error_not_a_traceback(
+    tmp_path: Path, line: str, message: str
+) -> None:
+    path = tmp_path / "in.jsonl"
+    path.write_text(_with(_SERVER_T) + "\n" + line + "\n", encoding="utf-8")
+    with (
+        Store(tmp_path / "r.db") as store,
+        pytest.raises(InterchangeError, match=rf"in\.jsonl:2: {re.escape(message)}"),
+    ):
+        import_jsonl(store, path)
+    failed = subprocess.run(
+        [*REPLAY_SIM, "import", str(path), "--db", str(tmp_path / "cli.db")], capture_output=True, text=True
+    )
+    assert failed.returncode == 1 and "Traceback" not in failed.stderr
+    assert failed.stderr.strip().count("\n") == 0 and "in.jsonl:2: field 'method'" in failed.stderr
+
+
+def test_a_call_for_a_server_no_line_declares_is_refused_naming_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "in.jsonl"
+    other = _with(_GOOD_CALL, server="ghost")
+    path.write_text("\n".join([_with(_SERVER_T), _with(_GOOD_CALL), other, _with(_GOOD_CALL)]) + "\n")
+    with Store(tmp_path / "r.db") as store:
+        with pytest.raises(InterchangeError, match=r"in\.jsonl:3: field 'server': 'ghost' is not declared"):
+            import_jsonl(store, path)
+        assert store.recordings() == [] and store.servers() == []
+
+
+def test_a_call_for_a_server_the_store_holds_needs_no_server_line(tmp_path: Path) -> None:
+    declared, calls = tmp_path / "servers.jsonl", tmp_path / "calls.jsonl"
+    declared.write_text(_with(_SERVER_T) + "\n")
+    calls.write_text(_with(_GOOD_CALL) + "\n")
+    with Store(tmp_path / "r.db") as store:
+        import_jsonl(store, declared)
+        assert import_jsonl(store, calls)["call"] == 1
+
+
+def test_a_server_line_after_its_calls_still_declares_it(tmp_path: Path) -> None:
+    path = tmp_path / "in.jsonl"
+    path.write_text(_with(_GOOD_CALL) + "\n" + _with(_SERVER_T) + "\n")
+    with Store(tmp_path / "r.db") as store:
+        assert import_jsonl(store, path)["call"] == 1
+
+
+def test_a_bad_last_line_is_found_before_the_store_is_written_or_locked(tmp_path: Path) -> None:
+    """Every line is checked first: a store another writer holds locked still gets the line's error."""
+    path = tmp_path / "in.jsonl"
+    path.write_text(_with(_SERVER_T) + "\n" + _with(_GOOD_CALL) + "\n" + _with(_GOOD_CALL, seq=-1) + "\n")
+    db = tmp_path / "r.db"
+    Store(db).close()
+    with (
+        Store(db) as writer,
+        Store(db, timeout=0.05) as store,
+        writer.transaction("hold the lock"),
+        pytest.raises(InterchangeError, match=r"in\.jsonl:3: field 'seq'"),
+    ):
+        import_jsonl(store, path)
+    with Store(db, readonly=True) as store:
+        assert store.recordings() == [] and store.servers() == []

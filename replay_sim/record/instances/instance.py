@@ -28,8 +28,8 @@ from mcp.shared.exceptions import MCPError
 
 from replay_sim.errors import InstanceLost, UpstreamError
 from replay_sim.record.config import UpstreamSpec
-from replay_sim.record.instances.procfs import group_rss
-from replay_sim.record.instances.workspace import Launcher, Workspace, prepare
+from replay_sim.record.instances.procfs import group_rss, rearm_cpu
+from replay_sim.record.instances.workspace import Launcher, Placement, Workspace, prepare
 from replay_sim.record.isolation import Isolation
 from replay_sim.record.rerun import reset
 from replay_sim.record.upstream import Upstream
@@ -54,6 +54,7 @@ class Instance:
         launcher: How its process is launched here.
         capabilities: Client capabilities declared to the server at ``initialize`` (wire JSON).
         base: Where its workspace directory is made (None: the system's temporary directory).
+        placement: Its uid, the paths it must not see and its clock, when confined.
     """
 
     def __init__(
@@ -66,6 +67,7 @@ class Instance:
         launcher: Launcher,
         capabilities: Mapping[str, Any] | None = None,
         base: Path | None = None,
+        placement: Placement | None = None,
     ) -> None:
         self.server = server
         self.id = id
@@ -80,6 +82,7 @@ class Instance:
         self._launcher = launcher
         self._capabilities = dict(capabilities or {})
         self._base = base
+        self.placement = placement or Placement()
         self._upstream: Upstream | None = None
         self._pending: Upstream | None = None  # the connection being started
         self._workspace: Workspace | None = None
@@ -145,9 +148,11 @@ class Instance:
         if self.spec.isolation is Isolation.EXCLUSIVE:
             await reset(self.server, self.spec)
         self._workspace = await anyio.to_thread.run_sync(
-            prepare, self.server, self.id, self.spec, self._launcher, self._base
+            prepare, self.server, self.id, self.spec, self._launcher, self._base, self.placement
         )
-        upstream = self._pending = Upstream(self._workspace.spec, self._collect, self._capabilities)
+        max_line = self.spec.containment.limits.answer_bytes if self._workspace.confined else None
+        upstream = Upstream(self._workspace.spec, self._collect, self._capabilities, max_line=max_line)
+        self._pending = upstream
         await tg.start(upstream.run)
         return upstream
 
@@ -227,6 +232,8 @@ class Instance:
                 raise self._lost(method)
             self.idle_since = None
             self._notes = []
+            if self._workspace is not None and self._workspace.confined and self.pid is not None:
+                rearm_cpu(self.pid, self.spec.containment.limits.cpu_seconds)  # CPU time per call
             request_id = upstream.next_request_id()
             out = {**params, "_meta": {"progressToken": request_id}}
             try:
@@ -247,7 +254,14 @@ class Instance:
             }
 
     def _lost(self, method: str) -> InstanceLost:
-        if self.crashed:
+        child = None if self._upstream is None else self._upstream.child
+        limits = self.spec.containment.limits
+        if child is not None and child.overflow:
+            how = (
+                f"was ended: it wrote a line of more than {limits.answer_bytes} bytes on stdout "
+                "(raise answer_mb in its [servers] table)"
+            )
+        elif self.crashed:
             how = f"exited unasked (exit status {self._process.returncode})"
         elif self._closing.is_set():
             how = f"was ended ({self.ended_because})" if self.ended_because else "was closed"

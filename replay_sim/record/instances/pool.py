@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 from collections import Counter, deque
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Self
 
@@ -25,9 +26,11 @@ import anyio.abc
 
 from replay_sim.errors import ConfigError, SandboxUnavailable, UpstreamError
 from replay_sim.record.config import DEFAULT_MAX_INSTANCES, DEFAULT_POOL, RecorderConfig, UpstreamSpec
+from replay_sim.record.containment import Clock
+from replay_sim.record.instances.confine import instance_uids
 from replay_sim.record.instances.instance import Instance
 from replay_sim.record.instances.procfs import group_rss
-from replay_sim.record.instances.workspace import Launcher, sweep
+from replay_sim.record.instances.workspace import Launcher, Placement, sweep
 from replay_sim.record.isolation import Isolation
 
 __all__ = ["DEFAULT_MAX_INSTANCES", "DEFAULT_POOL", "InstancePool"]
@@ -50,6 +53,12 @@ class InstancePool:
         servers: The sandbox servers to serve (default: all of them).
         capabilities: Client capabilities declared to each server at ``initialize`` (wire JSON).
         base: Where instance directories are made (default: the system's temporary directory).
+        unconfined: Run instances unconfined (``--unconfined-sandboxes``): the explicit opt-out
+            where the kernel refuses confinement (:mod:`.confine`); otherwise entering the pool
+            fails with :class:`~replay_sim.errors.SandboxUnavailable` there.
+        hidden: Paths no instance may see (the store's directory, the index's, the config file).
+        clocks: Per server, when its recordings began: its instances' clocks start there
+            (``clock = "recorded"``; a server not named reads the host's clock).
 
     Raises:
         ConfigError: A named server is not a sandbox of the config, or a count is out of range.
@@ -65,6 +74,9 @@ class InstancePool:
         servers: Iterable[str] | None = None,
         capabilities: Mapping[str, Any] | None = None,
         base: str | Path | None = None,
+        unconfined: bool = False,
+        hidden: Iterable[str | Path] = (),
+        clocks: Mapping[str, datetime] | None = None,
     ) -> None:
         sandboxes = {name: spec for name, spec in config.servers.items() if spec.sandbox}
         chosen = sorted(sandboxes) if servers is None else list(servers)
@@ -88,6 +100,10 @@ class InstancePool:
         self._capabilities = dict(capabilities or {})
         self._base = None if base is None else Path(base)
         self._launcher: Launcher | None = None
+        self.unconfined = unconfined
+        self._hidden = tuple(str(p) for p in hidden)
+        self._clocks = {k: v for k, v in (clocks or {}).items() if self._specs.get(k) is not None}
+        self._uids = instance_uids()
         self._warm: dict[str, deque[Instance]] = {name: deque() for name in self._specs}
         self._live: dict[str, set[Instance]] = {name: set() for name in self._specs}  # started or starting
         self._owned: set[Instance] = set()  # handed out, not ended
@@ -105,7 +121,10 @@ class InstancePool:
     # -- lifecycle --------------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
-        self._launcher = await anyio.to_thread.run_sync(Launcher.detect)
+        launcher = (await anyio.to_thread.run_sync(Launcher.detect)).opted_out(self.unconfined)
+        pinned = any(self._specs[s].containment.clock is Clock.RECORDED for s in self._clocks)
+        launcher.require(clocks=pinned)  # one line naming what is missing, before any instance
+        self._launcher = launcher
         await anyio.to_thread.run_sync(sweep, self._base)  # what replays killed outright left behind
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
@@ -206,6 +225,7 @@ class InstancePool:
                 "memory_bytes": {i.id: memory.get(i.pid) for i in live if i.pid is not None},
                 "pids": {i.id: i.pid for i in live if i.pid is not None},
                 "parent_death_signal": bool(self._launcher and self._launcher.parent_death),
+                "confined": bool(self._launcher and self._launcher.confined),
             }
         return out
 
@@ -284,9 +304,11 @@ class InstancePool:
                 self._start(server)
 
     def _start(self, server: str) -> None:
+        placement = Placement(next(self._uids), self._hidden, self._clocks.get(server))
         instance = Instance(
             server, f"{server}-{next(self._ids)}", self._specs[server], redactor=self.config.redactor,
             launcher=self._launcher or Launcher.detect(), capabilities=self._capabilities, base=self._base,
+            placement=placement,
         )  # fmt: skip
         self._live[server].add(instance)
         self._starting[server] += 1

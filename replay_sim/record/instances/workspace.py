@@ -15,24 +15,35 @@ that launches it through a :class:`Launcher`:
   at the same absolute path and no other process sees it at all.
 
 The process is a process group of its own (the SDK's spawn), which :meth:`Instance.close` ends whole.
+
+Unless the pool was told to run them unconfined (``--unconfined-sandboxes``), every instance is also
+*confined* (:mod:`.confine`): its own copy-on-write view of the host, no network, no privileges,
+limits. Then ``state`` and ``mounts`` copies are bound inside that view, and :meth:`Launcher.require`
+refuses to start sandboxes at all where the kernel does not allow confinement.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
-from replay_sim.errors import UpstreamError
+from replay_sim.errors import SandboxUnavailable, UpstreamError
 from replay_sim.record.config import UpstreamSpec
+from replay_sim.record.containment import Clock
+from replay_sim.record.instances.cgroups import make_cgroups, remove_cgroups, stale_cgroups
+from replay_sim.record.instances.clock import clock_env, faketime_library
+from replay_sim.record.instances.confine import UID_BASE, confined_argv, confinement_problem, plan
 from replay_sim.record.instances.procfs import started_at
 from replay_sim.record.isolation import STATE_PLACEHOLDER, Isolation
 
-__all__ = ["Launcher", "Workspace", "prepare", "sweep"]
+__all__ = ["Launcher", "Placement", "Workspace", "prepare", "sweep"]
 
 _OWNER = ".replay-sim-owner"  # in an instance directory: the replay that made it
 # Bind-mounts "$2"→"$3", "$4"→"$5", … (each copy over its path) until "--", enters "$1" (the cwd,
@@ -51,11 +62,15 @@ class Launcher:
         setpriv: ``setpriv`` (sets the parent-death signal), or None where it is missing.
         unshare: ``unshare``, or None where it is missing.
         namespaces: Whether ``unshare`` may make PID and mount namespaces here (root or CAP_SYS_ADMIN).
+        confinement_problem: Why instances cannot be confined here (one line), None when they can.
+        unconfined: The explicit opt-out: instances run unconfined (``--unconfined-sandboxes``).
     """
 
     setpriv: str | None
     unshare: str | None
     namespaces: bool
+    confinement_problem: str | None = "not probed (Launcher.detect() probes it)"
+    unconfined: bool = False
 
     @classmethod
     @functools.cache
@@ -67,7 +82,36 @@ class Launcher:
         namespaces = unshare is not None and _runs(
             [unshare, "--pid", "--fork", "--kill-child", "--mount", "--propagation", "private", "true"]
         )
-        return cls(setpriv, unshare, namespaces)
+        return cls(setpriv, unshare, namespaces, confinement_problem())
+
+    @property
+    def confined(self) -> bool:
+        """Whether instances are launched confined (:mod:`.confine`)."""
+        return not self.unconfined and self.confinement_problem is None
+
+    def opted_out(self, unconfined: bool) -> Launcher:
+        """This launcher with the explicit opt-out set (or not)."""
+        return dataclasses.replace(self, unconfined=unconfined)
+
+    def require(self, clocks: bool = False) -> None:
+        """Refuse to run sandboxes that cannot be confined (or pinned to a clock) as asked.
+
+        Args:
+            clocks: Whether a served sandbox keeps ``clock = "recorded"`` (needs libfaketime).
+
+        Raises:
+            SandboxUnavailable: One line naming what is missing and how to allow it.
+        """
+        if not self.unconfined and self.confinement_problem is not None:
+            raise SandboxUnavailable(
+                f"sandbox instances cannot be contained here: {self.confinement_problem}; or pass "
+                "--unconfined-sandboxes to run them unconfined (as root, on the host's files and network)"
+            )
+        if clocks and faketime_library() is None:
+            raise SandboxUnavailable(
+                "sandbox instances cannot run on their recordings' clock: libfaketime is not installed "
+                '(apt-get install libfaketime), or set clock = "real" in their [servers.NAME] tables'
+            )
 
     @property
     def parent_death(self) -> bool:
@@ -116,6 +160,21 @@ class _Launched(UpstreamSpec):
         return self.shown or super().describe()
 
 
+@dataclass(frozen=True)
+class Placement:
+    """What the pool tells one instance's launch.
+
+    Attributes:
+        uid: The unprivileged uid it runs as when confined (one per live instance).
+        hidden: Paths it must not see when confined (the replay's store, index, snapshots, config).
+        clock_start: What its clock reads at launch (``clock = "recorded"``); None: the host's clock.
+    """
+
+    uid: int = UID_BASE
+    hidden: tuple[str, ...] = ()
+    clock_start: datetime | None = None
+
+
 @dataclass
 class Workspace:
     """One instance's private directory and how to launch it there.
@@ -123,18 +182,28 @@ class Workspace:
     Attributes:
         root: The directory holding the instance's copies (deleted by :meth:`remove`).
         spec: The upstream to start: the server's command, wrapped and with ``{state}`` replaced.
+        confined: Whether it is launched confined.
+        cgroups: Its control groups (removed by :meth:`remove`).
     """
 
     root: Path
     spec: UpstreamSpec
+    confined: bool = False
+    cgroups: list[Path] = field(default_factory=list)
 
     def remove(self) -> None:
-        """Delete the instance's copies (its state)."""
+        """Delete the instance's copies (its state) and its control groups (once its processes ended)."""
         shutil.rmtree(self.root, ignore_errors=True)
+        self.cgroups = remove_cgroups(self.cgroups)  # a busy one is left to sweep()
 
 
 def prepare(
-    server: str, instance_id: str, spec: UpstreamSpec, launcher: Launcher, base: Path | None
+    server: str,
+    instance_id: str,
+    spec: UpstreamSpec,
+    launcher: Launcher,
+    base: Path | None,
+    placement: Placement | None = None,
 ) -> Workspace:
     """Make instance ``instance_id``'s workspace: copies of its state, and its launch (blocking: file copies).
 
@@ -144,10 +213,12 @@ def prepare(
         spec: The server's spec from the recorder config (a sandbox with a command, or a URL).
         launcher: How instances are launched here.
         base: Where instance directories are made (None: the system's temporary directory).
+        placement: Its uid, the paths it must not see and its clock (default: :class:`Placement`).
 
     Raises:
         UpstreamError: A pristine ``state`` directory or a mounted path is missing or cannot be
-            copied, or mount isolation is not possible here (names the server and the path).
+            copied, its control groups cannot be made, or mount isolation is not possible here
+            (names the server and the path).
     """
     try:
         if base is not None:
@@ -160,14 +231,14 @@ def prepare(
         ) from None
     try:
         (root / _OWNER).write_text(_owner(os.getpid()))
-        return _prepare(server, root, spec, launcher)
+        return _prepare(server, root, spec, launcher, placement or Placement())
     except BaseException:
         shutil.rmtree(root, ignore_errors=True)
         raise
 
 
 def sweep(base: Path | None) -> int:
-    """Delete the instance directories in ``base`` whose replay is gone (killed before it could end them).
+    """Delete the instance directories in ``base`` (and control groups) whose replay is gone.
 
     A directory names its owner (pid and start time); one whose owner no longer runs is deleted,
     one without an owner or of a live replay is left. Returns how many were deleted.
@@ -181,7 +252,7 @@ def sweep(base: Path | None) -> int:
         if pid.isdigit() and _owner(int(pid)) != f"{pid} {started}":
             shutil.rmtree(root, ignore_errors=True)
             swept += 1
-    return swept
+    return swept + stale_cgroups()
 
 
 def _owner(pid: int) -> str:
@@ -189,7 +260,9 @@ def _owner(pid: int) -> str:
     return f"{pid} {started_at(pid)}"
 
 
-def _prepare(server: str, root: Path, spec: UpstreamSpec, launcher: Launcher) -> Workspace:
+def _prepare(
+    server: str, root: Path, spec: UpstreamSpec, launcher: Launcher, placement: Placement
+) -> Workspace:
     if spec.command is None:  # a URL, isolation "exclusive": nothing of its own to copy or wrap
         return Workspace(root, spec)
     command, args, env, cwd = spec.command, list(spec.args), dict(spec.env), spec.cwd
@@ -203,15 +276,44 @@ def _prepare(server: str, root: Path, spec: UpstreamSpec, launcher: Launcher) ->
             copy = root / "mounts" / str(number) / (Path(path).name or "root")
             _copy(server, "mounts", Path(path), copy)
             binds.append((str(copy), os.path.normpath(path)))
+    clock: dict[str, str] = {}
+    if spec.containment.clock is Clock.RECORDED and placement.clock_start is not None:
+        try:
+            clock = clock_env(placement.clock_start)
+        except FileNotFoundError as exc:
+            raise UpstreamError(f'sandbox {server!r}: {exc}, or set clock = "real"') from None
+    cgroups: list[Path] = []
     try:
-        argv = launcher.argv([command, *args], cwd=cwd and os.path.abspath(cwd), binds=binds)
+        if launcher.confined:
+            cgroups = _cgroups(root, spec)
+            if (root / "state").exists():  # its copy, seen where {state} says
+                binds.insert(0, (str(root / "state"), str(root / "state")))
+            named = [command, *args, *env.values()]
+            confinement = plan(root, spec, placement, named, cwd, binds)
+            confinement = dataclasses.replace(confinement, cgroups=tuple(cgroups), env=tuple(clock.items()))
+            argv = confined_argv([command, *args], confinement)
+            argv = [launcher.setpriv, "--pdeathsig", "KILL", "--", *argv] if launcher.setpriv else argv
+        else:
+            env |= clock
+            argv = launcher.argv([command, *args], cwd=cwd and os.path.abspath(cwd), binds=binds)
     except UpstreamError as exc:
+        remove_cgroups(cgroups)
         raise UpstreamError(f"sandbox {server!r}: {exc}") from None
     launched = _Launched(
         command=argv[0], args=tuple(argv[1:]), env=env, cwd=cwd, timeout=spec.timeout,
-        startup_timeout=spec.startup_timeout, shown=spec.describe(),
+        startup_timeout=spec.startup_timeout, containment=spec.containment, shown=spec.describe(),
     )  # fmt: skip
-    return Workspace(root, launched)
+    return Workspace(root, launched, launcher.confined, cgroups)
+
+
+def _cgroups(root: Path, spec: UpstreamSpec) -> list[Path]:
+    limits = spec.containment.limits
+    try:
+        return make_cgroups(
+            f"{os.getpid()}-{root.name}", memory_bytes=limits.memory_bytes, processes=limits.processes
+        )
+    except OSError as exc:
+        raise UpstreamError(f"cannot make its control groups: {exc.strerror or exc}") from None
 
 
 def _copy(server: str, key: str, source: Path, target: Path) -> None:

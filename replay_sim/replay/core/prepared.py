@@ -301,7 +301,17 @@ class Prepared:
         status = status_of(resolution)
         match = provenance(resolution, self.replay.snapshot) if resolution.differences else None
         spelled = json.dumps(match["differences"]) if match is not None else ""
-        key = (server, method, recording.id, status, resolution.score, spelled, version, style)
+        key = (
+            server,
+            method,
+            recording.id,
+            status,
+            resolution.score,
+            resolution.confidence,
+            spelled,
+            version,
+            style,
+        )
         found = self._answers.get(key)
         if found is not None:
             return found

@@ -66,6 +66,8 @@ class Match:
             "differences"}`` each).
         fault: The injected fault's kind (``timeout``, ``error``, ``is_error``, ``disconnect``), or None.
         latency_ms: The delay injected before the answer (``serve --latency``), or None.
+        confidence: The learned probability that the real server answers the same (a miss: its
+            best candidate's), or None when no recording comes close.
     """
 
     status: str
@@ -76,6 +78,7 @@ class Match:
     candidates: tuple[dict[str, Any], ...] = ()
     fault: str | None = None
     latency_ms: float | None = None
+    confidence: float | None = None
 
     @property
     def hit(self) -> bool:
@@ -115,6 +118,7 @@ def match_of(result: Any) -> Match | None:
         candidates=tuple(record.get("candidates") or ()),
         fault=record.get("fault"),
         latency_ms=None if latency is None else float(latency),
+        confidence=None if record.get("confidence") is None else float(record["confidence"]),
     )
 
 
@@ -225,6 +229,9 @@ def provenance(
         match["differences"] = differences_json(resolution.differences)
     if resolution.sandbox is not None:  # which instance answered, how fast, after how much re-play
         match["sandbox"] = resolution.sandbox
+    if resolution.confidence is not None:  # a miss: its best candidate's; and what drove it
+        match["confidence"] = resolution.confidence
+        match["drivers"] = [{"feature": f, "log_odds": w} for f, w in resolution.drivers]
     return match
 
 

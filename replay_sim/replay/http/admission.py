@@ -8,6 +8,12 @@ already open keep their pace and a batch of rollouts starting at once all start 
 client does not retry a ``503``. One that waited :attr:`Limits.admission_wait` in vain gets
 ``503`` with a JSON-RPC error and ``Retry-After``. A client that sends its headers but not its body
 gets ``408`` and its connection closed once :attr:`Limits.body_timeout` has passed.
+
+A request counts as in flight only once it can be answered: its body is read first (up to
+:data:`MAX_PEEK_BYTES`, which the router reads anyway), so a body that trickles in — or never
+comes, with any ``Mcp-Session-Id`` made up — holds no slot while it does, and hundreds of them
+cannot keep new sessions waiting. Only a body past :data:`MAX_PEEK_BYTES` is counted before it has
+all arrived (its sender has sent a mebibyte for it); :attr:`Limits.body_timeout` bounds them all.
 """
 
 from __future__ import annotations
@@ -22,7 +28,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from replay_sim.replay.options import Limits
 
-__all__ = ["Admission", "BodyTimeout"]
+__all__ = ["MAX_PEEK_BYTES", "Admission", "BodyTimeout", "peek", "replaying"]
+
+MAX_PEEK_BYTES = 1 << 20
+"""The most of a POST body read before it counts in flight (and read for ``_meta`` by the router)."""
 
 
 _SESSION_HEADER = b"mcp-session-id"
@@ -62,6 +71,7 @@ class Admission:
     def __init__(self, limits: Limits) -> None:
         self.limits = limits
         self.in_flight = 0  # POSTs being handled (one event loop: no lock needed)
+        self.reading = 0  # POSTs whose body is still coming (they hold no slot)
         self._waiting: deque[anyio.Event] = deque()  # opening requests, oldest first
 
     @property
@@ -74,6 +84,14 @@ class Admission:
         if scope["method"] != "POST":  # GET streams live long and do no work; DELETE ends a session
             await app(scope, receive, send)
             return
+        self.reading += 1
+        try:
+            messages = await peek(receive)  # before a slot: a body still trickling in holds none
+        finally:
+            self.reading -= 1
+        if messages[-1]["type"] == "http.disconnect":
+            return  # gone (or answered 408 by BodyTimeout) before its body came: nothing to do
+        receive = replaying(messages, receive)
         retry = [(b"retry-after", str(self.limits.retry_after).encode())]
         if not _opens_session(scope):
             self.in_flight += 1
@@ -142,6 +160,33 @@ class Admission:
             self._waiting.popleft().set()  # the slot changes hands: in_flight stays
         else:
             self.in_flight -= 1
+
+
+async def peek(receive: Receive) -> list[Message]:
+    """A request's first messages: its whole body when at most :data:`MAX_PEEK_BYTES`, else its start.
+
+    The last message read is a disconnect when the client went (or its body's time ran out).
+    """
+    messages: list[Message] = []
+    size = 0
+    while True:
+        message = await receive()
+        messages.append(message)
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            return messages
+        size += len(message.get("body", b""))
+        if size > MAX_PEEK_BYTES:
+            return messages
+
+
+def replaying(messages: list[Message], receive: Receive) -> Receive:
+    """``receive`` with ``messages`` (already read) handed out first."""
+    queue = deque(messages)
+
+    async def replayed() -> Message:
+        return queue.popleft() if queue else await receive()
+
+    return replayed
 
 
 class BodyTimeout:

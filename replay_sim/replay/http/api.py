@@ -23,6 +23,7 @@ from replay_sim.errors import ConfigError
 from replay_sim.replay.core.replay import Replay
 from replay_sim.replay.http.coverage import coverage
 from replay_sim.replay.http.episodes_api import episodes_api
+from replay_sim.replay.http.fairness import ClientBuckets
 from replay_sim.replay.observe.metrics import sandbox_prometheus, truncated
 from replay_sim.replay.observe.readiness import Readiness
 from replay_sim.store import Recording
@@ -98,6 +99,7 @@ def admin_api(
     *,
     token: str | None = None,
     load: Callable[[], dict[str, Any]] | None = None,
+    clients: ClientBuckets | None = None,
 ) -> APIRouter:
     """The admin endpoints over one replay.
 
@@ -106,6 +108,7 @@ def admin_api(
         readiness: Whether every MCP endpoint runs and the index is loaded, and why not.
         token: When set, every endpoint but health and readiness needs ``Authorization: Bearer <token>``.
         load: MCP requests in flight and open sessions per server (``ReplayApp.load``).
+        clients: Each client's share of the episode creation rate (None: no per-client bound).
 
     Returns:
         A router for the admin app.
@@ -226,7 +229,7 @@ def admin_api(
             raise HTTPException(404, f"no recording #{recording_id} in {replay.store.path}")
         return recording_json(found, full=True)
 
-    api.include_router(episodes_api(replay, dependencies=guarded.dependencies))
+    api.include_router(episodes_api(replay, dependencies=guarded.dependencies, clients=clients))
 
     @guarded.get("/metrics", response_class=PlainTextResponse)
     def metrics() -> PlainTextResponse:
@@ -246,6 +249,9 @@ def _load_metrics(load: dict[str, Any]) -> str:
         "# HELP replay_sim_requests_in_flight MCP requests being handled.",
         "# TYPE replay_sim_requests_in_flight gauge",
         f"replay_sim_requests_in_flight {load['in_flight']}",
+        "# HELP replay_sim_requests_reading_body MCP requests whose body is still arriving (no slot held).",
+        "# TYPE replay_sim_requests_reading_body gauge",
+        f"replay_sim_requests_reading_body {load.get('reading', 0)}",
         "# HELP replay_sim_sessions_waiting Requests that would open a session, waiting for a slot.",
         "# TYPE replay_sim_sessions_waiting gauge",
         f"replay_sim_sessions_waiting {load['waiting']}",
@@ -263,8 +269,11 @@ def _load_metrics(load: dict[str, Any]) -> str:
             "# HELP replay_sim_episodes_expired_total Episodes expired after --episode-idle-timeout.",
             "# TYPE replay_sim_episodes_expired_total counter",
             f"replay_sim_episodes_expired_total {load['episodes_expired']}",
-            "# HELP replay_sim_episodes_refused_total New episodes refused at --max-episodes.",
+            "# HELP replay_sim_episodes_refused_total New episodes refused at --max-episodes or the rate.",
             "# TYPE replay_sim_episodes_refused_total counter",
             f"replay_sim_episodes_refused_total {load['episodes_refused']}",
+            "# HELP replay_sim_episodes_refused_per_client_total New episodes refused at a client's share.",
+            "# TYPE replay_sim_episodes_refused_per_client_total counter",
+            f"replay_sim_episodes_refused_per_client_total {load.get('episodes_refused_per_client', 0)}",
         ]
     return "\n".join(lines) + "\n"

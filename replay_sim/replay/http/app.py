@@ -28,6 +28,8 @@ from replay_sim.listener import HostCheck, is_loopback
 from replay_sim.replay.core.replay import Replay
 from replay_sim.replay.http.admission import Admission
 from replay_sim.replay.http.api import admin_api, admin_token
+from replay_sim.replay.http.errors import json_errors
+from replay_sim.replay.http.fairness import ClientBuckets
 from replay_sim.replay.http.fastpath import FastPath
 from replay_sim.replay.http.router import ReplayApp
 from replay_sim.replay.observe.readiness import Readiness
@@ -79,6 +81,7 @@ def create_app(
     replay.episodes.max_live = limits.max_episodes
     replay.episodes.idle_timeout = limits.episode_idle_timeout
     replay.episodes.rate, replay.episodes.burst = limits.episode_rate, limits.episode_burst
+    clients = ClientBuckets(limits.episode_rate, limits.episode_burst, limits.episode_client_share)
     hangups = replay.injector.faults.drops
     if hangups:  # a dropped connection is uvicorn's error otherwise: here it is on purpose
         logging.getLogger("uvicorn.error").addFilter(_quiet_hangups)
@@ -119,6 +122,7 @@ def create_app(
         version="0.1.0",
         lifespan=lifespan,
     )
+    json_errors(app)  # every admin API error is JSON with its status, a corrupt row's included
     # Exact and canonical hits on established sessions skip the SDK (same bytes, prepared once).
     fast = FastPath(replay.prepared, {name: replay.server(name) for name in managers}, replay.surfaces)
     front = ReplayApp(
@@ -130,8 +134,9 @@ def create_app(
         hangups,
         fast,
         readiness,
+        clients,
     )
-    app.include_router(admin_api(replay, readiness, token=token, load=front.load))
+    app.include_router(admin_api(replay, readiness, token=token, load=front.load, clients=clients))
 
     @app.get("/", include_in_schema=False)
     def dashboard() -> FileResponse:

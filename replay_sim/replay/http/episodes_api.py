@@ -2,7 +2,8 @@
 
 - ``POST /api/episodes`` (optional JSON body ``{"id", "seed", "metadata"}``) creates an episode and
   answers its id, seed and URL per recorded server (``201``); a live id is ``409``, a malformed one
-  ``400``, and past the cap of live episodes ``503``.
+  ``400``, and past the cap of live episodes, the server's creation rate or the client's share of
+  it ``503`` (:mod:`~replay_sim.replay.http.fairness`).
 - ``GET /api/episodes`` lists the live episodes (most recently used first);
   ``GET /api/episodes/<id>`` says what one was answered: calls by tier, misses, faults, whether it
   diverged from every recording, its seed.
@@ -26,6 +27,7 @@ from replay_sim.errors import EpisodeError
 from replay_sim.protocol import EPISODE_ID_GRAMMAR, episode_path
 from replay_sim.replay.core.episodes import Episode
 from replay_sim.replay.core.replay import Replay
+from replay_sim.replay.http.fairness import ClientBuckets, client_of
 
 __all__ = ["NewEpisode", "episodes_api"]
 
@@ -42,12 +44,15 @@ class NewEpisode(BaseModel):
     metadata: Any = Field(None, description="JSON kept with the episode (at most 16 KiB).")
 
 
-def episodes_api(replay: Replay, dependencies: Sequence[Depends] = ()) -> APIRouter:
+def episodes_api(
+    replay: Replay, dependencies: Sequence[Depends] = (), clients: ClientBuckets | None = None
+) -> APIRouter:
     """The episode endpoints over one replay.
 
     Args:
         replay: The replay whose episodes these are.
         dependencies: What every endpoint depends on (the admin token check).
+        clients: Each client's share of the creation rate (None: only the server's bound).
     """
     api = APIRouter(tags=["episodes"], dependencies=list(dependencies))
 
@@ -71,12 +76,17 @@ def episodes_api(replay: Replay, dependencies: Sequence[Depends] = ()) -> APIRou
     def create(request: Request, body: NewEpisode | None = None) -> dict[str, Any]:
         """Create an episode; answers its id, seed and its URL on every recorded server."""
         body = body or NewEpisode.model_validate({})
+        client = client_of(request.scope)
         try:
+            if clients is not None:
+                clients.check(client, body.id or "(new)")
             episode = replay.episodes.create(body.id, body.seed, body.metadata)
         except EpisodeError as exc:
             if exc.status == 503:
                 raise HTTPException(503, str(exc), headers={"Retry-After": "1"}) from exc
             raise HTTPException(exc.status, str(exc)) from exc
+        if clients is not None:
+            clients.spend(client)
         return described(request, episode)
 
     @api.get("/api/episodes")

@@ -7,13 +7,14 @@ docs, metrics) and the lifespan go to the admin app. Every request passes the Ho
 :class:`~replay_sim.replay.http.admission.Admission`.
 
 An MCP request may name its episode in the URL, the ``X-Replay-Episode`` header and
-``_meta["replay-sim/episode"]``: a POST's body is read here first (:func:`_peek`), so a malformed
-id or two different ids get ``400`` and a new episode past the cap (or the creation rate) gets
-``503``, each with a JSON-RPC error, before the MCP SDK sees the request. A new episode is created
-only once its request is answered as valid: made-up traffic (an unknown session's 404) creates
-none. The episode URL's id travels on to the
-handlers in the ASGI scope (:data:`~replay_sim.replay.core.histories.URL_EPISODE`), and so does a
-handshake-era request's session (:data:`~replay_sim.replay.core.connections.SESSION_KEY`).
+``_meta["replay-sim/episode"]``: a POST's body is read first (by the admission's
+:func:`~replay_sim.replay.http.admission.peek`), so a malformed id or two different ids get
+``400`` and a new episode past the cap (or the creation rate, the server's or its client's)
+gets ``503``, each with a JSON-RPC error, before the MCP SDK sees the request. A new episode is
+created only once its request is answered as valid: made-up traffic (an unknown session's 404)
+creates none. The episode URL's id travels on to the handlers in the ASGI scope
+(:data:`~replay_sim.replay.core.histories.URL_EPISODE`), and so does a handshake-era request's
+session (:data:`~replay_sim.replay.core.connections.SESSION_KEY`).
 
 A replayed call the fast path can answer from prepared bytes never reaches the SDK
 (:mod:`~replay_sim.replay.http.fastpath`); every other handshake-era POST gets the SDK's answer as one
@@ -22,10 +23,8 @@ JSON body unless it streams (:mod:`~replay_sim.replay.http.responses`).
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
-from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -44,7 +43,8 @@ from replay_sim.protocol import EPISODE_HEADER, EPISODE_META_KEY, EPISODES_PATH,
 from replay_sim.replay.core.connections import SESSION_KEY
 from replay_sim.replay.core.episodes import Episodes
 from replay_sim.replay.core.histories import URL_EPISODE
-from replay_sim.replay.http.admission import Admission, BodyTimeout
+from replay_sim.replay.http.admission import Admission, BodyTimeout, peek, replaying
+from replay_sim.replay.http.fairness import ClientBuckets, client_of
 from replay_sim.replay.http.fastpath import FastPath
 from replay_sim.replay.http.responses import JsonUnlessStreamed, prefers_json
 from replay_sim.replay.observe.readiness import Readiness
@@ -54,8 +54,6 @@ from replay_sim.replay.shaping.faults import Hangup
 __all__ = ["ReplayApp"]
 
 
-MAX_PEEK_BYTES = 1 << 20
-"""The largest POST body read for ``_meta["replay-sim/episode"]`` here (a larger one: the handler checks)."""
 _EPISODE_KEY = EPISODE_META_KEY.encode()
 _EPISODE_HEADER = EPISODE_HEADER.encode()
 _SESSION_HEADER = b"mcp-session-id"
@@ -82,6 +80,7 @@ class ReplayApp:
         hangups: Whether a call may have its connection dropped (``disconnect`` faults).
         fast: Answers the replayed calls it can from prepared bytes (None: the SDK answers all).
         readiness: Whether every tier answers at its usual speed (None: ready once started).
+        clients: Each client's share of the episode creation rate (None: only the server's bound).
 
     Attributes:
         readiness: As given.
@@ -97,6 +96,7 @@ class ReplayApp:
         hangups: bool = False,
         fast: FastPath | None = None,
         readiness: Readiness | None = None,
+        clients: ClientBuckets | None = None,
     ) -> None:
         self.admin = admin
         self.managers = managers
@@ -105,20 +105,23 @@ class ReplayApp:
         self.hangups = hangups
         self.fast = fast
         self.readiness = readiness
+        self.clients = clients
         timeout = self.admission.limits.body_timeout
         routed = self._route if timeout is None else BodyTimeout(self._route, timeout)
         self._guarded = HostGuard(routed, hosts or HostCheck())
 
     def load(self) -> dict[str, Any]:
-        """Requests in flight and waiting for a session, sessions per server, episodes: for ``/metrics``."""
+        """Requests in flight, reading their body and waiting, sessions, episodes: for ``/metrics``."""
         return {
             "in_flight": self.admission.in_flight,
+            "reading": self.admission.reading,
             "waiting": self.admission.waiting,
             # The SDK keeps no public count of its sessions; its registry is the truth.
             "sessions": {name: len(m._server_instances) for name, m in sorted(self.managers.items())},
             "episodes": len(self.episodes),
             "episodes_expired": self.episodes.expired,
             "episodes_refused": self.episodes.refused,
+            "episodes_refused_per_client": 0 if self.clients is None else self.clients.refused,
         }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -166,8 +169,8 @@ class ReplayApp:
         post = scope["method"] == "POST"
         messages: list[Message] = []
         if post:
-            messages = await _peek(receive)
-            receive = _replaying(messages, receive)
+            messages = await peek(receive)  # read by the admission already: handed out again
+            receive = replaying(messages, receive)
             body = _whole_body(messages)
             if body is not None and untrusted.too_deep(body):  # the SDK's 2026-era path would read it
                 await _refuse(send, 400, f"Parse error: {untrusted.TOO_DEEP}", code=types.PARSE_ERROR)
@@ -188,7 +191,11 @@ class ReplayApp:
             episode = agreed_episode(url_episode, header, meta)
             if episode is not None and post:
                 self.episodes.admit(episode)  # refused here (503) past the cap, not mid-call
-                send = _creating(self.episodes, episode, send)
+                client = None
+                if self.clients is not None and self.episodes.get(episode) is None:
+                    client = client_of(scope)  # a new episode: its client's share, too
+                    self.clients.check(client, episode)
+                send = _creating(self.episodes, episode, send, self.clients, client)
         except EpisodeError as exc:
             retry = [(b"retry-after", str(self.admission.limits.retry_after).encode())]
             await _refuse(send, exc.status, str(exc), retry if exc.status == 503 else [], code=_code(exc))
@@ -210,17 +217,30 @@ class ReplayApp:
         await app(scope, receive, send)
 
 
-def _creating(episodes: Episodes, episode: str, send: Send) -> Send:
+def _creating(
+    episodes: Episodes,
+    episode: str,
+    send: Send,
+    clients: ClientBuckets | None = None,
+    client: str | None = None,
+) -> Send:
     """``send``, creating ``episode`` once the request is answered as valid (not 4xx/5xx).
 
     A request the MCP server refuses (an unknown session's 404, a malformed body's 400) creates
-    nothing, so made-up traffic cannot fill the cap of live episodes.
+    nothing, so made-up traffic cannot fill the cap of live episodes. A new episode is counted
+    against ``client``'s share (when given) once created.
     """
 
     async def created(message: Message) -> None:
         if message["type"] == "http.response.start" and message["status"] < 400:
-            with contextlib.suppress(EpisodeError):  # cap or rate reached meanwhile: its next call says
+            new = client is not None and episodes.get(episode) is None
+            try:
                 episodes.open(episode)
+            except EpisodeError:  # cap or rate reached meanwhile: its next call says
+                pass
+            else:
+                if new and clients is not None and client is not None:
+                    clients.spend(client)
         await send(message)
 
     return created
@@ -248,30 +268,6 @@ async def _refuse(
         }
     )
     await send({"type": "http.response.body", "body": json.dumps(body).encode()})
-
-
-async def _peek(receive: Receive) -> list[Message]:
-    """A request's first messages: its whole body when at most :data:`MAX_PEEK_BYTES`, else its start."""
-    messages: list[Message] = []
-    size = 0
-    while True:
-        message = await receive()
-        messages.append(message)
-        if message["type"] != "http.request" or not message.get("more_body", False):
-            return messages
-        size += len(message.get("body", b""))
-        if size > MAX_PEEK_BYTES:
-            return messages
-
-
-def _replaying(messages: list[Message], receive: Receive) -> Receive:
-    """``receive`` with ``messages`` (already read) handed out first."""
-    queue = deque(messages)
-
-    async def replayed() -> Message:
-        return queue.popleft() if queue else await receive()
-
-    return replayed
 
 
 def _whole_body(messages: list[Message]) -> bytes | None:

@@ -197,14 +197,20 @@ class Faults:
     def from_dict(cls, table: dict[str, Any], where: str = "[faults]") -> Faults:
         """Faults from a ``[faults]`` table: ``rate``, ``kinds``, ``hold`` and per-tool tables.
 
+        A TOML file is typed: a rate is a number (not ``true``, not ``"0.5"``), kinds an array
+        of strings, hold a number.
+
         Raises:
-            ConfigError: An unknown key, a rate outside 0..1, an unknown kind, a bad hold.
+            ConfigError: An unknown key, a rate that is not a number from 0 to 1, kinds that are
+                not an array of known kind names, a bad hold (one line naming the field).
         """
         if not isinstance(table, dict) or (bad := set(table) - {"rate", "kinds", "hold", "tools"}):
             raise ConfigError(f"{where}: unknown keys {sorted(bad) if isinstance(table, dict) else table!r}")
         rules: dict[str, FaultRule] = {}
         if "rate" in table:
-            rules["*/*"] = _rule(where, table["rate"], table.get("kinds"))
+            rules["*/*"] = _rule(
+                where, _typed_rate(where, table["rate"]), _typed_kinds(where, table.get("kinds"))
+            )
         tools = table.get("tools") or {}
         if not isinstance(tools, dict):
             raise ConfigError(f'{where}: tools must be tables named "<server>/<tool>"')
@@ -212,7 +218,12 @@ class Faults:
             here = f'{where}.tools."{name}"'
             if name.count("/") != 1 or not isinstance(entry, dict) or set(entry) - {"rate", "kinds"}:
                 raise ConfigError(f'{here}: expected a table named "<server>/<tool>" with rate and kinds')
-            rules[name] = _rule(here, entry.get("rate", 0), entry.get("kinds", table.get("kinds")))
+            kinds = (
+                _typed_kinds(here, entry["kinds"])
+                if "kinds" in entry
+                else _typed_kinds(where, table.get("kinds"))
+            )
+            rules[name] = _rule(here, _typed_rate(here, entry.get("rate", 0)), kinds)
         hold = table.get("hold", DEFAULT_HOLD)
         if isinstance(hold, bool) or not isinstance(hold, int | float):
             raise ConfigError(f"{where}: hold must be a number of seconds")
@@ -244,6 +255,26 @@ class Faults:
         return " ".join(
             f"{k}={r.rate:g}:{','.join(r.kinds)}" for k, r in sorted(self.rules.items()) if r.rate > 0
         )
+
+
+def _typed_rate(where: str, rate: Any) -> float:
+    """A table's ``rate``, a TOML number (``bool`` is an ``int`` in Python: refused by name)."""
+    if isinstance(rate, bool) or not isinstance(rate, int | float):
+        kind = "a boolean" if isinstance(rate, bool) else f"a {type(rate).__name__}"
+        raise ConfigError(f"{where}: field 'rate' must be a number from 0 to 1, not {kind} ({rate!r})")
+    return float(rate)
+
+
+def _typed_kinds(where: str, kinds: Any) -> list[str] | None:
+    """A table's ``kinds``, an array of strings (None: not given)."""
+    if kinds is None:
+        return None
+    if not isinstance(kinds, list) or not all(isinstance(k, str) for k in kinds):
+        raise ConfigError(
+            f"{where}: field 'kinds' must be an array of fault kind names ({', '.join(FaultKind)}), "
+            f"not {kinds!r}"
+        )
+    return kinds
 
 
 def _rule(where: str, rate: Any, kinds: Any) -> FaultRule:

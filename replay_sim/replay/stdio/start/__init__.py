@@ -17,12 +17,18 @@ they would have been. A client that needs nothing else never loads the replay.
 Only what does not depend on the episode is answered: a call recorded exactly, from the state every
 session starts in, by a tool that does not change it — any number of them, in any order, when one
 recording of it was made from that state; only as the session's first call otherwise (the recording
-then chosen is the oldest). The table is used only when it was built from this very store (its
-calls, servers, listings and meta), by this very code (:func:`~.table.code_digest`), the store
-passed its integrity check unchanged since (:mod:`replay_sim.store.verified`), and nothing the table
+then chosen is the oldest). The table is a cache keyed by what it answers from (:mod:`~.table`):
+the store's content version — a random token SQLite triggers renew on every write of a call,
+listing, server or meta row, by any writer (:mod:`replay_sim.store.content`) — the store's
+identity (its random id, real path, device and inode), the code (:func:`~.table.code_digest`), and
+each of its own rows (a seal keyed by the store's id, checked when read); all checked at start in
+a few single-row reads whatever the store's size. It is used only when all match, the store passed
+its integrity check unchanged since (:mod:`replay_sim.store.verified`), and nothing the table
 cannot see is asked of the replay (a snapshot, a recorder config, faults, latency, ``--strict``, a
-matching config, a miss policy other than ``error`` and ``nearest``); a store written meanwhile
-(``PRAGMA data_version``) hands over at the next request.
+matching config, a miss policy other than ``error`` and ``nearest``); otherwise the start says why
+in one line on stderr. A store written meanwhile hands over at the next request. No line stops the
+start: one it cannot read or key (``NaN``, ``1e999``, a lone surrogate, an id that is no string or
+integer) goes to the replay, which answers it as it does without a table.
 """
 
 from __future__ import annotations

@@ -28,8 +28,11 @@ def request_key(server: str, request: dict[str, Any]) -> tuple[str, str] | None:
         return None
     if "_meta" in params or not plain_call_params(method, params):
         return None
-    name, arguments = call_identity(method, params)
-    return method, call_key(server, method, name, arguments)
+    try:
+        name, arguments = call_identity(method, params)
+        return method, call_key(server, method, name, arguments)
+    except (ValueError, RecursionError):  # no JSON value (1e999), a lone surrogate, deep nesting
+        return None
 
 
 @dataclass
@@ -140,7 +143,7 @@ class _Session:
             )
             self.initialized = self.initialized or taken
             return None, taken
-        if not _plain_id(message):
+        if not _plain_id(message) or not self.table.current():  # a store written: the replay's from here
             return None, False
         if method == "initialize":
             if self.version is not None or not _plain_initialize(params):
@@ -158,7 +161,7 @@ class _Session:
 
     def _call(self, request: dict[str, Any]) -> bytes | None:
         found = request_key(self.table.server, request)
-        if found is None or not self.table.current():
+        if found is None:
             return None
         answer = self.table.call(found[1])
         if answer is None or not (answer[1] or self.calls == 0):
@@ -192,11 +195,7 @@ def serve_until_needed(table: StartTable, stdin: int = 0, stdout: int = 1) -> Ha
             if not line.strip():
                 buffer = after
                 continue
-            try:
-                message = json.loads(line)
-            except (ValueError, RecursionError):
-                message = None
-            result, taken = session.answer(message) if message is not None else (None, False)
+            result, taken, message = _settle(session, line)
             if not taken:
                 handover.rest = buffer
                 return handover
@@ -207,6 +206,26 @@ def serve_until_needed(table: StartTable, stdin: int = 0, stdout: int = 1) -> Ha
         if len(buffer) > _MAX_LINE:
             handover.rest = buffer
             return handover
+
+
+def _settle(session: _Session, line: bytes) -> tuple[bytes | None, bool, Any]:
+    """What the start does with a request line: :meth:`_Session.answer`'s verdict, and the message.
+
+    Never raises: a line the start cannot read or key — not JSON, ``NaN`` or ``Infinity`` (which
+    JSON has not, though Python's ``json.dumps`` writes them), a number past a float, a lone
+    surrogate, deep nesting — is the replay's, which answers every line as it does without a table
+    (a result, a miss, or a JSON-RPC error).
+    """
+    try:
+        message = json.loads(line, parse_constant=_no_constant)
+        result, taken = session.answer(message)
+    except Exception:
+        return None, False, None
+    return result, taken, message
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"JSON has no {name}")
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -24,6 +24,7 @@ import mcp_types as types
 from mcp.shared.message import SessionMessage
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION
 
+from replay_sim.errors import StoreError
 from replay_sim.protocol import LISTING_METHODS
 from replay_sim.replay.core.connections import stdio_client
 from replay_sim.replay.core.histories import one_client
@@ -31,7 +32,18 @@ from replay_sim.replay.core.prepared import FAST_METHODS, Style
 from replay_sim.replay.core.replay import Replay
 from replay_sim.replay.factory import open_replay
 from replay_sim.replay.stdio.start.session import request_key
-from replay_sim.replay.stdio.start.table import FORMAT, SCHEMA, START_TABLE, code_digest, stale, store_basis
+from replay_sim.replay.stdio.start.table import (
+    FORMAT,
+    SCHEMA,
+    START_TABLE,
+    code_digest,
+    identity,
+    meta_seal,
+    seal,
+    stale,
+)
+from replay_sim.store import Store
+from replay_sim.store.content import content_version
 
 __all__ = ["write_start_table"]
 
@@ -57,9 +69,15 @@ def write_start_table(db: Path, index_dir: Path, progress: Callable[[int, int], 
         How many calls it answers.
     """
     target = Path(index_dir) / START_TABLE
+    with Store(db, create=False):  # gives a store written by an older replay-sim its content version
+        pass
     kept = _current(db, target)
     if kept is not None:
         return kept
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as store:
+        found = content_version(store)  # before the answers are read: a write meanwhile leaves it stale
+    if found is None:
+        raise StoreError(f"{db}: the store has no content version; open it for writing once")
     openings: list[tuple[str, str, str, bytes]] = []
     answers: list[tuple[str, str, int, bytes]] = []
     with open_replay(db, index_dir=index_dir) as replay:
@@ -74,37 +92,48 @@ def write_start_table(db: Path, index_dir: Path, progress: Callable[[int, int], 
                     answers.append(row)
                 if progress is not None and (done % 500 == 0 or done == total):
                     progress(done, total)
-    store = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        meta = {f"basis:{name}": store_basis(store, name) for name in names}
-    finally:
-        store.close()
-    meta |= {"format": FORMAT, "code": code_digest(), "servers": json.dumps(names)}
+    meta = identity(db, found) | {"format": FORMAT, "code": code_digest(), "servers": json.dumps(names)}
+    meta["seal"] = meta_seal(found.store, meta)
+    sealed_openings = [(*row, seal(found.store, *row)) for row in openings]
+    sealed_answers = [(*row, seal(found.store, *row)) for row in answers]
     partial = target.with_name(f"{target.name}.{os.getpid()}.tmp")
     target.parent.mkdir(parents=True, exist_ok=True)
     partial.unlink(missing_ok=True)
     with contextlib.closing(sqlite3.connect(partial)) as conn, conn:
         conn.executescript(SCHEMA)
         conn.executemany("INSERT INTO meta VALUES (?, ?)", meta.items())
-        conn.executemany("INSERT INTO openings VALUES (?, ?, ?, ?)", openings)
-        conn.executemany("INSERT INTO answers VALUES (?, ?, ?, ?)", answers)
+        conn.executemany("INSERT INTO openings VALUES (?, ?, ?, ?, ?)", sealed_openings)
+        conn.executemany("INSERT INTO answers VALUES (?, ?, ?, ?, ?)", sealed_answers)
     os.replace(partial, target)
     return len(answers)
 
 
 def _current(db: Path, target: Path) -> int | None:
     """How many calls the start table at ``target`` answers, when it was written from the store at
-    ``db`` as it is, by this code; else None."""
+    ``db`` as it is, by this code, and every row of it is as it was written; else None."""
     try:
-        with contextlib.closing(sqlite3.connect(f"file:{target}?mode=ro", uri=True)) as table:
+        with (
+            contextlib.closing(sqlite3.connect(f"file:{target}?mode=ro", uri=True)) as table,
+            contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as store,
+        ):
             meta = dict(table.execute("SELECT key, value FROM meta").fetchall())
-            ((answered,),) = table.execute("SELECT COUNT(*) FROM answers").fetchall()
-        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as store:
             names = [n for (n,) in store.execute("SELECT name FROM servers UNION SELECT server FROM calls")]
-            current = meta.get("servers") == json.dumps(sorted(names)) and not stale(meta, store, names)
-    except (sqlite3.Error, ValueError):
+            found = content_version(store)
+            if (
+                found is None
+                or meta.get("servers") != json.dumps(sorted(names))
+                or stale(meta, db, store, names)
+            ):
+                return None
+            answered = 0
+            for query in ("SELECT * FROM openings", "SELECT * FROM answers"):
+                for *row, sealed in table.execute(query):
+                    if sealed != seal(found.store, *(bytes(v) if isinstance(v, bytes) else v for v in row)):
+                        return None
+                    answered += query.endswith("answers")
+    except (sqlite3.Error, ValueError, OSError):
         return None
-    return int(answered) if current else None
+    return answered
 
 
 def _body(message: SessionMessage) -> bytes | None:

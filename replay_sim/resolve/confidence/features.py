@@ -1,0 +1,164 @@
+"""What the resolver knows of a candidate answer, as the confidence model's features.
+
+A *candidate* is a recording the resolver could answer a call with: the recording of the very
+call (``exact``), of a call equal after normalisation (``canonical``), or the tool's nearest
+recording by embedding (``nearest``), each made from the episode's state or from another one.
+Its features are evidence the store holds, all binary so that each has one weight a reader can
+judge (:mod:`replay_sim.resolve.confidence.model`):
+
+- how it was matched (tier), and for a nearest recording whether its identifiers differ and how
+  close its free text is (cumulative similarity bins: monotone by construction);
+- whether it was made from another state than the episode's;
+- whether other recordings of the same call agree with it or disagree (one call, several states
+  or sessions), and whether the tool's repeated calls ever disagreed;
+- the tool's effect, declared or learned (:mod:`replay_sim.effects`);
+- whether the recorded answer is a failure.
+
+The same function describes a candidate at serve time and in leave-one-out training
+(:mod:`replay_sim.resolve.confidence.leaveoneout`), where the hidden recording is left out of every
+count: what a feature means in training is what it means when serving.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from replay_sim.effects import Effect, Verdict, named
+from replay_sim.resolve.toolstate import answer_of
+from replay_sim.store import Recording
+
+__all__ = ["FEATURES", "Feature", "Formed", "describe", "repeated_calls"]
+
+
+@dataclass(frozen=True, slots=True)
+class Feature:
+    """One binary feature: its name, the sign its weight is held to (0: free) and what it says."""
+
+    name: str
+    sign: int
+    says: str
+
+
+FEATURES: tuple[Feature, ...] = (
+    Feature("canonical", 0, "matched after normalising the arguments, not by the exact key"),
+    Feature("nearest", -1, "the tool's nearest recording by embedding, not the same call"),
+    Feature("identifiers_differ", -1, "a nearest recording whose ids, paths, numbers or enums differ"),
+    Feature("similarity>=0.8", 1, "free text at cosine 0.8 or more"),
+    Feature("similarity>=0.9", 1, "free text at cosine 0.9 or more"),
+    Feature("similarity>=0.95", 1, "free text at cosine 0.95 or more"),
+    Feature("other_state", -1, "recorded after state changes this episode did not make (or lost track of)"),
+    Feature("gap_writes", -1, "those state changes include a call of a tool known to change state"),
+    Feature("gap_same_tool", -1, "those state changes include calls of this very tool"),
+    Feature("gap_names_shared", -1, "those state changes name a thing this call names (a path, a table)"),
+    Feature("gap_names_nothing", 0, "those state changes name nothing (numbers and prose only)"),
+    Feature("call_agrees", 1, "other recordings of this call all gave this answer"),
+    Feature("call_disagrees", -1, "another recording of this call gave another answer"),
+    Feature("tool_consistent", 1, "every call of the tool recorded more than once got one answer"),
+    Feature("tool_inconsistent", -1, "some call of the tool recorded more than once got different answers"),
+    Feature("effect_free", 1, "the tool changes nothing (declared, or learned from the recordings)"),
+    Feature("effect_learned", 1, "the tool was shown effect-free by recorded evidence"),
+    Feature("changes_state", 0, "the tool is known to change state"),
+    Feature("failure", 0, "the recorded answer is an error"),
+)
+"""Every feature, in the model's order."""
+
+_INDEX = {f.name: i for i, f in enumerate(FEATURES)}
+
+
+@dataclass(frozen=True, slots=True)
+class Formed:
+    """A candidate answer: the recording, how it matches the call, and from which state.
+
+    Attributes:
+        recording: The recording that would answer.
+        kind: ``exact``, ``canonical`` or ``nearest``.
+        score: Cosine of a nearest recording's text (1.0 otherwise).
+        other_state: Made after state changes the episode did not make (or the episode diverged).
+        same_identifiers: A nearest recording's non-free-text arguments equal the call's.
+        gap: For another state: the recorded state-changing calls by which the candidate's state
+            and the episode's differ, each with whether its tool is known to change state.
+    """
+
+    recording: Recording
+    kind: str
+    score: float = 1.0
+    other_state: bool = False
+    same_identifiers: bool = True
+    gap: tuple[tuple[Recording, bool], ...] = ()
+
+
+def repeated_calls(recordings: Iterable[Recording], exclude: int | None = None) -> tuple[int, int]:
+    """``(calls recorded more than once that got one answer, that got several)`` of one tool.
+
+    Args:
+        recordings: The tool's recordings.
+        exclude: A recording to leave out (the hidden one, in leave-one-out).
+    """
+    answers: dict[str, set[str]] = {}
+    counts: dict[str, int] = {}
+    for rec in recordings:
+        if rec.id != exclude:
+            answers.setdefault(rec.key, set()).add(answer_of(rec))
+            counts[rec.key] = counts.get(rec.key, 0) + 1
+    agreed = sum(1 for k, said in answers.items() if counts[k] > 1 and len(said) == 1)
+    disagreed = sum(1 for said in answers.values() if len(said) > 1)
+    return agreed, disagreed
+
+
+def describe(
+    formed: Formed,
+    same_call: Sequence[Recording],
+    repeated: tuple[int, int],
+    effect: Verdict | None,
+    exclude: int | None = None,
+) -> np.ndarray:
+    """The feature vector of a candidate.
+
+    Args:
+        formed: The candidate.
+        same_call: The recordings of the candidate's own key (the candidate among them).
+        repeated: Its tool's repeated calls that agreed and disagreed (:func:`repeated_calls`).
+        effect: The tool's effect (None for resources, prompts, completions: effect-free reads).
+        exclude: A recording to leave out of every count (the hidden one, in leave-one-out).
+
+    Returns:
+        A 0/1 float vector in :data:`FEATURES` order.
+    """
+    x = np.zeros(len(FEATURES))
+
+    def on(name: str, value: bool = True) -> None:
+        if value:
+            x[_INDEX[name]] = 1.0
+
+    rec = formed.recording
+    on("canonical", formed.kind == "canonical")
+    if formed.kind == "nearest":
+        on("nearest")
+        on("identifiers_differ", not formed.same_identifiers)
+        on("similarity>=0.8", formed.score >= 0.8)
+        on("similarity>=0.9", formed.score >= 0.9)
+        on("similarity>=0.95", formed.score >= 0.95)
+    on("other_state", formed.other_state)
+    if formed.gap:
+        mine_named = named(rec.arguments)
+        on("gap_writes", any(known for _, known in formed.gap))
+        on("gap_same_tool", any(g.name == rec.name for g, _ in formed.gap))
+        on("gap_names_shared", any(named(g.arguments) & mine_named for g, _ in formed.gap))
+        on("gap_names_nothing", all(not named(g.arguments) for g, _ in formed.gap))
+    others = [answer_of(r) for r in same_call if r.id not in (rec.id, exclude)]
+    if others:
+        mine = answer_of(rec)
+        on("call_agrees", all(a == mine for a in others))
+        on("call_disagrees", any(a != mine for a in others))
+    agreed, disagreed = repeated
+    on("tool_consistent", agreed > 0 and disagreed == 0)
+    on("tool_inconsistent", disagreed > 0)
+    if effect is None or effect.effect is Effect.NONE:
+        on("effect_free")
+        on("effect_learned", effect is not None and effect.source == "evidence")
+    on("changes_state", effect is not None and effect.effect is Effect.CHANGES)
+    on("failure", rec.failed)
+    return x

@@ -1,0 +1,151 @@
+"""The best candidate answer the store holds for a call, strict tiers or not.
+
+Used for a miss at serve time (what a confidence-gated replay may serve instead, and what the
+miss's provenance reports) and for every hidden recording in leave-one-out training, so the
+candidates the model is trained on are chosen the way serving chooses them. In order: a recording
+of the very call made from the episode's state, one equal after normalisation from that state,
+then the same from another state, then the tool's nearest recording by embedding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from replay_sim.canonical import call_key
+from replay_sim.effects import Effect
+from replay_sim.errors import ReplaySimError
+from replay_sim.resolve.confidence.features import Formed
+from replay_sim.resolve.lineage import Trail
+from replay_sim.resolve.resolution import Resolution, Tier
+from replay_sim.store import Recording
+
+if TYPE_CHECKING:
+    from replay_sim.resolve.resolver import Resolver
+
+__all__ = ["KIND_TIER", "form", "from_hit"]
+
+KIND_TIER = {"exact": Tier.EXACT, "canonical": Tier.CANONICAL, "nearest": Tier.SEMANTIC}
+"""The provenance status of a candidate served by confidence."""
+_HIT_KIND = {Tier.EXACT: "exact", Tier.CANONICAL: "canonical", Tier.SEMANTIC: "nearest"}
+
+# (server, tool, hidden recording) -> the tool's nearest other recordings, (id, cosine) best first
+Neighbours = Callable[[str, str, Recording], list[tuple[int, float]]]
+
+
+def from_hit(resolution: Resolution) -> Formed | None:
+    """The candidate a strict hit served (from the episode's state), or None for any other answer."""
+    kind = _HIT_KIND.get(resolution.tier)
+    if kind is None or resolution.recording is None:
+        return None
+    return Formed(resolution.recording, kind, float(resolution.score) if kind == "nearest" else 1.0)
+
+
+def _other(resolver: Resolver, recording: Recording, trail: Trail) -> dict[str, Any]:
+    """``other_state`` and ``gap`` of a candidate (see :class:`Formed`)."""
+    made = resolver.lookup.state_of(recording)
+    if trail.diverged is None and made == trail.state:
+        return {}
+    gap = []
+    for key in sorted(set(made) ^ set(trail.state)):
+        found = resolver.lookup.by_key(key)
+        if found and found[0].method == "tools/call":
+            rec = found[0]
+            known = resolver.lookup.effect(rec.server, rec.name).effect is Effect.CHANGES
+            gap.append((rec, known))
+    return {"other_state": True, "gap": tuple(gap)}
+
+
+def _pick(resolver: Resolver, groups: Sequence[tuple[str, list[Recording]]], trail: Trail) -> Formed | None:
+    """The first group with a recording from this state, else the first group with any."""
+    lookup = resolver.lookup
+    for kind, found in groups:
+        if found and trail.diverged is None and lookup.from_state(found, trail):
+            chosen = lookup.choose(found, trail)
+            assert chosen is not None
+            return Formed(chosen, kind)
+    for kind, found in groups:
+        if found:
+            chosen = lookup.choose(found, trail, strict=False)
+            assert chosen is not None
+            return Formed(chosen, kind, **_other(resolver, chosen, trail))
+    return None
+
+
+def form(
+    resolver: Resolver,
+    server: str,
+    method: str,
+    name: str,
+    arguments: dict[str, Any],
+    trail: Trail,
+    *,
+    nearest: Sequence[tuple[int, float]] = (),
+    exclude: int | None = None,
+) -> Formed | None:
+    """The best candidate for a call from the store (``exclude`` hidden), or None.
+
+    Args:
+        resolver: The resolver whose lookups, effects and tool states are used.
+        server: Recorded server name.
+        method: The MCP method.
+        name: The tool, prompt or resource.
+        arguments: The call's arguments (redacted as recorded).
+        trail: The episode's trail.
+        nearest: The tool's nearest recordings, ``(id, cosine)`` best first (a miss's candidates).
+        exclude: A recording to treat as absent (leave-one-out).
+
+    Raises:
+        _Deferred: Within :meth:`Resolver.resolve_now`, when the tool's matching state is not built.
+    """
+    key = call_key(server, method, name, arguments)
+    groups: list[tuple[str, list[Recording]]] = [
+        ("exact", [r for r in resolver.lookup.by_key(key) if r.id != exclude])
+    ]
+    schema = resolver.tool_schema(server, name) if method == "tools/call" else None
+    state = None
+    normalised: dict[str, Any] = {}
+    if schema is not None:
+        state = resolver._state(server, name, schema)
+        try:
+            normalised = state.normalise(arguments)
+            same = state.canonical.get(call_key(server, method, name, normalised), [])
+        except (ValueError, TypeError, RecursionError):
+            same = []
+        groups.append(("canonical", [r for r in same if r.id != exclude]))
+    picked = _pick(resolver, groups, trail)
+    if picked is not None or state is None:
+        return picked
+    by_id = {r.id: r for r in state.recordings}
+    for rid, score in nearest:
+        rec = by_id.get(rid)
+        if rec is None or rid == exclude:
+            continue
+        group = set(state.group(normalised)) if normalised else set()
+        return Formed(
+            rec,
+            "nearest",
+            round(float(score), 6),
+            same_identifiers=rid in group,
+            **_other(resolver, rec, trail),
+        )
+    return None
+
+
+def index_neighbours(resolver: Resolver) -> Neighbours:
+    """A recording's nearest other recordings of its tool, by the vectors the index holds."""
+
+    def neighbours(server: str, tool: str, hidden: Recording) -> list[tuple[int, float]]:
+        try:
+            index = resolver.index()
+            part = index.partition(server, tool)
+            if part is None:
+                return []
+            vector = np.asarray(part.vectors([hidden.id]))[0]
+            return [p for p in index.search(server, tool, vector, 4) if p[0] != hidden.id]
+        except ReplaySimError:
+            return []
+
+    return neighbours

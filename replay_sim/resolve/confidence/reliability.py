@@ -1,0 +1,187 @@
+"""Calibration measured on a probe set: reliability, expected calibration error, operating points.
+
+Scored **cross-validated by server**: the confidence of a probe on server S comes from a model
+learned on the leave-one-out examples of every other server of the store, so the model never
+sees the server it is scored on. At each operating point the probes are replayed with that
+threshold (:func:`~replay_sim.resolve.evaluate.evaluate`: precision and truth recall) and the
+served answers' confidences are compared with whether they were right (ECE). At operating point
+0 every candidate the store holds is served: its reliability diagram shows how the confidence of
+*any* candidate tracks its correctness.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from replay_sim.resolve.confidence.leaveoneout import Example, examples, learn_from
+from replay_sim.resolve.confidence.model import ConfidenceModel
+from replay_sim.resolve.evaluate import Grade, Probe, Report, evaluate, truth_of
+from replay_sim.resolve.resolver import Resolver
+from replay_sim.resolve.toolstate import answer_of
+from replay_sim.store import Recording
+
+__all__ = [
+    "OPERATING_POINTS",
+    "Scored",
+    "cross_validated",
+    "ece",
+    "plot",
+    "reliability",
+    "render_calibration",
+]
+
+OPERATING_POINTS: tuple[float | None, ...] = (None, 0.99, 0.95, 0.9, 0.8, 0.5, 0.0)
+"""The operating points scored by ``eval --calibration`` (None: the strict tiers, today's default)."""
+
+
+@dataclass
+class Scored:
+    """One operating point's report, and each served answer's ``(confidence, right)``."""
+
+    point: float | None
+    report: Report
+    served: list[tuple[float, bool]] = field(default_factory=list)
+
+
+def ece(pairs: Sequence[tuple[float, bool]], bins: int = 10) -> float:
+    """Expected calibration error: the served-weighted gap between confidence and accuracy per bin."""
+    if not pairs:
+        return 0.0
+    conf = np.array([c for c, _ in pairs])
+    right = np.array([r for _, r in pairs], dtype=float)
+    which = np.minimum((conf * bins).astype(int), bins - 1)
+    total = 0.0
+    for b in range(bins):
+        mask = which == b
+        if mask.any():
+            total += mask.sum() / len(pairs) * abs(right[mask].mean() - conf[mask].mean())
+    return float(total)
+
+
+def reliability(
+    pairs: Sequence[tuple[float, bool]], bins: int = 10
+) -> list[tuple[float, float, int, float, float]]:
+    """Rows ``(bin low, bin high, answers, mean confidence, accuracy)`` of the non-empty bins."""
+    rows = []
+    for b in range(bins):
+        low, high = b / bins, (b + 1) / bins
+        inside = [(c, r) for c, r in pairs if low <= c < high or (b == bins - 1 and c == 1.0)]
+        if inside:
+            mean = sum(c for c, _ in inside) / len(inside)
+            rows.append((low, high, len(inside), mean, sum(r for _, r in inside) / len(inside)))
+    return rows
+
+
+def cross_validated(
+    resolver: Resolver, probes: Sequence[Probe], points: Sequence[float | None] = OPERATING_POINTS
+) -> list[Scored]:
+    """Score the resolver at each operating point, each server's confidences from the others' model.
+
+    Args:
+        resolver: The resolver (its index current or buildable); its confidence model is swapped
+            per server while scoring and restored after.
+        probes: Probes with live truth.
+        points: Operating points (None: strict tiers only).
+    """
+    resolver.index()
+    found: list[Example] = examples(resolver)
+    models = {s: learn_from(found, leave_out=s) for s in {p.server for p in probes}}
+    judge = resolver.confidence
+    kept_model, kept_point = judge.model, judge.min_confidence
+    scored = []
+    try:
+        for point in points:
+            judge.min_confidence = point
+            scored.append(_score(resolver, probes, models, point))
+    finally:
+        judge.model, judge.min_confidence = kept_model, kept_point
+        judge.clear()
+    return scored
+
+
+def _score(
+    resolver: Resolver, probes: Sequence[Probe], models: dict[str, ConfidenceModel], point: float | None
+) -> Scored:
+    judge = resolver.confidence
+    answered: list[tuple[Recording | None, float | None]] = []
+
+    def resolve(
+        server: str, method: str, params: dict[str, Any], history: list[str]
+    ) -> tuple[Recording | None, str, str]:
+        if judge.model is not models[server]:
+            judge.model = models[server]
+            judge.clear()
+        found = resolver.resolve(server, method, params, history)
+        answered.append((found.recording, found.confidence))
+        return found.recording, found.step, found.reason or found.tier.value
+
+    report = evaluate(resolver.store, probes, resolve, resolver.tool_schema)
+    steps = [step for probe in probes for step in probe.steps]
+    served = [
+        (conf, answer_of(rec) == truth_of(step))
+        for (rec, conf), step in zip(answered, steps, strict=True)
+        if rec is not None and conf is not None
+    ]
+    return Scored(point, report, served)
+
+
+def render_calibration(scored: Sequence[Scored], exact_cache: Report | None = None) -> str:
+    """Markdown: precision, recall and ECE per operating point, then the reliability diagram at 0."""
+    lines = [
+        "| operating point | correct hit | wrong hit | needless miss | precision | truth recall | ECE |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    if exact_cache is not None:
+        lines.append(_row("exact-only cache", exact_cache, None))
+    for s in scored:
+        label = "strict tiers (default)" if s.point is None else f"--min-confidence {s.point}"
+        lines.append(_row(label, s.report, ece(s.served)))
+    loosest = min(scored, key=lambda s: 2.0 if s.point is None else s.point)
+    lines += [
+        "",
+        f"Reliability (every candidate served, operating point {loosest.point}; "
+        f"ECE {ece(loosest.served):.3f}, {len(loosest.served)} answers):",
+        "",
+        "| confidence | answers | mean confidence | accuracy |",
+        "|---|---|---|---|",
+    ]
+    for low, high, n, mean, acc in reliability(loosest.served):
+        lines.append(f"| {low:.1f}-{high:.1f} | {n} | {mean:.3f} | {acc:.3f} |")
+    return "\n".join(lines)
+
+
+def _row(label: str, report: Report, error: float | None) -> str:
+    counts = report.total()
+    precision, recall = Report.rates(counts)
+    shown = "—" if error is None else f"{error:.3f}"
+    return (
+        f"| {label} | {counts[Grade.CORRECT_HIT]} | {counts[Grade.WRONG_HIT]} | "
+        f"{counts[Grade.NEEDLESS_MISS]} | {precision:.1%} | {recall:.1%} | {shown} |"
+    )
+
+
+def plot(scored: Sequence[Scored], path: Path) -> bool:
+    """Write the reliability diagram as a PNG when matplotlib is installed; False when it is not."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    loosest = min(scored, key=lambda s: 2.0 if s.point is None else s.point)
+    rows = reliability(loosest.served)
+    fig, ax = plt.subplots(figsize=(4, 4))
+    ax.plot([0, 1], [0, 1], linestyle="--", color="grey")
+    ax.plot([r[3] for r in rows], [r[4] for r in rows], marker="o")
+    ax.set_xlabel("confidence")
+    ax.set_ylabel("accuracy")
+    ax.set_title(f"reliability (ECE {ece(loosest.served):.3f})")
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    return True

@@ -1,0 +1,178 @@
+"""Calibrated confidence: learned by leave-one-out from a real store, gating answers at an operating point."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from replay_sim.canonical import call_key
+from replay_sim.replay.core.provenance import match_of, provenance
+from replay_sim.resolve.calibration import MatchConfig
+from replay_sim.resolve.confidence.features import FEATURES
+from replay_sim.resolve.confidence.leaveoneout import learn
+from replay_sim.resolve.confidence.model import MODEL_FILE, PRIOR, ConfidenceModel, fit
+from replay_sim.resolve.confidence.reliability import ece, reliability
+from replay_sim.resolve.embedding import SentenceTransformerEmbedder
+from replay_sim.resolve.resolution import Resolution, Tier
+from replay_sim.resolve.resolver import Resolver
+from tests.resolver_helpers import record_x, x_tool
+
+SESSIONS = 6
+
+
+def _store(path: Path) -> Path:
+    """``pure`` answers the same call alike after anything; ``counter`` counts its own calls."""
+    from replay_sim.store import Store
+
+    with Store(path) as store:
+        store.put_listing("srv", "tools/list", {"tools": [x_tool("pure"), x_tool("counter")]})
+        for i in range(1, SESSIONS + 1):
+            record_x(store, f"p{i}", "pure", i, str(i))
+            record_x(store, f"p{i}", "pure", 100, "100")
+            record_x(store, f"p{i}", "pure", 200, "200")
+        for i in range(1, SESSIONS + 1):
+            for n in range(1, i + 1):
+                record_x(store, f"c{i}", "counter", 0, str(n))
+    return path
+
+
+@pytest.fixture(scope="module")
+def learned(
+    tmp_path_factory: pytest.TempPathFactory, embedder: SentenceTransformerEmbedder
+) -> tuple[Path, Path]:
+    """A store, and its index folder with the confidence model learned at build."""
+    from replay_sim.store import Store
+
+    folder = tmp_path_factory.mktemp("confidence")
+    db = _store(folder / "r.db")
+    with Store(db) as store:
+        Resolver(store, embedder=embedder, index_dir=folder / "index").index()
+        learn(store, folder / "index")
+    return db, folder / "index"
+
+
+def _resolve(
+    db: Path, index: Path, embedder: SentenceTransformerEmbedder, x: object, name: str, **options: object
+) -> Resolution:
+    """Resolve ``name(x)`` in an episode that called ``pure(7)`` first (for ``pure``), or ``counter(0)``
+    more often than any recorded session (for ``counter``): every recording of the tool was made
+    from another state."""
+    from replay_sim.store import Store
+
+    store = Store(db)
+    resolver = Resolver(store, embedder=embedder, index_dir=index, **options)  # type: ignore[arg-type]
+    history = [call_key("srv", "tools/call", "pure", {"x": 7})]
+    if name == "counter":
+        history = [call_key("srv", "tools/call", "counter", {"x": 0})] * (SESSIONS + 1)
+    return resolver.resolve("srv", "tools/call", {"name": name, "arguments": {"x": x}}, history)
+
+
+def test_index_build_keeps_the_learned_model_in_the_index_folder(learned: tuple[Path, Path]) -> None:
+    _, index = learned
+    model = ConfidenceModel.load(index)
+    assert (index / MODEL_FILE).is_file() and model is not None
+    assert model.source == "learned" and model.examples > 0 and 0 < model.positives < model.examples
+
+
+def test_a_state_independent_tool_gets_a_high_confidence_and_a_disagreeing_one_a_low_one(
+    learned: tuple[Path, Path], embedder: SentenceTransformerEmbedder
+) -> None:
+    db, index = learned
+    pure = _resolve(db, index, embedder, 100, "pure")
+    counter = _resolve(db, index, embedder, 0, "counter")
+    # Both are strict misses (recorded only from other states), with their best candidate's confidence.
+    assert pure.tier is Tier.MISS and counter.tier is Tier.MISS
+    assert pure.confidence is not None and counter.confidence is not None
+    assert pure.confidence >= 0.9, pure.drivers
+    assert counter.confidence <= 0.5, counter.drivers
+    assert "call_disagrees" in dict(counter.drivers) or "tool_inconsistent" in dict(counter.drivers)
+
+
+def test_an_operating_point_serves_a_confident_candidate_and_refuses_a_doubtful_one(
+    learned: tuple[Path, Path], embedder: SentenceTransformerEmbedder
+) -> None:
+    db, index = learned
+    served = _resolve(db, index, embedder, 100, "pure", min_confidence=0.9)
+    assert served.tier is Tier.EXACT and served.recording is not None
+    assert served.recording.result is not None and "100" in str(served.recording.result)
+    assert served.step == served.recording.key  # the episode follows the recording it was served
+    refused = _resolve(db, index, embedder, 0, "counter", min_confidence=0.9)
+    assert refused.tier is Tier.MISS and refused.recording is None
+
+
+def test_without_an_operating_point_the_strict_tiers_decide_and_the_provenance_says_how_sure(
+    learned: tuple[Path, Path], embedder: SentenceTransformerEmbedder
+) -> None:
+    from replay_sim.store import Store
+
+    db, index = learned
+    resolver = Resolver(Store(db), embedder=embedder, index_dir=index)
+    hit = resolver.resolve("srv", "tools/call", {"name": "pure", "arguments": {"x": 1}}, [])
+    assert hit.tier is Tier.EXACT and hit.confidence is not None and hit.confidence > 0.9
+    match = provenance(hit, None)
+    assert match["confidence"] == hit.confidence and match["drivers"]
+    assert match_of({"_meta": {"replay-sim/match": match}}).confidence == hit.confidence  # type: ignore[union-attr]
+    # A hit below a per-tool operating point goes to the miss policy, naming why.
+    strict = MatchConfig.from_dict({"tools": {"srv/pure": {"min_confidence": 1.0}}})
+    refused = Resolver(Store(db), config=strict, embedder=embedder, index_dir=index).resolve(
+        "srv", "tools/call", {"name": "pure", "arguments": {"x": 1}}, []
+    )
+    assert refused.tier is Tier.MISS and "below the operating point 1.0" in refused.reason
+    assert refused.candidates and refused.candidates[0].recording_id == hit.recording.id  # type: ignore[union-attr]
+
+
+def test_a_request_may_ask_for_its_own_operating_point(
+    learned: tuple[Path, Path], embedder: SentenceTransformerEmbedder
+) -> None:
+    from replay_sim.store import Store
+
+    db, index = learned
+    resolver = Resolver(Store(db), embedder=embedder, index_dir=index, min_confidence=0.5)
+    params = {"name": "pure", "arguments": {"x": 1}}
+    assert resolver.resolve("srv", "tools/call", params, []).hit
+    assert not resolver.resolve("srv", "tools/call", params, [], min_confidence=1.0).hit
+
+
+def test_the_fit_holds_each_weight_to_its_sign_and_pulls_toward_the_prior() -> None:
+    rng = np.random.default_rng(0)
+    rows = rng.integers(0, 2, size=(400, len(FEATURES))).astype(float)
+    disagrees = [f.name for f in FEATURES].index("call_disagrees")
+    labels = rows[:, disagrees]  # disagreement "predicts" being right: the sign forbids learning that
+    _, weights = fit(rows, labels)
+    assert weights[disagrees] <= 0.0
+    for feature, weight in zip(FEATURES, weights, strict=True):
+        assert feature.sign == 0 or feature.sign * weight >= 0
+    assert fit(np.zeros((0, len(FEATURES))), np.zeros(0)) == (PRIOR.bias, PRIOR.weights)
+
+
+def test_a_model_file_round_trips_and_a_broken_one_falls_back_to_none(tmp_path: Path) -> None:
+    model = ConfidenceModel(1.5, tuple(0.1 * i for i in range(len(FEATURES))), 10, 7, {"s\tt": (2, 1)})
+    model.save(tmp_path)
+    loaded = ConfidenceModel.load(tmp_path)
+    assert loaded is not None and loaded.tools == {"s\tt": (2, 1)} and loaded.examples == 10
+    assert loaded.predict(np.ones(len(FEATURES))) == pytest.approx(
+        model.predict(np.ones(len(FEATURES))), 1e-5
+    )
+    (tmp_path / MODEL_FILE).write_text("{not json")
+    assert ConfidenceModel.load(tmp_path) is None
+
+
+@pytest.mark.parametrize(
+    ("pairs", "expected"),
+    [
+        ([(0.95, True)] * 19 + [(0.95, False)], 0.0),
+        ([(0.9, False)] * 10, 0.9),
+        ([(0.25, True), (0.25, False), (0.75, True), (0.75, True)], 0.25),
+        ([], 0.0),
+    ],
+)
+def test_expected_calibration_error(pairs: list[tuple[float, bool]], expected: float) -> None:
+    assert ece(pairs) == pytest.approx(expected)
+
+
+def test_reliability_rows_count_every_answer_once() -> None:
+    pairs = [(0.05, False), (0.55, True), (1.0, True), (0.99, False)]
+    rows = reliability(pairs)
+    assert sum(r[2] for r in rows) == len(pairs) and rows[-1][:3] == (0.9, 1.0, 2)
