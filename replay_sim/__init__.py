@@ -136,6 +136,7 @@ def serving(
     port: int = 0,
     miss: MissPolicyName | str = "error",
     miss_detail: str = "full",
+    min_confidence: float | None = None,
     config: str | Path | RecorderConfig | None = None,
     sandboxes: SandboxPool | None = None,
     sandbox_pool: int | None = None,
@@ -177,6 +178,8 @@ def serving(
             ``config``) or ``synthesize`` (needs ``llm_url``).
         miss_detail: How much a miss tells the agent: ``full`` (the nearest recordings and the
             arguments in which they differ), ``reason`` (no argument values) or ``none``.
+        min_confidence: The operating point: answers whose learned confidence reaches it are
+            served, others go to the miss policy (None: the strict tiers decide).
         config: The recorder config declaring the sandbox servers (``sandbox = true``), or its path;
             with ``miss="sandbox"`` the record side's instance pool is built from it here and
             injected into the replay, as ``serve --miss sandbox --config`` does.
@@ -244,7 +247,7 @@ def serving(
         access_log=access_log, wait_ready=wait_ready, ready_timeout=ready_timeout,
         redactor=redactor, forward=forward, sandboxes=sandboxes, sandbox_timeout=sandbox_timeout,
         sandbox_idle=sandbox_idle, llm_url=llm_url, llm_model=llm_model, llm_api_key=llm_api_key,
-        index_dir=index_dir, match_config=match_config,
+        index_dir=index_dir, match_config=match_config, min_confidence=min_confidence,
     )  # fmt: skip
 
 
