@@ -146,3 +146,9 @@ def test_the_getting_started_page_runs_as_written(tmp_path: Path) -> None:
 def test_the_training_page_runs_as_written(tmp_path: Path) -> None:
     outputs = run_page(DOCS / "training.md", tmp_path)
     assert any("exact" in out for out in outputs)
+
+
+def test_the_readme_walkthrough_is_the_getting_started_one_that_runs() -> None:
+    readme = [code for kind, code, _ in code_blocks(ROOT / "README.md") if "replay-sim record" in code]
+    page = [code for kind, code, skipped in code_blocks(DOCS / "getting-started.md") if not skipped]
+    assert readme == page[:1], "README.md's walkthrough differs from docs/getting-started.md's (tested) one"
