@@ -17,7 +17,7 @@ same minutes.
 What two cores can show: the hop cost, and that affinity routing adds no stall under load. What
 they cannot: the client, the proxy, the gateway and both replicas share the same two cores, so a
 second replica has no core of its own and 2-vs-1 replica throughput stays near 1x here; on a
-cluster each replica brings its own cores (README "Scaling out" does the arithmetic).
+cluster each replica brings its own cores (the docs' "Running for real", "Scaling out", do the arithmetic).
 
 Run with ``python -m bench ray`` (or ``python -m bench.ray``; not ``python bench/ray.py``, whose
 folder would shadow the ``ray`` package).

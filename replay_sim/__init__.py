@@ -44,6 +44,8 @@ if TYPE_CHECKING:
     from replay_sim.replay.http.app import create_app
     from replay_sim.replay.http.serving import EpisodeHandle, ReplayServer, Serving
     from replay_sim.replay.options import Limits, MissPolicyName
+    from replay_sim.replay.policies.instances import SandboxPool
+    from replay_sim.replay.policies.miss import Forward
     from replay_sim.replay.shaping.faults import FaultKind, Faults, Latency
     from replay_sim.resolve.build import build_index
     from replay_sim.resolve.calibration import MatchConfig
@@ -129,34 +131,102 @@ def __dir__() -> list[str]:
 def serving(
     db: str | Path | None = None,
     *,
+    snapshot: str | Path | None = None,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    miss: MissPolicyName | str = "error",
+    miss_detail: str = "full",
+    min_confidence: float | None = None,
     config: str | Path | RecorderConfig | None = None,
+    sandboxes: SandboxPool | None = None,
     sandbox_pool: int | None = None,
     max_sandboxes: int | None = None,
-    **options: Any,
+    sandbox_timeout: float = 30.0,
+    sandbox_idle: float | None = 600.0,
+    forward: Forward | None = None,
+    llm_url: str | None = None,
+    llm_model: str | None = None,
+    llm_api_key: str | None = None,
+    index_dir: str | Path | None = None,
+    match_config: MatchConfig | None = None,
+    redactor: Redactor | None = None,
+    latency: Latency | str | None = None,
+    faults: Faults | str | list[str] | None = None,
+    max_episodes: int = 100_000,
+    episode_idle_timeout: float | None = 600.0,
+    limits: Limits | None = None,
+    token: str | None = None,
+    keep_alive: float = 75.0,
+    log_level: str = "warning",
+    access_log: bool = False,
+    wait_ready: bool = True,
+    ready_timeout: float = 600.0,
 ) -> Serving:
-    """Serve a replay over HTTP in this process (:func:`replay_sim.replay.http.serving.serving`).
+    """Serve a replay over HTTP in this process while a ``with`` or ``async with`` block runs.
 
-    With ``miss="sandbox"``, ``config`` (the recorder config, or its path) names the sandbox
-    servers: the record side's instance pool is built from it here and injected into the replay,
-    the way ``serve --miss sandbox --config`` does.
+    ``with serving(snapshot="snapshots/v1") as sim:`` enters once the replay is ready (its index
+    loaded, as ``GET /api/ready`` says); ``sim.url`` is where it listens and ``sim.episode()``
+    makes an episode whose URLs a rollout's MCP client takes. Every option of ``replay-sim serve``
+    that applies to one process is a keyword here.
 
     Args:
         db: The recording store (default ``cache/replay.db``; ignored with ``snapshot``).
-        config: The recorder config declaring the sandbox servers (``sandbox = true``).
-        sandbox_pool: Started instances kept ready per sandbox server (None: ``DEFAULT_POOL``).
-        max_sandboxes: Live instances at most, across servers (None: ``DEFAULT_MAX_INSTANCES``).
-        **options: Every other :func:`replay_sim.replay.http.serving.serving` option (``miss``,
-            ``snapshot``, ``episode_idle_timeout`` …).
+        snapshot: A snapshot bundle (verified first; its id is cited and draws the faults).
+        host: Interface to bind (loopback by default).
+        port: TCP port (0, the default: one the OS picks; read it from ``sim.url``).
+        miss: Miss policy: ``error``, ``nearest``, ``live`` (needs ``forward``), ``sandbox`` (needs
+            ``config``) or ``synthesize`` (needs ``llm_url``).
+        miss_detail: How much a miss tells the agent: ``full`` (the nearest recordings and the
+            arguments in which they differ), ``reason`` (no argument values) or ``none``.
+        min_confidence: The operating point: answers whose learned confidence reaches it are
+            served, others go to the miss policy (None: the strict tiers decide).
+        config: The recorder config declaring the sandbox servers (``sandbox = true``), or its path;
+            with ``miss="sandbox"`` the record side's instance pool is built from it here and
+            injected into the replay, as ``serve --miss sandbox --config`` does.
+        sandboxes: Where the ``sandbox`` miss policy takes instances of the real servers, built
+            elsewhere (instead of from ``config``); with another ``miss``, its servers' misses are
+            still answered by sandboxes.
+        sandbox_pool: Started instances kept ready per sandbox server (None: the CLI's default).
+        max_sandboxes: Live instances at most, across servers (None: the CLI's default).
+        sandbox_timeout: Seconds a call may wait for a sandbox instance before it is a miss.
+        sandbox_idle: Seconds after which an idle episode's instance is closed (None: never).
+        forward: How the ``live`` miss policy reaches the real servers.
+        llm_url: OpenAI-compatible endpoint (miss policy ``synthesize``).
+        llm_model: Model name for ``llm_url``.
+        llm_api_key: Bearer token for ``llm_url``, if it needs one.
+        index_dir: Where the vector index lives (refused with ``snapshot``, which has its own).
+        match_config: Per-tool matching overrides (free text, thresholds, read-only tools).
+        redactor: The redaction rules and secret values the recordings were made with, beyond the
+            rules the store records.
+        latency: ``none`` (default), ``recorded``, ``fixed:MS`` or ``scale:F``, or a ``Latency``.
+        faults: Which tool calls fail on purpose: a ``Faults``, or ``--faults`` values (``"0.05"``,
+            ``"git/git_log=0.2:timeout,error"``, a TOML file).
+        max_episodes: Live episodes at most; one more is refused, none evicted.
+        episode_idle_timeout: Seconds after which an idle episode expires (None: never).
+        limits: Every other bound (sessions, concurrency, body time); its episode bounds are
+            ``max_episodes`` and ``episode_idle_timeout``.
+        token: The admin API's bearer token (required beyond loopback).
+        keep_alive: Seconds an idle HTTP connection is kept open.
+        log_level: uvicorn's log level.
+        access_log: One log line per HTTP request (off: a trainer's rollouts make thousands).
+        wait_ready: Enter the block only once the replay is ready (the index loaded; the embedding
+            model is loaded by the first call that needs it). False: as soon as it listens.
+        ready_timeout: Seconds ``wait_ready`` waits before failing.
+
+    Returns:
+        A context manager yielding a :class:`ReplayServer` (``sim.url``, ``sim.episode()``).
 
     Raises:
-        ConfigError: ``miss="sandbox"`` without a config declaring sandboxes, or bad options.
+        ConfigError: ``miss="sandbox"`` without a config declaring sandboxes, inconsistent options,
+            an address that cannot be bound, or a replay not ready within ``ready_timeout``.
+        SnapshotError: The snapshot is missing or tampered with.
+        StoreError: The store does not exist or cannot be opened.
     """
     from replay_sim.record.config import RecorderConfig, load_config
     from replay_sim.record.instances import DEFAULT_MAX_INSTANCES, DEFAULT_POOL
-    from replay_sim.replay.http.serving import serving as _serving
-    from replay_sim.replay.options import MissPolicyName
 
-    if options.get("miss") == MissPolicyName.SANDBOX and "sandboxes" not in options:
+    serve = importlib.import_module(_LAZY["Serving"][0]).serving  # the HTTP door's serving()
+    if miss == "sandbox" and sandboxes is None:
         if config is None:
             raise ConfigError(
                 'serving(miss="sandbox") needs config=, the recorder config declaring sandboxes'
@@ -164,12 +234,21 @@ def serving(
         from replay_sim.cli.sandboxes import sandbox_pool as build_sandbox_pool  # the CLI's wiring, on use
 
         recorder = config if isinstance(config, RecorderConfig) else load_config(config)
-        options["sandboxes"] = build_sandbox_pool(
+        sandboxes = build_sandbox_pool(
             recorder,
             pool=DEFAULT_POOL if sandbox_pool is None else sandbox_pool,
             max_instances=DEFAULT_MAX_INSTANCES if max_sandboxes is None else max_sandboxes,
         )
-    return _serving(db, **options)
+    return serve(  # type: ignore[no-any-return]
+        db,
+        snapshot=snapshot, host=host, port=port, miss=miss, latency=latency, faults=faults,
+        max_episodes=max_episodes, episode_idle_timeout=episode_idle_timeout, limits=limits,
+        token=token, miss_detail=miss_detail, keep_alive=keep_alive, log_level=log_level,
+        access_log=access_log, wait_ready=wait_ready, ready_timeout=ready_timeout,
+        redactor=redactor, forward=forward, sandboxes=sandboxes, sandbox_timeout=sandbox_timeout,
+        sandbox_idle=sandbox_idle, llm_url=llm_url, llm_model=llm_model, llm_api_key=llm_api_key,
+        index_dir=index_dir, match_config=match_config, min_confidence=min_confidence,
+    )  # fmt: skip
 
 
 __all__ = [

@@ -11,19 +11,22 @@ any command runs; importing the library applies none.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import importlib
 import math
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import click
 
-from replay_sim.errors import ReplaySimError
+from replay_sim.errors import ConfigError, ReplaySimError
 from replay_sim.resolve.runtime import configure_runtime
 from replay_sim.store import DEFAULT_DB
 
-__all__ = ["COMMANDS", "Seconds", "cli", "db_option", "main", "match_config_option"]
+__all__ = ["COMMANDS", "Seconds", "cli", "db_option", "main", "match_config_option", "naming_port_option"]
 
 COMMANDS = {
     "import": "store",
@@ -37,7 +40,7 @@ COMMANDS = {
     "index": "index",
     "eval": "index",
     "serve": "serve",
-    "demo": "serve",
+    "demo": "demo",
     "snapshot": "snapshot",
 }
 """Each command, and the module of :mod:`replay_sim.cli` that registers it."""
@@ -53,6 +56,18 @@ class Seconds(click.FloatRange):
         if number is not None and not math.isfinite(number):
             self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
         return number
+
+
+@contextlib.contextmanager
+def naming_port_option() -> Iterator[None]:
+    """Turn "cannot listen: address already in use" into an error naming ``--port`` (and ``--port 0``)."""
+    try:
+        yield
+    except ConfigError as exc:
+        cause = exc.__cause__
+        if isinstance(cause, OSError) and cause.errno == errno.EADDRINUSE:
+            raise ConfigError(f"{exc}: choose another with --port PORT (--port 0: a free one)") from cause
+        raise
 
 
 db_option = click.option(

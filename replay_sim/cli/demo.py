@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import click
 from mcp import Client
 
+from replay_sim.cli import cli, naming_port_option
 from replay_sim.errors import ConfigError
 from replay_sim.listener import serving_in_thread
 from replay_sim.protocol import MATCH_META_KEY
@@ -28,7 +30,7 @@ from replay_sim.resolve.resolver import Resolver
 from replay_sim.store import Store
 from replay_sim.store.interchange import import_jsonl
 
-__all__ = ["DEMO_FIXTURES", "SCRIPT", "import_demo", "run_demo", "run_script"]
+__all__ = ["DEMO_FIXTURES", "SCRIPT", "demo_command", "import_demo", "run_demo", "run_script"]
 
 DEMO_FIXTURES = Path(__file__).resolve().parent / "demo_data"
 EPISODE = "demo-episode"
@@ -118,3 +120,19 @@ def run_demo(
             pass
         finally:
             store.close()
+
+
+@cli.command("demo")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to bind.")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    help="TCP port  [default: 8765; with --once, a free one]",
+)
+@click.option("--once", is_flag=True, help="Exit after the scripted client instead of serving on.")
+def demo_command(host: str, port: int | None, once: bool) -> None:
+    """Replay the shipped demo recordings and show an exact hit, a semantic hit and a miss."""
+    if port is None:
+        port = 0 if once else 8765  # `demo --once` (make demo) needs no fixed port
+    with naming_port_option():
+        run_demo(host, port, once=once, echo=click.echo)

@@ -51,7 +51,7 @@ def index_group() -> None:
     type=click.Choice(sorted(EMBEDDINGS)),
     default=None,
     help="Embedding model: minilm (all-MiniLM-L6-v2, the default) or minilm-static (its static token "
-    "vectors: 12-24x faster on CPU, opt-in; see README). Default: the one the index was built with, "
+    "vectors: 12-24x faster on CPU, opt-in; docs: Benchmarks). Default: the one the index was built with, "
     "else minilm. Another one than the index's rebuilds it.",
 )
 def build_command(db: Path, index_dir: Path, match_config: MatchConfig | None, embedding: str | None) -> None:
@@ -74,8 +74,8 @@ def build_command(db: Path, index_dir: Path, match_config: MatchConfig | None, e
     parts = len(index.partitions)
     vectors = sum(len(p) for p in index.partitions.values())
     click.echo(
-        f"index {index_dir} ({index.model_id}): {vectors} calls in {parts} partitions "
-        f"({embedder.encoded} embedded, {embedder.reused} from cache)"
+        f"indexed {vectors} calls in {parts} partitions into {index_dir} ({index.model_id}; "
+        f"{embedder.encoded} embedded, {embedder.reused} from cache)"
     )
     click.echo(
         f"confidence model {index_dir / MODEL_FILE}: {learned.examples} leave-one-out examples, "

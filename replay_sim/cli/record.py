@@ -163,7 +163,7 @@ def record_command(
     """Record real MCP servers while proxying a client to them.
 
     \b
-    replay-sim record [--db PATH] [--name NAME] -- mcp-server-git --repository .
+    replay-sim record --name NAME [--db PATH] -- mcp-server-git --repository .
     replay-sim record --http 127.0.0.1:8765 --url http://127.0.0.1:9000/mcp
     replay-sim record --config server/record.example.toml --http 127.0.0.1:8765
 

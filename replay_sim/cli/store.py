@@ -46,17 +46,21 @@ def merge_command(sources: tuple[Path, ...], out: Path) -> None:
 
 @cli.command("export")
 @db_option
-@click.option(
-    "-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="File (default: stdout)."
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="File (default: stdout).")
+@click.option(  # the former spelling: --out is the one output flag of export, merge and snapshot freeze
+    "-o", "--output", "former_out", type=click.Path(dir_okay=False, path_type=Path), hidden=True
 )
-def export_command(db: Path, output: Path | None) -> None:
+def export_command(db: Path, out: Path | None, former_out: Path | None) -> None:
     """Export the store as JSONL."""
+    if out is not None and former_out is not None and out != former_out:
+        raise click.UsageError("--out and its former spelling -o/--output name different files: give one")
+    output = out or former_out
     with Store(db, readonly=True) as store:
         if output is None:
             export_jsonl(store, sys.stdout)
         else:
-            with output.open("w", encoding="utf-8") as out:
-                count = export_jsonl(store, out)
+            with output.open("w", encoding="utf-8") as file:
+                count = export_jsonl(store, file)
             click.echo(f"wrote {count} lines to {output}", err=True)
 
 

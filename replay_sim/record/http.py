@@ -8,10 +8,13 @@ from pathlib import Path
 
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from replay_sim.httpserver import HttpOptions, uvicorn_server
 from replay_sim.listener import HostCheck, HostGuard, base_url, listen
+from replay_sim.protocol import EPISODE_HEADER, EPISODE_META_KEY
 from replay_sim.record.config import UpstreamSpec
 from replay_sim.record.recorder import Recorder, recording
 from replay_sim.redaction import Redactor
@@ -47,6 +50,9 @@ def http_app(
         )
         managers.append(manager)
         routes.append(Route(f"/mcp/{name}", endpoint=StreamableHTTPASGIApp(manager)))
+    routes.append(
+        Route("/episodes/{episode}/mcp/{server}", _not_an_episode_url, methods=["GET", "POST", "DELETE"])
+    )
 
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
@@ -56,6 +62,18 @@ def http_app(
             yield
 
     return HostGuard(Starlette(routes=routes, lifespan=lifespan), HostCheck(host, allowed_hosts))
+
+
+async def _not_an_episode_url(request: Request) -> JSONResponse:
+    """404 for an episode URL, saying what the recorder serves instead (episode URLs are the replay's)."""
+    server = request.path_params["server"]
+    message = (
+        f"the recorder serves /mcp/{server}, not episode URLs (/episodes/<id>/mcp/<server> is the "
+        f"replay's): record a rollout on /mcp/{server}, and name its episode with the "
+        f'{EPISODE_HEADER} header or _meta["{EPISODE_META_KEY}"]'
+    )
+    error = {"code": -32600, "message": message}
+    return JSONResponse({"jsonrpc": "2.0", "id": None, "error": error}, status_code=404)
 
 
 async def record_http(

