@@ -7,7 +7,7 @@ the same endpoint with its history scoped to one episode (:mod:`~replay_sim.repl
 
 Every request, MCP or admin, passes the same Host/Origin check (DNS-rebinding protection), on any
 interface. Bound beyond loopback, the admin API needs a bearer token; the MCP endpoints do not
-(rollout workers are configured by URL alone) — see the README's "Security".
+(rollout workers are configured by URL alone) — see the docs' "Security" (docs/security.md).
 """
 
 from __future__ import annotations

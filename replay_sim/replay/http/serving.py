@@ -28,6 +28,7 @@ import anyio.to_thread
 from replay_sim.httpserver import DEFAULT_KEEP_ALIVE, HttpOptions
 from replay_sim.listener import serving_in_thread
 from replay_sim.protocol import episode_path
+from replay_sim.redaction import Redactor
 from replay_sim.replay.core.episodes import Episode
 from replay_sim.replay.core.replay import Replay
 from replay_sim.replay.factory import open_replay
@@ -39,7 +40,10 @@ from replay_sim.replay.options import (
     MissDetail,
     MissPolicyName,
 )
+from replay_sim.replay.policies.instances import SandboxPool
+from replay_sim.replay.policies.miss import Forward
 from replay_sim.replay.shaping.faults import Faults, Latency
+from replay_sim.resolve.calibration import MatchConfig
 
 __all__ = ["EpisodeHandle", "ReplayServer", "Serving", "serving"]
 
@@ -239,7 +243,17 @@ def serving(
     access_log: bool = False,
     wait_ready: bool = True,
     ready_timeout: float = 600.0,
-    **options: Any,
+    redactor: Redactor | None = None,
+    forward: Forward | None = None,
+    sandboxes: SandboxPool | None = None,
+    sandbox_timeout: float = 30.0,
+    sandbox_idle: float | None = DEFAULT_EPISODE_IDLE_TIMEOUT,
+    llm_url: str | None = None,
+    llm_model: str | None = None,
+    llm_api_key: str | None = None,
+    index_dir: str | Path | None = None,
+    match_config: MatchConfig | None = None,
+    min_confidence: float | None = None,
 ) -> Serving:
     """Serve a replay over HTTP in this process while a ``with`` or ``async with`` block runs.
 
@@ -269,8 +283,19 @@ def serving(
             answered at once; a call needing the index waits for it, at most ten seconds, then is
             told the replay is still starting).
         ready_timeout: Seconds ``wait_ready`` waits before failing.
-        **options: More :func:`~replay_sim.replay.factory.open_replay` options (``match_config``,
-            ``index_dir``, ``redactor``, ``forward`` …).
+        redactor: The redaction rules and secret values the recordings were made with, beyond the
+            store's (see :func:`~replay_sim.replay.factory.open_replay`, as for the rest below).
+        forward: How the ``live`` miss policy reaches the real servers.
+        sandboxes: The record side's instance pool for the ``sandbox`` miss policy.
+        sandbox_timeout: Seconds a call may wait for a sandbox instance.
+        sandbox_idle: Seconds after which an idle episode's instance is given back (None: never).
+        llm_url: OpenAI-compatible endpoint (miss policy ``synthesize``).
+        llm_model: Model name for ``llm_url``.
+        llm_api_key: Bearer token for ``llm_url``.
+        index_dir: Where the vector index lives (a snapshot brings its own).
+        match_config: Thresholds and per-tool overrides.
+        min_confidence: The operating point: answers whose learned confidence is below it miss,
+            candidates at or above it are served (None: the strict tiers decide).
 
     Returns:
         A context manager yielding a :class:`ReplayServer` (``sim.url``, ``sim.episode()``).
@@ -294,7 +319,9 @@ def serving(
     def start() -> Replay:
         return open_replay(
             db, snapshot=snapshot, miss=miss, latency=latency, faults=faults, miss_detail=miss_detail,
-            **options,
+            redactor=redactor, forward=forward, sandboxes=sandboxes, sandbox_timeout=sandbox_timeout,
+            sandbox_idle=sandbox_idle, llm_url=llm_url, llm_model=llm_model, llm_api_key=llm_api_key,
+            index_dir=index_dir, match_config=match_config, min_confidence=min_confidence,
         )  # fmt: skip
 
     http = HttpOptions(
