@@ -20,7 +20,7 @@ from typing import Any
 
 import anyio
 
-from replay_sim.record.config import parse_config
+from replay_sim.record.config_file import parse_config
 from replay_sim.record.instances import InstancePool
 
 ROOT = Path(__file__).resolve().parent.parent

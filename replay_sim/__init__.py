@@ -33,7 +33,8 @@ from replay_sim.errors import (
 if TYPE_CHECKING:
     from replay_sim.canonical import call_key, canonical_json
     from replay_sim.protocol import EPISODE_HEADER, EPISODE_META_KEY, MATCH_META_KEY
-    from replay_sim.record.config import RecorderConfig, UpstreamSpec, load_config
+    from replay_sim.record.config import RecorderConfig, UpstreamSpec
+    from replay_sim.record.config_file import load_config
     from replay_sim.record.http import record_http
     from replay_sim.record.recorder import Recorder, record_stdio, recording
     from replay_sim.redaction import Redactor
@@ -222,7 +223,8 @@ def serving(
         SnapshotError: The snapshot is missing or tampered with.
         StoreError: The store does not exist or cannot be opened.
     """
-    from replay_sim.record.config import RecorderConfig, load_config
+    from replay_sim.record.config import RecorderConfig
+    from replay_sim.record.config_file import load_config
     from replay_sim.record.instances import DEFAULT_MAX_INSTANCES, DEFAULT_POOL
 
     serve = importlib.import_module(_LAZY["Serving"][0]).serving  # the HTTP door's serving()

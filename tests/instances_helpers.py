@@ -9,7 +9,8 @@ from typing import Any
 import anyio
 from recording_helpers import NODE_BIN, PYTHON, ROOT
 
-from replay_sim.record.config import RecorderConfig, parse_config
+from replay_sim.record.config import RecorderConfig
+from replay_sim.record.config_file import parse_config
 
 COUNTER = [PYTHON, str(ROOT / "fixtures" / "counter_server.py")]
 ECHO = [PYTHON, str(ROOT / "fixtures" / "echo_server.py")]

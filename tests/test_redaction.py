@@ -12,7 +12,8 @@ import pytest
 from recording_helpers import ECHO_SERVER, PYTHON, echo_http, raw_client
 
 from replay_sim.canonical import call_key
-from replay_sim.record.config import UpstreamSpec, load_config
+from replay_sim.record.config import UpstreamSpec
+from replay_sim.record.config_file import load_config
 from replay_sim.record.recorder import recording
 from replay_sim.redaction import REDACTED, Redactor
 from replay_sim.replay.factory import open_replay

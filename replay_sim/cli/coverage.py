@@ -19,7 +19,8 @@ from replay_sim.cli import cli, db_option, match_config_option
 from replay_sim.cli.progress import Progress
 from replay_sim.effects import Effect, Verdict
 from replay_sim.record.backfill import backfill
-from replay_sim.record.config import RecorderConfig, load_config
+from replay_sim.record.config import RecorderConfig
+from replay_sim.record.config_file import load_config
 from replay_sim.record.revisit import explore_store
 from replay_sim.record.sandbox import Verdicts, probe_effects
 from replay_sim.resolve.calibration import MatchConfig

@@ -17,7 +17,8 @@ import click
 from replay_sim.cli import Seconds, cli, db_option
 from replay_sim.errors import ConfigError
 from replay_sim.httpserver import DEFAULT_KEEP_ALIVE, HttpOptions
-from replay_sim.record.config import DEFAULT_TIMEOUT, RecorderConfig, UpstreamSpec, load_config
+from replay_sim.record.config import DEFAULT_TIMEOUT, RecorderConfig, UpstreamSpec
+from replay_sim.record.config_file import load_config
 from replay_sim.record.http import record_http
 from replay_sim.record.recorder import record_stdio
 from replay_sim.redaction import Redactor

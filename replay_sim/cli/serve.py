@@ -154,7 +154,7 @@ def serve_command(
             return
     recorder_config = None
     if config is not None:
-        from replay_sim.record.config import load_config
+        from replay_sim.record.config_file import load_config
 
         recorder_config = load_config(config)
     faults = Faults.parse(fault_specs, hold=fault_hold)

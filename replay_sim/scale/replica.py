@@ -32,7 +32,7 @@ from typing import Any
 from starlette.types import Message
 
 from replay_sim.errors import SnapshotError
-from replay_sim.record.config import load_config
+from replay_sim.record.config_file import load_config
 from replay_sim.record.instances import InstancePool
 from replay_sim.replay.factory import open_replay
 from replay_sim.replay.http.app import create_app

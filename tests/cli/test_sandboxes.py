@@ -6,7 +6,7 @@ import pytest
 
 from replay_sim.cli.sandboxes import sandbox_pool
 from replay_sim.errors import ConfigError
-from replay_sim.record.config import parse_config
+from replay_sim.record.config_file import parse_config
 
 
 def test_the_pool_serves_the_configs_sandboxes_with_the_limits_given() -> None:

@@ -9,7 +9,7 @@ import pytest
 from recording_helpers import REPLAY_SIM
 
 from replay_sim.errors import ConfigError
-from replay_sim.record.config import load_config
+from replay_sim.record.config_file import load_config
 
 GOOD = """
 [redaction]

@@ -23,7 +23,8 @@ from recording_helpers import (
 
 from replay_sim import open_replay
 from replay_sim.errors import ConfigError, UpstreamError
-from replay_sim.record.config import DEFAULT_TIMEOUT, UpstreamSpec, load_config
+from replay_sim.record.config import DEFAULT_TIMEOUT, UpstreamSpec
+from replay_sim.record.config_file import load_config
 from replay_sim.record.recorder import Recorder, recording
 from replay_sim.store import Store
 

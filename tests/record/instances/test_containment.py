@@ -24,7 +24,7 @@ from instances_helpers import ECHO, text, tool, until
 from recording_helpers import PYTHON, ROOT
 
 from replay_sim.errors import InstanceLost, UpstreamError
-from replay_sim.record.config import parse_config
+from replay_sim.record.config_file import parse_config
 from replay_sim.record.instances import Instance, InstancePool
 
 pytestmark = pytest.mark.anyio

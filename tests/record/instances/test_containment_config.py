@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from replay_sim.errors import ConfigError, SandboxUnavailable
-from replay_sim.record.config import parse_config
+from replay_sim.record.config_file import parse_config
 from replay_sim.record.containment import Clock, Containment, Limits
 from replay_sim.record.instances.clock import clock_env, recordings_began
 from replay_sim.record.instances.workspace import Launcher

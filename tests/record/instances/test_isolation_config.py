@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from replay_sim.errors import ConfigError
-from replay_sim.record.config import parse_config
+from replay_sim.record.config_file import parse_config
 from replay_sim.record.isolation import Isolation
 
 MEMORY = {"command": "mcp-server-memory", "env": {"MEMORY_FILE_PATH": "{state}/memory.jsonl"}}

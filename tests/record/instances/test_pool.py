@@ -14,7 +14,7 @@ from instances_helpers import ECHO, HANG, MEMORY, PYTHON, memory, sandboxes, tex
 from recording_helpers import echo_http
 
 from replay_sim.errors import ConfigError, InstanceLost, SandboxUnavailable, UpstreamError
-from replay_sim.record.config import parse_config
+from replay_sim.record.config_file import parse_config
 from replay_sim.record.instances import Instance, InstancePool
 from replay_sim.record.isolation import Isolation
 

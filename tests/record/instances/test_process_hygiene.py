@@ -12,7 +12,7 @@ import pytest
 from instances_helpers import MEMORY, until
 from recording_helpers import PYTHON, spawn
 
-from replay_sim.record.config import parse_config
+from replay_sim.record.config_file import parse_config
 from replay_sim.record.instances import InstancePool
 from replay_sim.record.instances.workspace import Launcher
 
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.anyio
 # child of its own (a `sleep`), reports their process groups and waits to be killed.
 HOLDER = """
 import sys, anyio
-from replay_sim.record.config import parse_config
+from replay_sim.record.config_file import parse_config
 from replay_sim.record.instances import InstancePool
 
 server = {"command": "sh", "args": ["-c", 'sleep 1000 & exec "$0"', sys.argv[1]], "sandbox": True,

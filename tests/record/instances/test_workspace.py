@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from replay_sim.errors import UpstreamError
-from replay_sim.record.config import parse_config
+from replay_sim.record.config_file import parse_config
 from replay_sim.record.instances.workspace import Launcher, prepare
 
 PLAIN = Launcher(setpriv=None, unshare=None, namespaces=False)
