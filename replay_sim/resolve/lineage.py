@@ -27,7 +27,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from replay_sim.effects import Verdict, declare, kind_of, learn
+from replay_sim.effects import Effect, Verdict, declare, kind_of, learn
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.tooleffects import dry_run, remembered_effects
 from replay_sim.schema import ToolSchema
@@ -118,6 +118,49 @@ class StateLookup:
         self._in_session: dict[str, set[int]] = {}  # session -> recordings whose prefix is cached
         self._effects: dict[str, dict[str, Verdict]] = {}
         self._effective: dict[tuple[str, str], ToolSchema] = {}
+        self._counted: dict[str, bool] = {}
+        self.strict: frozenset[str] = frozenset()
+        """Servers a sandbox can run: their states count every call not declared read-only."""
+
+    def answer_strictly(self, servers: Any) -> None:
+        """Never guess on these servers (a sandbox can run them): see :meth:`in_state`.
+
+        An episode's state there is every earlier tool call not *declared* read-only (the matching
+        config, or a ``readOnlyHint`` no recording contradicts), not only those learned to change
+        state; learned verdicts can be wrong, and with the real server at hand nothing needs them.
+        """
+        self.strict = frozenset(servers)
+        self.clear()
+
+    def declared_read_only(self, server: str, tool: str) -> bool:
+        """Whether ``tool`` is declared effect-free (config or annotation) and no recording says otherwise."""
+        verdict = self.effect(server, tool)
+        return verdict.effect is Effect.NONE and verdict.source in ("config", "annotation")
+
+    def may_change(self, server: str, tool: str, arguments: Any) -> bool:
+        """Whether a call counts as a state change: :meth:`changes_state`, or on a strict server,
+        unless declared read-only."""
+        if server in self.strict:
+            return not self.declared_read_only(server, tool)
+        return self.changes_state(server, tool, arguments)
+
+    def in_state(self, key: str) -> bool:
+        """Whether the recorded call with this key is part of an episode's state.
+
+        :meth:`is_mutating` on most servers; on a :attr:`strict` one, every recorded tool call
+        whose tool is not declared read-only (failed ones too: the real server is re-played them).
+        """
+        cached = self._counted.get(key)
+        if cached is None:
+            found = self.by_key(key)
+            if found and found[0].server in self.strict:
+                cached = found[0].method == "tools/call" and not self.declared_read_only(
+                    found[0].server, found[0].name
+                )
+            else:
+                cached = self.is_mutating(key)
+            self._counted[key] = cached
+        return cached
 
     def clear(self) -> None:
         """Forget everything read from the store (it changed)."""
@@ -129,6 +172,7 @@ class StateLookup:
         self._in_session.clear()
         self._effects.clear()
         self._effective.clear()
+        self._counted.clear()
 
     def forget(self, appended: Appended) -> bool:
         """Forget what calls appended to the store may have changed, and say whether that sufficed.
@@ -145,6 +189,7 @@ class StateLookup:
         for key in appended.keys:
             self._keys.pop(key, None)
             self._mutating.pop(key, None)
+            self._counted.pop(key, None)
         for session in appended.sessions:
             self._sessions.pop(session, None)
             for recording_id in list(self._in_session.pop(session, ())):  # a copy: threads add
@@ -208,7 +253,7 @@ class StateLookup:
         trail.steps.append(step)
         if step.startswith(DIVERGED):
             trail.diverged = trail.diverged or step[len(DIVERGED) :]
-        elif self.is_mutating(step):
+        elif self.in_state(step):
             trail.state = (*trail.state, step)
 
     def trail(self, history: Sequence[str] | Trail) -> Trail:
@@ -250,7 +295,7 @@ class StateLookup:
         """The state-changing calls made before ``recording`` in its session."""
         cached = self._prefix_mut.get(recording.id)
         if cached is None:
-            cached = tuple(k for k in self._prefix(recording) if self.is_mutating(k))
+            cached = tuple(k for k in self._prefix(recording) if self.in_state(k))
             self._prefix_mut[recording.id] = cached
         return cached
 

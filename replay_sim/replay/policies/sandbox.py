@@ -84,6 +84,7 @@ class SandboxPolicy:
         self.pool = settings.sandboxes
         self.servers = self.pool.servers()
         self.lookup: StateLookup = settings.lookup
+        self.lookup.answer_strictly(self.servers)  # with a sandbox at hand, the cache never guesses
         self.store = settings.store
         self.timeout = settings.sandbox_timeout
         self.idle = settings.sandbox_idle
@@ -180,8 +181,9 @@ class SandboxPolicy:
     def claims(self, server: str, method: str, name: str, arguments: dict[str, Any], trail: Trail) -> bool:
         """Whether a call the cache answers must go to the episode's instance instead.
 
-        True once the episode is bound on ``server`` and the call may change state (its instance's
-        state must stay the episode's), or when the episode is lost there (it gets the error).
+        True once the episode is bound on ``server`` and the call is not declared read-only (its
+        instance's state must stay the episode's: a tool only *learned* effect-free is asked too),
+        or when the episode is lost there (it gets the error).
         """
         binding = self._bindings.get(id(trail))
         if binding is None or binding.server != server:
@@ -191,7 +193,7 @@ class SandboxPolicy:
         return (
             binding.instance is not None
             and method == "tools/call"
-            and self.lookup.changes_state(server, name, arguments)
+            and self.lookup.may_change(server, name, arguments)
         )
 
     async def answer(self, miss: Miss) -> Resolution:
@@ -304,7 +306,7 @@ class SandboxPolicy:
 
     def _answered(self, miss: Miss, recording: Recording, instance: str, replayed: int) -> Resolution:
         step = recording.key
-        if self.store.readonly and self.lookup.changes_state(
+        if self.store.readonly and self.lookup.may_change(
             miss.server, recording.name, recording.arguments
         ):
             # The resolver cannot see the side store: the episode's state is its instance's from here.
@@ -327,7 +329,7 @@ class SandboxPolicy:
         if resolution.hit:  # a call claimed from the cache: it was not made, so what state follows is unknown
             _, arguments = call_identity(miss.method, miss.params)
             name = resolution.recording.name if resolution.recording else ""
-            if miss.method == "tools/call" and self.lookup.changes_state(miss.server, name, arguments):
+            if miss.method == "tools/call" and self.lookup.may_change(miss.server, name, arguments):
                 step = DIVERGED + resolution.key
             else:
                 step = resolution.key
