@@ -389,7 +389,14 @@ class Resolver:
         return Resolution(Tier.MISS, 0.0, None, candidates, reason, key, step=step)
 
     def _strict_miss(
-        self, server: str, method: str, name: str, arguments: dict[str, Any], key: str, what: str, recorded: bool
+        self,
+        server: str,
+        method: str,
+        name: str,
+        arguments: dict[str, Any],
+        key: str,
+        what: str,
+        recorded: bool,
     ) -> Resolution:
         """The miss of a call on a server a sandbox runs: no canonical or semantic tier is tried.
 

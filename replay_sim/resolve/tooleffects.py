@@ -83,7 +83,16 @@ def _learned(
         things = frozenset({name.lower()}) if method == "resources/read" else named(arguments)
         kind = kind_of(arguments) if method == "tools/call" else None
         call = Call(
-            rid, method, name, key, answer_text(result, error), fails, inert, things, kind, selected(arguments)
+            rid,
+            method,
+            name,
+            key,
+            answer_text(result, error),
+            fails,
+            inert,
+            things,
+            kind,
+            selected(arguments),
         )
         # A call recorded outside any session is a session of its own, from the initial state.
         sessions[session if session is not None else ("", rid)].append((seq or 0, call))

@@ -24,6 +24,7 @@ from replay_sim.canonical import answer_text, call_identity, canonical_json
 from replay_sim.replay.policies.instances import SandboxInstance
 from replay_sim.resolve.lineage import DIVERGED, StateLookup, Trail
 from replay_sim.store import Origin, Recording, Store
+from replay_sim.store.sources import mark_session
 
 __all__ = ["Binding", "Divergence", "given_calls", "same_answer"]
 
@@ -86,6 +87,7 @@ class Binding:
         instances: Instances bound so far.
         replayed: Calls re-played so far.
         answered: Calls the instances answered so far (re-play aside).
+        source: The fingerprint of the sandbox config and code (and what it covers), or None.
     """
 
     server: str
@@ -98,6 +100,7 @@ class Binding:
     instances: int = 0
     replayed: int = 0
     answered: int = 0
+    source: tuple[str, dict[str, Any]] | None = None
 
     async def replay(self, instance: SandboxInstance, given: list[Recording], store: Store) -> None:
         """Bring a fresh instance to the episode's state, then bind it; its answers are recorded.
@@ -126,6 +129,8 @@ class Binding:
 
         def record() -> str:
             started = store.start_session(self.server, session)
+            if self.source is not None:
+                mark_session(store, started, *self.source)
             if answers:
                 store.record_calls([{**row, "session": started} for row in answers])
             return started

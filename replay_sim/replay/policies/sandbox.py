@@ -90,6 +90,7 @@ class SandboxPolicy:
         self.idle = settings.sandbox_idle
         self.fallback = fallback or ErrorPolicy()
         self._side: Store | None = None
+        self._sources: dict[str, tuple[str, dict[str, Any]] | None] = {}
         self._bindings: dict[int, Binding] = {}  # id(trail) -> its binding, while the trail lives
         self._tg: anyio.abc.TaskGroup | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -165,10 +166,17 @@ class SandboxPolicy:
         except RuntimeError:  # the loop closed meanwhile: __aexit__ closed the pool and its instances
             return
 
+    def _source(self, server: str) -> tuple[str, dict[str, Any]] | None:
+        """The fingerprint each session the server's instances record is marked with (if the pool says)."""
+        if server not in self._sources:  # once per server: it reads the server's files
+            fingerprint = getattr(self.pool, "fingerprint", None)
+            self._sources[server] = None if fingerprint is None else fingerprint(server)
+        return self._sources[server]
+
     def _binding(self, trail: Trail, server: str) -> Binding:
         found = self._bindings.get(id(trail))
         if found is None:
-            found = self._bindings[id(trail)] = Binding(server)
+            found = self._bindings[id(trail)] = Binding(server, source=self._source(server))
             weakref.finalize(trail, self._ended, id(trail))
         return found
 
@@ -282,7 +290,7 @@ class SandboxPolicy:
             instance = await self.pool.acquire(miss.server, timeout=self.timeout)
         except SandboxUnavailable as exc:
             return self._missed(miss, f"no sandbox instance of {miss.server!r} could be had: {exc}")
-        binding = Binding(miss.server)
+        binding = Binding(miss.server, source=self._source(miss.server))
         try:
             await binding.replay(instance, [], self.recordings)
             recording = await binding.ask(miss.method, miss.params, self.recordings)
@@ -306,9 +314,7 @@ class SandboxPolicy:
 
     def _answered(self, miss: Miss, recording: Recording, instance: str, replayed: int) -> Resolution:
         step = recording.key
-        if self.store.readonly and self.lookup.may_change(
-            miss.server, recording.name, recording.arguments
-        ):
+        if self.store.readonly and self.lookup.may_change(miss.server, recording.name, recording.arguments):
             # The resolver cannot see the side store: the episode's state is its instance's from here.
             step = step if recording.failed else DIVERGED + step
         return Resolution(
