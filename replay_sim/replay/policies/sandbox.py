@@ -38,6 +38,7 @@ from replay_sim.errors import ConfigError, EpisodeLost, InstanceLost, ReplaySimE
 from replay_sim.replay.core.episodes import Episode, History
 from replay_sim.replay.core.misses import ErrorPolicy, Miss, MissPolicy
 from replay_sim.replay.policies.binding import Binding, Divergence, given_calls
+from replay_sim.replay.policies.canary import Canary
 from replay_sim.replay.policies.miss import MissSettings
 from replay_sim.resolve.lineage import DIVERGED, StateLookup, Trail
 from replay_sim.resolve.resolution import Resolution, Tier
@@ -89,6 +90,7 @@ class SandboxPolicy:
         self.timeout = settings.sandbox_timeout
         self.idle = settings.sandbox_idle
         self.fallback = fallback or ErrorPolicy()
+        self.canary = Canary(self.lookup)
         self._side: Store | None = None
         self._sources: dict[str, tuple[str, dict[str, Any]] | None] = {}
         self._bindings: dict[int, Binding] = {}  # id(trail) -> its binding, while the trail lives
@@ -212,6 +214,8 @@ class SandboxPolicy:
         """
         if miss.server not in self.servers:
             return await self.fallback.answer(miss)
+        if miss.server in self.canary.refused:
+            return self._missed(miss, self.canary.refused[miss.server])
         if miss.trail is None:
             return await self._once(miss)
         binding = self._binding(miss.trail, miss.server)
@@ -244,6 +248,9 @@ class SandboxPolicy:
         except SandboxUnavailable as exc:
             return self._missed(miss, f"no sandbox instance of {miss.server!r} could be had: {exc}")
         try:
+            refused = await self.canary.check(miss.server, instance)
+            if refused is not None:
+                raise Divergence(refused)
             await binding.replay(instance, given, self.recordings)
         except Divergence as exc:
             binding.refused = str(exc)
@@ -292,6 +299,11 @@ class SandboxPolicy:
             return self._missed(miss, f"no sandbox instance of {miss.server!r} could be had: {exc}")
         binding = Binding(miss.server, source=self._source(miss.server))
         try:
+            refused = await self.canary.check(miss.server, instance)
+            if refused is not None:
+                with anyio.CancelScope(shield=True):
+                    await instance.close()
+                return self._missed(miss, refused)
             await binding.replay(instance, [], self.recordings)
             recording = await binding.ask(miss.method, miss.params, self.recordings)
         except ReplaySimError as exc:
@@ -352,7 +364,8 @@ class SandboxPolicy:
 
     def stats(self) -> dict[str, Any]:
         """What the policy did (instances, re-played calls, answers, lost episodes) and the pool's figures."""
-        return {**self.counts, "bound": sum(b.instance is not None for b in self._bindings.values()),
+        return {**self.counts, "canaries": self.canary.asked, "refused": sorted(self.canary.refused),
+                "bound": sum(b.instance is not None for b in self._bindings.values()),
                 "pool": self.pool.stats()}  # fmt: skip
 
 
