@@ -8,12 +8,20 @@ call unchanged says little of the tool: "none" needs two different calls witness
 from __future__ import annotations
 
 import itertools
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
+from recording_helpers import REPLAY_SIM, step
+from sandbox_helpers import record, write_config
 
 from replay_sim.effects import Call, Effect, can_show, declare, did_nothing, learn, named, selected
 from replay_sim.effects.model import Verdict
+from replay_sim.resolve.resolution import Tier
+from replay_sim.resolve.resolver import Resolver
+from replay_sim.resolve.tooleffects import store_effects
+from replay_sim.store import Store
 
 RO = {"readOnlyHint": True}
 _ids = itertools.count(1)
@@ -107,3 +115,64 @@ def test_heading_numbering_stays_unknown_after_one_read_of_headings_without_numb
     # A read that shows what it changes settles it, whatever the headings read says.
     shown = [read(), call("number_headings", "ok", path="a.md"), read(DOC.replace("# ", "# 1. ", 1))]
     assert verdict(session, shown)["number_headings"].effect is Effect.CHANGES
+
+
+async def _edited_documents(db: Path) -> None:
+    """The real document server: find/replace of absent patterns around reads, an insert, then both
+    applied for real in sessions of their own."""
+    absent = [step("read_document", path="a.md")]
+    for old in ("zzz", "qqq", "www"):
+        absent += [step("find_replace", path="a.md", old=old, new="x"), step("read_document", path="a.md")]
+    await record(db, "document", absent)
+    await record(db, "document", [step("find_replace", path="a.md", old="hello", new="bye")])
+    inserted = [step("read_headings", path="a.md"), step("insert_lines", path="a.md", line=2, text="more")]
+    await record(db, "document", [*inserted, step("read_headings", path="a.md")])
+    await record(db, "document", [inserted[1]])
+
+
+def _episode(resolver: Resolver, *calls: tuple[str, dict[str, Any]]) -> list[Tier]:
+    trail = resolver.lookup.trail([])
+    tiers = []
+    for method, params in calls:
+        found = resolver.resolve("document", method, params, trail)
+        resolver.advance(trail, found)
+        tiers.append(found.tier)
+    return tiers
+
+
+@pytest.mark.anyio
+async def test_plain_serving_misses_a_read_after_a_write_no_witness_could_show(tmp_path: Path) -> None:
+    db = tmp_path / "r.db"
+    await _edited_documents(db)
+    with Store(db) as store:
+        effects = store_effects(store)["document"]
+        assert effects["find_replace"].effect is Effect.UNKNOWN  # "3 reads unchanged" is no witness
+        assert effects["insert_lines"].effect is Effect.UNKNOWN  # "1 read unchanged" says too little
+        resolver = Resolver(store, index_dir=None, semantic=False)
+        read = step("read_document", path="a.md")
+        replaced = step("find_replace", path="a.md", old="hello", new="bye")
+        assert _episode(resolver, replaced, read) == [Tier.EXACT, Tier.MISS]  # not "hello world"
+        inserted = step("insert_lines", path="a.md", line=2, text="more")
+        assert _episode(resolver, inserted, read) == [Tier.EXACT, Tier.MISS]
+
+
+@pytest.mark.anyio
+@pytest.mark.slow
+async def test_explored_serving_learns_the_writes_change_state_never_that_they_are_effect_free(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "r.db"
+    await _edited_documents(db)
+    config = write_config(tmp_path / "recorder.toml", servers=("document",))
+    done = subprocess.run(
+        [REPLAY_SIM, "explore", "--config", str(config), "--db", str(db)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    with Store(db) as store:
+        effects = store_effects(store)["document"]
+        for tool in ("find_replace", "insert_lines"):
+            assert effects[tool].effect is not Effect.NONE, effects[tool].describe()
+        resolver = Resolver(store, index_dir=None, semantic=False)
+        replaced = step("find_replace", path="a.md", old="hello", new="bye")
+        tiers = _episode(resolver, replaced, step("read_document", path="a.md"))
+        assert tiers[1] is Tier.MISS
