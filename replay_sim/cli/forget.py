@@ -14,7 +14,9 @@ from replay_sim.store.forget import Selection, forget
 @cli.command("forget")
 @db_option
 @click.option("--origin", help="Sessions holding calls of this origin (sandbox, live, explore, …).")
-@click.option("--fingerprint", help="Sessions a sandbox with this config fingerprint recorded (8+ characters).")
+@click.option(
+    "--fingerprint", help="Sessions a sandbox with this config fingerprint recorded (8+ characters)."
+)
 @click.option("--server", help="Sessions of this recorded server.")
 @click.option("--since", help="Sessions started at or after this ISO-8601 time (a date alone allowed).")
 @click.option("--until", help="Sessions started before this ISO-8601 time.")

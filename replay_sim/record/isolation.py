@@ -13,10 +13,18 @@ import os
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
+from replay_sim.errors import ConfigError
+
 if TYPE_CHECKING:
     from replay_sim.record.config import UpstreamSpec
 
-__all__ = ["STATE_PLACEHOLDER", "Isolation", "isolation_problem"]
+__all__ = [
+    "STATE_PLACEHOLDER",
+    "Isolation",
+    "check_recordable",
+    "isolation_problem",
+    "state_placeholder_fields",
+]
 
 STATE_PLACEHOLDER = "{state}"
 """Replaced by a sandbox instance's own copy of the ``state`` directory in command, args, env and cwd."""
@@ -49,7 +57,7 @@ class Isolation(StrEnum):
 
 def isolation_problem(spec: UpstreamSpec) -> str | None:
     """What is wrong with a spec's sandbox isolation settings (one line naming the key), or None."""
-    kind, placeholder = spec.isolation, _placeholder_fields(spec)
+    kind, placeholder = spec.isolation, state_placeholder_fields(spec)
     if not spec.sandbox:
         given = [k for k, v in (("isolation", kind), ("state", spec.state), ("mounts", spec.mounts)) if v]
         if given:
@@ -82,8 +90,26 @@ def isolation_problem(spec: UpstreamSpec) -> str | None:
     return None
 
 
-def _placeholder_fields(spec: UpstreamSpec) -> list[str]:
+def state_placeholder_fields(spec: UpstreamSpec) -> list[str]:
     """The fields whose values use ``{state}``."""
     fields = [("command", [spec.command or ""]), ("args", spec.args), ("env", spec.env.values())]
     fields.append(("cwd", [spec.cwd or ""]))
     return [name for name, values in fields if any(STATE_PLACEHOLDER in v for v in values)]
+
+
+def check_recordable(name: str, spec: UpstreamSpec) -> None:
+    """Refuse to record a server whose config holds ``{state}`` placeholders the recorder cannot fill.
+
+    Only a sandbox instance fills ``{state}`` (with its own copy of ``state``); a recorder would
+    start the server with the literal text, and its recordings would not start from that state.
+
+    Raises:
+        ConfigError: Naming the server, the fields and what to do.
+    """
+    fields = state_placeholder_fields(spec)
+    if fields:
+        raise ConfigError(
+            f"[servers.{name}] uses {STATE_PLACEHOLDER} in {', '.join(fields)}, which only a sandbox "
+            "instance fills (with a copy of 'state'); `record` cannot fill it: record with a config "
+            f"naming a real path instead (a copy of {spec.state}), then serve with this one"
+        )

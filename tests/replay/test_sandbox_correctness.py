@@ -80,7 +80,9 @@ async def test_an_instance_whose_state_is_not_the_initial_one_fails_the_canary_a
     state = tmp_path / "values.json"  # a state at a fixed path, outliving each process
     db = tmp_path / "replay.db"
     for _ in range(2):  # get(k1) recorded twice from the initial state, answered alike: a canary
-        await run_script(proxy_stdio(db, "counter", [*COUNTER, "--state", str(state)]), [step("get", key="k1")])
+        await run_script(
+            proxy_stdio(db, "counter", [*COUNTER, "--state", str(state)]), [step("get", key="k1")]
+        )
         state.unlink(missing_ok=True)
     state.write_text(json.dumps({"k1": "left over"}))  # what an earlier run left there
     args = json.dumps([str(COUNTER[1]), "--state", str(state)])

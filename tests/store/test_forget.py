@@ -19,7 +19,7 @@ from replay_sim.store.sources import mark_session, session_sources
 
 
 def _store(path: Path) -> Store:
-    """Three sessions of ``echo``: live (2 calls, early), sandbox-marked ``fp-aaaaaaaa`` and ``fp-bbbbbbbb``."""
+    """Three ``echo`` sessions: live (2 calls, early), and two marked ``fp-aaaaaaaa``, ``fp-bbbbbbbb``."""
     store = Store(path)
     store.start_session("echo", "live-1", started_at="2024-01-01T00:00:00Z")
     echo_call(store, 1, "live-1")

@@ -144,7 +144,7 @@ class InstancePool:
         return frozenset(self._specs)
 
     def fingerprint(self, server: str) -> tuple[str, dict[str, Any]]:
-        """The fingerprint of ``server``'s sandbox config and code, and what it covers (:mod:`.fingerprint`)."""
+        """The fingerprint of ``server``'s sandbox config and code, and what it covers."""
         spec = self._specs[server]
         return sandbox_fingerprint(server, spec), fingerprint_detail(server, spec)
 
