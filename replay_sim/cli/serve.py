@@ -395,7 +395,8 @@ def serve_command(
         from replay_sim.cli.sandboxes import check_sandboxes
 
         try:
-            check_sandboxes(recorder_config, sandboxes.servers(), replay.store)
+            served = sandboxes.servers() & {server_name} if stdio else sandboxes.servers()
+            check_sandboxes(recorder_config, served, replay.store)
         except ConfigError:
             replay.close()
             raise

@@ -27,6 +27,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from replay_sim.canonical import canonical_json
 from replay_sim.effects import Effect, Verdict, declare, kind_of, learn
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.tooleffects import dry_run, remembered_effects
@@ -69,14 +70,23 @@ class Trail:
         steps: One per call, oldest first (see the module docstring).
         state: The state-changing recorded calls among them, in order.
         diverged: The first step that changed state without a recording, if any.
+        blamed: That call, as a miss names it (``put({"key":"k"}), a call of unknown effect``), when
+            the replay that made it said (:meth:`StateLookup.blame`); None otherwise.
     """
 
-    __slots__ = ("__weakref__", "diverged", "state", "steps")  # weakly referable: a sandbox binds to it
+    __slots__ = (
+        "__weakref__",
+        "blamed",
+        "diverged",
+        "state",
+        "steps",
+    )  # weakly referable: a sandbox binds to it
 
     def __init__(self) -> None:
         self.steps: list[str] = []
         self.state: tuple[str, ...] = ()
         self.diverged: str | None = None
+        self.blamed: str | None = None
 
     def __len__(self) -> int:
         return len(self.steps)
@@ -143,6 +153,22 @@ class StateLookup:
         if server in self.strict:
             return not self.declared_read_only(server, tool)
         return self.changes_state(server, tool, arguments)
+
+    def blame(self, server: str, tool: str, arguments: Any) -> str:
+        """How a miss names an earlier call that left the state unknown: tool, arguments and effect.
+
+        ``of unknown effect`` when nothing settles the tool's effect, ``state-changing`` when it is
+        declared or shown to change state, ``not declared read-only`` on a sandbox server otherwise.
+        """
+        shown = canonical_json(arguments)
+        shown = shown if len(shown) <= 200 else shown[:197] + "..."
+        verdict = self.effect(server, tool)
+        if verdict.kinds:
+            verdict = verdict.of_kind(kind_of(arguments))
+        effect = {Effect.UNKNOWN: "of unknown effect", Effect.CHANGES: "that changes state"}.get(
+            verdict.effect, "not declared read-only"
+        )
+        return f"{tool}({shown}), a call {effect}"
 
     def in_state(self, key: str) -> bool:
         """Whether the recorded call with this key is part of an episode's state.

@@ -104,7 +104,10 @@ def near_misses(
         scored = state.lexical_nearest(normalised, k)
     return [
         Candidate(
-            rid, round(score, 6), [FieldDiff(*d) for d in field_diffs(state.normalised[rid], normalised)]
+            rid,
+            round(score, 6),
+            [FieldDiff(*d) for d in field_diffs(state.normalised[rid], normalised)],
+            private=rid in state.private,
         )
         for rid, score in scored
         if rid in state.normalised

@@ -327,10 +327,11 @@ class Resolver:
     ) -> Resolution:
         what = f"{method} {name!r} on {server!r}"
         if trail.diverged:
+            blamed = trail.blamed or "an earlier call that may change state"
             return Resolution(
                 Tier.MISS, 0.0, key=key, problem=Problem.DIVERGED, step=DIVERGED + key,
-                reason=f"no recording of {what} for this state: an earlier state-changing call "
-                f"({trail.diverged[:12]}) was never recorded, so the server's state is unknown",
+                reason=f"no recording of {what} for this state: this episode's earlier call {blamed}, "
+                "was never answered from a recording, so the server's state is unknown",
             )  # fmt: skip
         exact = self.lookup.by_key(key)
         if exact:
