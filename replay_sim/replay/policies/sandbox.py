@@ -327,8 +327,9 @@ class SandboxPolicy:
     def _answered(self, miss: Miss, recording: Recording, instance: str, replayed: int) -> Resolution:
         step = recording.key
         if self.store.readonly and self.lookup.may_change(miss.server, recording.name, recording.arguments):
-            # The resolver cannot see the side store: the episode's state is its instance's from here.
-            step = step if recording.failed else DIVERGED + step
+            # The resolver cannot see the side store: the episode's state is its instance's from here
+            # (a failed call too: on a sandbox server every call not declared read-only is state).
+            step = DIVERGED + step
         return Resolution(
             Tier.SANDBOX,
             1.0,
