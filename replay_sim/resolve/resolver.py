@@ -39,6 +39,7 @@ from replay_sim.resolve.reasons import (
     differences_from,
     miss_reason,
     near_misses,
+    strict_miss,
     structural_miss,
     violation_reason,
 )
@@ -342,7 +343,8 @@ class Resolver:
         if method != "tools/call" or schema is None:
             return structural_miss(self.schemas.tools(server), server, method, name, key, exact, what)
         if server in self.lookup.strict:  # a sandbox can run it: only an exact repeat, never a guess
-            return self._strict_miss(server, method, name, arguments, key, what, bool(exact))
+            step = DIVERGED + key if self.lookup.may_change(server, name, arguments) else key
+            return strict_miss(what, key, step, recorded=bool(exact))
         state = self._state(server, name, schema)
         # Schema violations the recordings do not show accepted: servers coerce or refuse them.
         judgement = state.evidence.judge(arguments)
@@ -388,28 +390,6 @@ class Resolver:
                 "recordings show the server accepting)"
             )
         return Resolution(Tier.MISS, 0.0, None, candidates, reason, key, step=step)
-
-    def _strict_miss(
-        self,
-        server: str,
-        method: str,
-        name: str,
-        arguments: dict[str, Any],
-        key: str,
-        what: str,
-        recorded: bool,
-    ) -> Resolution:
-        """The miss of a call on a server a sandbox runs: no canonical or semantic tier is tried.
-
-        Those tiers answer from recordings of *other* calls, trusting what the recordings show the
-        tool ignores; with the real server at hand, its own answer is the faithful one.
-        """
-        step = DIVERGED + key if self.lookup.may_change(server, name, arguments) else key
-        if recorded:
-            reason = f"{what} was recorded, but not from the state this episode is in"
-            return Resolution(Tier.MISS, 0.0, None, [], reason, key, Problem.OTHER_STATE, step)
-        reason = f"no recording of {what} with these arguments (a sandbox answers it: no near match is used)"
-        return Resolution(Tier.MISS, 0.0, None, [], reason, key, step=step)
 
     def _semantic(
         self, state: ToolState, normalised: dict[str, Any], trail: Trail
