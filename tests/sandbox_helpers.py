@@ -20,7 +20,10 @@ from replay_sim.replay.http.serving import ReplayServer
 
 COUNTER_SERVER = ROOT / "fixtures" / "counter_server.py"
 ECHO_SERVER = ROOT / "fixtures" / "echo_server.py"
+DOCUMENT_SERVER = ROOT / "fixtures" / "document_server.py"
 SERVERS = {"counter": COUNTER_SERVER, "echo": ECHO_SERVER}
+FIXTURES = {**SERVERS, "document": DOCUMENT_SERVER}
+"""Every fixture server :func:`record` can record (``write_config`` declares ``SERVERS`` by default)."""
 
 
 def text(result: Any) -> str:
@@ -36,7 +39,7 @@ def match(result: Any) -> dict[str, Any]:
 async def record(db: Path, server: str, script: Script, env: dict[str, str] | None = None) -> None:
     """Record one session of a fixture server through the real recorder CLI (``env``: the server's)."""
     options = [f"--env={name}={value}" for name, value in (env or {}).items()]
-    target = proxy_stdio(db, server, [PYTHON, SERVERS[server]], *options)
+    target = proxy_stdio(db, server, [PYTHON, FIXTURES[server]], *options)
     target.env = dict(
         os.environ
     )  # this checkout's replay_sim (PYTHONPATH), not only the SDK's safe variables
@@ -44,14 +47,18 @@ async def record(db: Path, server: str, script: Script, env: dict[str, str] | No
 
 
 def write_config(
-    path: Path, env: dict[str, dict[str, str]] | None = None, own_miss: tuple[str, ...] = ()
+    path: Path,
+    env: dict[str, dict[str, str]] | None = None,
+    own_miss: tuple[str, ...] = (),
+    servers: tuple[str, ...] = tuple(SERVERS),
 ) -> Path:
-    """A recorder config declaring both fixture servers sandboxes (in-process state: a fresh process).
+    """A recorder config declaring fixture servers sandboxes (in-process state: a fresh process).
 
-    ``own_miss``: the servers whose table says ``miss = "sandbox"``.
+    ``own_miss``: the servers whose table says ``miss = "sandbox"``; ``servers``: which (default:
+    the counter and echo servers).
     """
     lines = []
-    for name, script in SERVERS.items():
+    for name, script in ((n, FIXTURES[n]) for n in servers):
         lines += [
             f"[servers.{name}]",
             f"command = {json.dumps(PYTHON)}",

@@ -1,7 +1,7 @@
 """The ``replay-sim`` command line: thin commands, each calling one library function.
 
-Commands live in one module per area (``store``, ``record``, ``coverage``, ``index``, ``serve``,
-``snapshot``); each registers itself on :data:`cli`, and is imported only when one of its commands
+Commands live in one module per area (``store``, ``forget``, ``record``, ``coverage``, ``index``,
+``serve``, ``snapshot``); each registers itself on :data:`cli`, and is imported only when one of its commands
 runs (:data:`COMMANDS`): ``serve --stdio`` does not wait for the recorder's imports. Every
 command that touches a store takes ``--db``.
 Errors end the process with status 1 and one line naming the problem. The entry point applies
@@ -34,6 +34,7 @@ COMMANDS = {
     "export": "store",
     "sessions": "store",
     "stats": "store",
+    "forget": "forget",
     "record": "record",
     "explore": "coverage",
     "backfill": "coverage",

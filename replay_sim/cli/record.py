@@ -20,6 +20,7 @@ from replay_sim.httpserver import DEFAULT_KEEP_ALIVE, HttpOptions
 from replay_sim.record.config import DEFAULT_TIMEOUT, RecorderConfig, UpstreamSpec
 from replay_sim.record.config_file import load_config
 from replay_sim.record.http import record_http
+from replay_sim.record.isolation import check_recordable
 from replay_sim.record.recorder import record_stdio
 from replay_sim.redaction import Redactor
 
@@ -186,6 +187,9 @@ def record_command(
                 replacement=base.replacement,
             ),
         )
+    recorded = config.servers if http is not None else {n: s for n, s in config.servers.items() if n == name}
+    for server_name, server_spec in (recorded or config.servers).items():
+        check_recordable(server_name, server_spec)
     if http is not None:
         host, port = _address(http)
 

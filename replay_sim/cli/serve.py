@@ -199,6 +199,15 @@ def serve_command(
         faults=faults,
         miss_detail=miss_detail,
     )
+    if sandboxes is not None and recorder_config is not None:
+        from replay_sim.cli.sandboxes import check_sandboxes
+
+        try:
+            served = sandboxes.servers() & {server_name} if stdio else sandboxes.servers()
+            check_sandboxes(recorder_config, served, replay.store)
+        except ConfigError:
+            replay.close()
+            raise
     if snapshot is not None:  # verified by open_replay, or it refused
         click.echo(f"replay-sim: verified snapshot {snapshot}: serving {replay.snapshot}", err=True)
     for problem in replay.check(strict):

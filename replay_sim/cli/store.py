@@ -14,6 +14,7 @@ from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.tooleffects import blockers, keep_effects, store_effects
 from replay_sim.store import Origin, Store
 from replay_sim.store.interchange import export_jsonl, import_jsonl, merge
+from replay_sim.store.sources import session_sources
 
 
 @cli.command("import")
@@ -71,8 +72,10 @@ def sessions_command(db: Path, session_id: str | None) -> None:
     """List recording sessions, or show the calls of one."""
     with Store(db, readonly=True) as store:
         if session_id is None:
+            sources = session_sources(store)
             for s in store.sessions():
-                click.echo(f"{s['id']}\t{s['server']}\t{s['started_at']}\t{s['calls']} calls")
+                marked = f"\tfingerprint {sources[s['id']]}" if s["id"] in sources else ""
+                click.echo(f"{s['id']}\t{s['server']}\t{s['started_at']}\t{s['calls']} calls{marked}")
             return
         calls = store.recordings(session=session_id)
         if not calls:

@@ -23,12 +23,17 @@ one's state extended by calls of ``T`` only:
   shows nothing by repeating it), and only for the calls of ``T`` the read *covers*
   (:func:`covers`): a call that names a thing (a path, a name, a key, an id, a table) is witnessed
   only by a read that names it too (or the folder of a path it names), or whose answer shows it —
-  reading ``b.txt`` shows nothing about writing ``a.txt``;
+  reading ``b.txt`` shows nothing about writing ``a.txt`` — and only when the call would have
+  changed something the read shows (:func:`can_show`): a find/replace of a pattern the read did not
+  show, or a call whose answer says it did nothing (``0 replacements``), changed nothing because of
+  its arguments, and witnesses nothing;
 - a different answer shows that ``T`` changes state, whatever it is annotated;
 - two recordings from the *same* state that disagree show the model wrong: the call's own tool
   depends on history (it keeps hidden state), or else the effect-free calls between them are not.
 
-A tool is :attr:`Effect.NONE` only with a witness and no contrary evidence. Learning one tool
+A tool is :attr:`Effect.NONE` only with witnesses of at least two different calls of it (argument
+sets: one call unchanged says little — the read may not show that part of the state) and no
+contrary evidence. Learning one tool
 effect-free shortens states, which can make other recordings comparable: :func:`learn` iterates
 to a fixpoint, and starts over whenever a tool it relied on turns out to change state.
 
@@ -41,6 +46,7 @@ config's ``read_only = false`` settles a tool for good.
 from replay_sim.effects.kinds import kind_of
 from replay_sim.effects.learning import learn
 from replay_sim.effects.model import Call, Declaration, Effect, Pair, Verdict, declare, repeatable
+from replay_sim.effects.sensitivity import can_show, did_nothing, selected
 from replay_sim.effects.things import covers, named
 
 __all__ = [
@@ -49,10 +55,13 @@ __all__ = [
     "Effect",
     "Pair",
     "Verdict",
+    "can_show",
     "covers",
     "declare",
+    "did_nothing",
     "kind_of",
     "learn",
     "named",
     "repeatable",
+    "selected",
 ]

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from replay_sim.effects.model import UNDECLARED, Call, Declaration, Effect, Pair, Verdict
+from replay_sim.effects.sensitivity import can_show
 from replay_sim.effects.things import covers
 
 __all__ = ["learn"]
@@ -132,12 +133,12 @@ def _learn(runs: list[list[Call]], declared: Mapping[str, Declaration]) -> dict[
 
 
 def _shown(witnessed: set[str], called: set[str]) -> bool:
-    """Enough of a tool's calls were seen to change nothing: two different ones, or every one made.
+    """Enough of a tool's calls were seen to change nothing: two different ones (argument sets).
 
-    One call that changed nothing (a write the server refused in its answer's text) says little
-    about the tool's other calls.
+    One call that changed nothing (a write the server refused in its answer's text, an insert
+    past what the read shows) says little about the tool's other calls — even its only one.
     """
-    return len(witnessed) >= 2 or (bool(witnessed) and called <= witnessed)
+    return len(witnessed & called) >= 2
 
 
 def _verdict(
@@ -157,7 +158,10 @@ def _verdict(
             return Verdict(Effect.NONE, declaration.source, reason, examples, shown=shown)
         return Verdict(Effect.NONE, "evidence", reason, examples, shown=shown)
     if declaration.effect is Effect.UNKNOWN and witnesses:
-        reason = f"{reads}, after {shown} of its calls: too few to tell (two different ones needed)"
+        reason = (
+            f"{reads}, after {shown} of its calls: too few to tell (two different calls that a read "
+            "could have shown changing something are needed)"
+        )
         return Verdict(Effect.UNKNOWN, declaration.source, reason, examples, shown=shown)
     return Verdict(declaration.effect, declaration.source, declaration.reason)
 
@@ -207,7 +211,7 @@ def _evidence(runs: list[list[Call]], none: set[str], varied: set[str]) -> _Evid
 
     def witness(a: Call, b: Call, tool: str, calls: Sequence[Call]) -> None:
         """``a`` and ``b`` agree across ``calls``: a witness for those of them ``a`` covers."""
-        seen = frozenset(c.key for c in calls if covers(a, c))
+        seen = frozenset(c.key for c in calls if covers(a, c) and can_show(a, c))
         if seen:
             found.witnesses[tool][(a.id, b.id)] = seen
 

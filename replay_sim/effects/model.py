@@ -82,6 +82,8 @@ class Call:
         names: The things it names (:func:`named`; a resource read: its URI).
         kind: The kind of call it is (:func:`~replay_sim.effects.kinds.kind_of`: ``select``,
             ``insert`` …), None when its arguments say none that can be trusted.
+        selectors: The values it picks its target by (:func:`~replay_sim.effects.sensitivity.selected`:
+            a find/replace's ``old``): a read that does not show them cannot witness it.
     """
 
     id: int | None
@@ -93,6 +95,7 @@ class Call:
     inert: bool
     names: frozenset[str] = frozenset()
     kind: str | None = None
+    selectors: frozenset[str] = frozenset()
 
     @property
     def tool(self) -> str | None:

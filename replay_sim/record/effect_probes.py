@@ -30,12 +30,24 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from replay_sim.canonical import answer_text, call_identity, call_key
-from replay_sim.effects import Call, Declaration, Effect, Verdict, declare, kind_of, learn, named, repeatable
+from replay_sim.effects import (
+    Call,
+    Declaration,
+    Effect,
+    Verdict,
+    declare,
+    kind_of,
+    learn,
+    named,
+    repeatable,
+    selected,
+)
 from replay_sim.schema import ToolSchema
 
 __all__ = ["EffectProbes", "Probe", "leaves"]
 
 _SETTLED_CALLS = 2  # calls of a tool seen to change nothing, after which it is not probed again
+_KEPT_ANSWER = 65536  # answers longer than this are kept as their digest
 _RELEARN_EVERY = 32  # calls recorded since the last verdicts, after which they are worked out again
 
 
@@ -95,11 +107,14 @@ class EffectProbes:
         name, arguments = call_identity(method, params)
         failed = error is not None or bool((result or {}).get("isError"))
         dry_run = method == "tools/call" and not ToolSchema(name, {}).changes_state(arguments)
-        answer = hashlib.sha256(answer_text(result, error).encode()).hexdigest()
+        answer = answer_text(result, error)
+        if len(answer) > _KEPT_ANSWER:  # compared by digest: shows no pattern a call selects
+            answer = "sha256:" + hashlib.sha256(answer.encode()).hexdigest()
         self._count += 1  # ids name the pairs a verdict rests on
         names = frozenset({name.lower()}) if method == "resources/read" else named(arguments)
         call = Call(self._count, method, name, call_key("", method, name, arguments), answer, failed,
-                    method != "tools/call" or failed or dry_run, names, kind_of(arguments))  # fmt: skip
+                    method != "tools/call" or failed or dry_run, names, kind_of(arguments),
+                    selected(arguments))  # fmt: skip
         clean = {k: v for k, v in params.items() if k != "_meta"}
         self._sessions[session].append(_Asked(call, Probe(method, clean), explored))
         self._since += 1

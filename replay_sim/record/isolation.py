@@ -14,7 +14,17 @@ from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import Protocol
 
-__all__ = ["STATE_PLACEHOLDER", "Isolated", "Isolation", "isolation_note", "isolation_problem"]
+from replay_sim.errors import ConfigError
+
+__all__ = [
+    "STATE_PLACEHOLDER",
+    "Isolated",
+    "Isolation",
+    "check_recordable",
+    "isolation_note",
+    "isolation_problem",
+    "state_placeholder_fields",
+]
 
 STATE_PLACEHOLDER = "{state}"
 """Replaced by a sandbox instance's own copy of the ``state`` directory in command, args, env and cwd."""
@@ -82,7 +92,7 @@ class Isolated(Protocol):
 
 def isolation_problem(spec: Isolated) -> str | None:
     """What is wrong with a spec's sandbox isolation settings (one line naming the key), or None."""
-    kind, placeholder = spec.isolation, _placeholder_fields(spec)
+    kind, placeholder = spec.isolation, state_placeholder_fields(spec)
     if not spec.sandbox:
         given = [k for k, v in (("isolation", kind), ("state", spec.state), ("mounts", spec.mounts)) if v]
         if given:
@@ -130,8 +140,26 @@ def isolation_note(spec: Isolated) -> str | None:
     return None
 
 
-def _placeholder_fields(spec: Isolated) -> list[str]:
+def state_placeholder_fields(spec: Isolated) -> list[str]:
     """The fields whose values use ``{state}``."""
     fields = [("command", [spec.command or ""]), ("args", spec.args), ("env", spec.env.values())]
     fields.append(("cwd", [spec.cwd or ""]))
     return [name for name, values in fields if any(STATE_PLACEHOLDER in v for v in values)]
+
+
+def check_recordable(name: str, spec: Isolated) -> None:
+    """Refuse to record a server whose config holds ``{state}`` placeholders the recorder cannot fill.
+
+    Only a sandbox instance fills ``{state}`` (with its own copy of ``state``); a recorder would
+    start the server with the literal text, and its recordings would not start from that state.
+
+    Raises:
+        ConfigError: Naming the server, the fields and what to do.
+    """
+    fields = state_placeholder_fields(spec)
+    if fields:
+        raise ConfigError(
+            f"[servers.{name}] uses {STATE_PLACEHOLDER} in {', '.join(fields)}, which only a sandbox "
+            "instance fills (with a copy of 'state'); `record` cannot fill it: record with a config "
+            f"naming a real path instead (a copy of {spec.state}), then serve with this one"
+        )

@@ -27,7 +27,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from replay_sim.effects import Verdict, declare, kind_of, learn
+from replay_sim.canonical import canonical_json
+from replay_sim.effects import Effect, Verdict, declare, kind_of, learn
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.tooleffects import dry_run, remembered_effects
 from replay_sim.schema import ToolSchema
@@ -69,14 +70,23 @@ class Trail:
         steps: One per call, oldest first (see the module docstring).
         state: The state-changing recorded calls among them, in order.
         diverged: The first step that changed state without a recording, if any.
+        blamed: That call, as a miss names it (``put({"key":"k"}), a call of unknown effect``), when
+            the replay that made it said (:meth:`StateLookup.blame`); None otherwise.
     """
 
-    __slots__ = ("__weakref__", "diverged", "state", "steps")  # weakly referable: a sandbox binds to it
+    __slots__ = (
+        "__weakref__",
+        "blamed",
+        "diverged",
+        "state",
+        "steps",
+    )  # weakly referable: a sandbox binds to it
 
     def __init__(self) -> None:
         self.steps: list[str] = []
         self.state: tuple[str, ...] = ()
         self.diverged: str | None = None
+        self.blamed: str | None = None
 
     def __len__(self) -> int:
         return len(self.steps)
@@ -118,6 +128,65 @@ class StateLookup:
         self._in_session: dict[str, set[int]] = {}  # session -> recordings whose prefix is cached
         self._effects: dict[str, dict[str, Verdict]] = {}
         self._effective: dict[tuple[str, str], ToolSchema] = {}
+        self._counted: dict[str, bool] = {}
+        self.strict: frozenset[str] = frozenset()
+        """Servers a sandbox can run: their states count every call not declared read-only."""
+
+    def answer_strictly(self, servers: Any) -> None:
+        """Never guess on these servers (a sandbox can run them): see :meth:`in_state`.
+
+        An episode's state there is every earlier tool call not *declared* read-only (the matching
+        config, or a ``readOnlyHint`` no recording contradicts), not only those learned to change
+        state; learned verdicts can be wrong, and with the real server at hand nothing needs them.
+        """
+        self.strict = frozenset(servers)
+        self.clear()
+
+    def declared_read_only(self, server: str, tool: str) -> bool:
+        """Whether ``tool`` is declared effect-free (config or annotation) and no recording says otherwise."""
+        verdict = self.effect(server, tool)
+        return verdict.effect is Effect.NONE and verdict.source in ("config", "annotation")
+
+    def may_change(self, server: str, tool: str, arguments: Any) -> bool:
+        """Whether a call counts as a state change: :meth:`changes_state`, or on a strict server,
+        unless declared read-only."""
+        if server in self.strict:
+            return not self.declared_read_only(server, tool)
+        return self.changes_state(server, tool, arguments)
+
+    def blame(self, server: str, tool: str, arguments: Any) -> str:
+        """How a miss names an earlier call that left the state unknown: tool, arguments and effect.
+
+        ``of unknown effect`` when nothing settles the tool's effect, ``state-changing`` when it is
+        declared or shown to change state, ``not declared read-only`` on a sandbox server otherwise.
+        """
+        shown = canonical_json(arguments)
+        shown = shown if len(shown) <= 200 else shown[:197] + "..."
+        verdict = self.effect(server, tool)
+        if verdict.kinds:
+            verdict = verdict.of_kind(kind_of(arguments))
+        effect = {Effect.UNKNOWN: "of unknown effect", Effect.CHANGES: "that changes state"}.get(
+            verdict.effect, "not declared read-only"
+        )
+        return f"{tool}({shown}), a call {effect}"
+
+    def in_state(self, key: str) -> bool:
+        """Whether the recorded call with this key is part of an episode's state.
+
+        :meth:`is_mutating` on most servers; on a :attr:`strict` one, every recorded tool call
+        whose tool is not declared read-only (failed ones too: the real server is re-played them).
+        """
+        cached = self._counted.get(key)
+        if cached is None:
+            found = self.by_key(key)
+            if found and found[0].server in self.strict:
+                cached = found[0].method == "tools/call" and not self.declared_read_only(
+                    found[0].server, found[0].name
+                )
+            else:
+                cached = self.is_mutating(key)
+            self._counted[key] = cached
+        return cached
 
     def clear(self) -> None:
         """Forget everything read from the store (it changed)."""
@@ -129,6 +198,7 @@ class StateLookup:
         self._in_session.clear()
         self._effects.clear()
         self._effective.clear()
+        self._counted.clear()
 
     def forget(self, appended: Appended) -> bool:
         """Forget what calls appended to the store may have changed, and say whether that sufficed.
@@ -145,6 +215,7 @@ class StateLookup:
         for key in appended.keys:
             self._keys.pop(key, None)
             self._mutating.pop(key, None)
+            self._counted.pop(key, None)
         for session in appended.sessions:
             self._sessions.pop(session, None)
             for recording_id in list(self._in_session.pop(session, ())):  # a copy: threads add
@@ -208,7 +279,7 @@ class StateLookup:
         trail.steps.append(step)
         if step.startswith(DIVERGED):
             trail.diverged = trail.diverged or step[len(DIVERGED) :]
-        elif self.is_mutating(step):
+        elif self.in_state(step):
             trail.state = (*trail.state, step)
 
     def trail(self, history: Sequence[str] | Trail) -> Trail:
@@ -250,7 +321,7 @@ class StateLookup:
         """The state-changing calls made before ``recording`` in its session."""
         cached = self._prefix_mut.get(recording.id)
         if cached is None:
-            cached = tuple(k for k in self._prefix(recording) if self.is_mutating(k))
+            cached = tuple(k for k in self._prefix(recording) if self.in_state(k))
             self._prefix_mut[recording.id] = cached
         return cached
 
@@ -279,3 +350,15 @@ class StateLookup:
         if len(eligible) == 1:
             return eligible[0]
         return max(eligible, key=lambda r: (history_affinity(r, trail.steps, self._prefix(r)), -r.id))
+
+    def alternatives(self, recording: Recording, history: Sequence[str] | Trail = ()) -> list[Recording]:
+        """``recording`` and the other recordings of that very call made from the episode's state.
+
+        The same call may have been recorded for clients that answered the server's questions
+        (sampling, elicitation) differently; :mod:`replay_sim.replay.core.conversation` picks among them.
+        """
+        same = self.by_key(recording.key)
+        if len(same) == 1:
+            return [recording]
+        others = [r for r in self.from_state(same, self.trail(history)) if r.id != recording.id]
+        return [recording, *others]

@@ -19,7 +19,14 @@ from replay_sim.resolve.resolution import Candidate, FieldDiff, Problem, Resolut
 from replay_sim.resolve.toolstate import ToolState, field_diffs
 from replay_sim.store import Recording
 
-__all__ = ["differences_from", "miss_reason", "near_misses", "structural_miss", "violation_reason"]
+__all__ = [
+    "differences_from",
+    "miss_reason",
+    "near_misses",
+    "strict_miss",
+    "structural_miss",
+    "violation_reason",
+]
 
 
 def miss_reason(
@@ -86,6 +93,19 @@ def structural_miss(
     return Resolution(Tier.MISS, 0.0, key=key, reason=reason, step=key)
 
 
+def strict_miss(what: str, key: str, step: str, *, recorded: bool) -> Resolution:
+    """The miss of a call on a server a sandbox runs: no canonical or semantic tier is tried.
+
+    Those tiers answer from recordings of *other* calls, trusting what the recordings show the tool
+    ignores; with the real server at hand, its own answer is the faithful one.
+    """
+    if recorded:
+        reason = f"{what} was recorded, but not from the state this episode is in"
+        return Resolution(Tier.MISS, 0.0, None, [], reason, key, Problem.OTHER_STATE, step)
+    reason = f"no recording of {what} with these arguments (a sandbox answers it: no near match is used)"
+    return Resolution(Tier.MISS, 0.0, None, [], reason, key, step=step)
+
+
 def near_misses(
     state: ToolState,
     normalised: dict[str, Any],
@@ -104,7 +124,10 @@ def near_misses(
         scored = state.lexical_nearest(normalised, k)
     return [
         Candidate(
-            rid, round(score, 6), [FieldDiff(*d) for d in field_diffs(state.normalised[rid], normalised)]
+            rid,
+            round(score, 6),
+            [FieldDiff(*d) for d in field_diffs(state.normalised[rid], normalised)],
+            private=rid in state.private,
         )
         for rid, score in scored
         if rid in state.normalised

@@ -66,6 +66,8 @@ class Candidate:
     recording_id: int
     score: float
     differences: list[FieldDiff] = field(default_factory=list)
+    private: bool = False
+    """Made for another episode's call (a sandbox's answer …): its argument values are never shown."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,8 @@
 """The resolver: which recording answers a call (exact → canonical → semantic → miss).
 
+On a server a sandbox runs (:attr:`~replay_sim.resolve.lineage.StateLookup.strict`) only the
+exact tier answers, from exactly the episode's state; every other call goes to the sandbox.
+
 The tiered lookup (its answers are :mod:`replay_sim.resolve.resolution` types):
 
 1. **exact** — the call's key equals a recorded call's key;
@@ -36,6 +39,7 @@ from replay_sim.resolve.reasons import (
     differences_from,
     miss_reason,
     near_misses,
+    strict_miss,
     structural_miss,
     violation_reason,
 )
@@ -227,19 +231,6 @@ class Resolver:
         if resolution.step:
             self.lookup.advance(trail, resolution.step)
 
-    def alternatives(self, recording: Recording, history: Sequence[str] | Trail = ()) -> list[Recording]:
-        """``recording`` and the other recordings of that very call made from the episode's state.
-
-        The same call may have been recorded for clients that answered the server's questions
-        (sampling, elicitation) differently; :mod:`replay_sim.replay.core.conversation` picks among them.
-        """
-        trail = self.lookup.trail(history)
-        same = self.lookup.by_key(recording.key)
-        if len(same) == 1:
-            return [recording]
-        others = [r for r in self.lookup.from_state(same, trail) if r.id != recording.id]
-        return [recording, *others]
-
     # -- resolution ------------------------------------------------------------------------------
 
     def resolve_now(
@@ -317,10 +308,11 @@ class Resolver:
     ) -> Resolution:
         what = f"{method} {name!r} on {server!r}"
         if trail.diverged:
+            blamed = trail.blamed or "an earlier call that may change state"
             return Resolution(
                 Tier.MISS, 0.0, key=key, problem=Problem.DIVERGED, step=DIVERGED + key,
-                reason=f"no recording of {what} for this state: an earlier state-changing call "
-                f"({trail.diverged[:12]}) was never recorded, so the server's state is unknown",
+                reason=f"no recording of {what} for this state: this episode's earlier call {blamed}, "
+                "was never answered from a recording, so the server's state is unknown",
             )  # fmt: skip
         exact = self.lookup.by_key(key)
         if exact:
@@ -330,6 +322,9 @@ class Resolver:
         schema = self.tool_schema(server, name) if method == "tools/call" else None
         if method != "tools/call" or schema is None:
             return structural_miss(self.schemas.tools(server), server, method, name, key, exact, what)
+        if server in self.lookup.strict:  # a sandbox can run it: only an exact repeat, never a guess
+            step = DIVERGED + key if self.lookup.may_change(server, name, arguments) else key
+            return strict_miss(what, key, step, recorded=bool(exact))
         state = self.tool_state(server, name, schema)
         # Schema violations the recordings do not show accepted: servers coerce or refuse them.
         judgement = state.evidence.judge(arguments)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from replay_sim.canonical import answer_text
-from replay_sim.effects import Call, Declaration, Effect, Verdict, declare, kind_of, learn, named
+from replay_sim.effects import Call, Declaration, Effect, Verdict, declare, kind_of, learn, named, selected
 from replay_sim.errors import StoreError
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.schemas import RecordedSchemas
@@ -82,7 +82,18 @@ def _learned(
         inert = method != "tools/call" or not succeeded[key] or dry_run(name, arguments)
         things = frozenset({name.lower()}) if method == "resources/read" else named(arguments)
         kind = kind_of(arguments) if method == "tools/call" else None
-        call = Call(rid, method, name, key, answer_text(result, error), fails, inert, things, kind)
+        call = Call(
+            rid,
+            method,
+            name,
+            key,
+            answer_text(result, error),
+            fails,
+            inert,
+            things,
+            kind,
+            selected(arguments),
+        )
         # A call recorded outside any session is a session of its own, from the initial state.
         sessions[session if session is not None else ("", rid)].append((seq or 0, call))
     runs = [

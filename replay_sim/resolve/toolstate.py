@@ -20,6 +20,7 @@ from replay_sim.resolve.index import IndexSet, call_text
 from replay_sim.resolve.invariance import Observation, apply, learn
 from replay_sim.schema import ToolSchema
 from replay_sim.store import Recording
+from replay_sim.store.records import EPISODE_ORIGINS
 
 __all__ = ["ToolState", "answer_of", "field_diffs"]
 
@@ -73,6 +74,9 @@ class ToolState:
         self.config = config
         self.override = config.override(server, schema.name)
         self.free_text = sorted(schema.free_text or ())
+        # Recordings an episode's calls made (a sandbox, a backfill, an LLM): their arguments are
+        # that episode's, never shown to another (:attr:`~replay_sim.resolve.resolution.Candidate.private`).
+        self.private = frozenset(r.id for r in self.recordings if r.origin in EPISODE_ORIGINS)
         # What the server answered counts whatever the schema says of the arguments: servers coerce.
         valid = self.recordings
         self.evidence = SchemaEvidence(schema, self.recordings)

@@ -34,7 +34,8 @@ SCHEMA_VERSION = 1
 (``CREATE TABLE IF NOT EXISTS``), and its readers take a store without it — an older store, or a
 read-only snapshot of one — as holding none, so stores of either age open with either code. So
 does ``miss_steps`` (the misses' histories, :mod:`replay_sim.store.miss_history`): older code reads
-a miss referring to it as one whose history was not kept (it cannot backfill it)."""
+a miss referring to it as one whose history was not kept (it cannot backfill it). And so does
+``session_sources`` (what made a session: a sandbox's fingerprint, :mod:`replay_sim.store.sources`)."""
 
 _RETRY_CAP = 0.05  # seconds between two tries for another process's write lock, at most
 
@@ -62,6 +63,8 @@ CREATE TABLE IF NOT EXISTS misses (
     key TEXT NOT NULL, params TEXT NOT NULL, prefix TEXT, state TEXT NOT NULL,
     status TEXT NOT NULL, reason TEXT NOT NULL, candidates TEXT,
     count INTEGER NOT NULL, first_at TEXT NOT NULL, last_at TEXT NOT NULL, UNIQUE (key, state));
+CREATE TABLE IF NOT EXISTS session_sources (
+    session TEXT PRIMARY KEY, fingerprint TEXT NOT NULL, detail TEXT);
 CREATE TABLE IF NOT EXISTS miss_steps (
     id INTEGER PRIMARY KEY, parent INTEGER NOT NULL, key TEXT NOT NULL, method TEXT, params TEXT,
     UNIQUE (parent, key));

@@ -29,6 +29,10 @@ class Origin(StrEnum):
     """Asked by ``replay-sim backfill``: a call a replay missed, asked from the state it was missed in."""
 
 
+EPISODE_ORIGINS = frozenset({Origin.SANDBOX, Origin.BACKFILL, Origin.SYNTHETIC})
+"""Origins of answers made for a replayed episode's calls: their arguments are that episode's."""
+
+
 def utc_now() -> str:
     """Return the current UTC time as an ISO-8601 string with a ``Z`` suffix (microseconds).
 

@@ -245,18 +245,19 @@ async def test_a_sandbox_learns_the_effect_of_a_sql_tools_select_calls_apart_fro
     # so the tool changes state; nothing shows whether its SELECTs do, so an unrecorded SELECT
     # made the episode diverge.
     select, insert = "SELECT name, n FROM notes ORDER BY n", "INSERT INTO notes VALUES ('y', 2)"
+    count = "SELECT count(*) FROM notes"  # a second SELECT: one call unchanged says little of a kind
     db = tmp_path / "r.db"
     await run_script(
-        proxy_stdio(db, "notes", NOTES), [step("query", sql=s) for s in (select, insert, select)]
+        proxy_stdio(db, "notes", NOTES), [step("query", sql=s) for s in (select, count, insert, select)]
     )
     episode = [step("query", sql=insert), step("query", sql="SELECT n FROM notes"), step("query", sql=select)]
     with Store(db) as store:
         verdict = Resolver(store, index_dir=None, semantic=False).lookup.effect("notes", "query")
         assert verdict.effect is Effect.CHANGES and verdict.of_kind("select").effect is Effect.UNKNOWN
         # `stats` names the kinds blocking answers (which of the two changed the SELECT's answer is
-        # not settled yet): the INSERT and the SELECT recorded after a SELECT, the SELECT after the INSERT.
+        # not settled yet): the calls recorded after a SELECT, the SELECT after the INSERT.
         found = blockers(store, store_effects(store))
-        assert found == [("notes", "query [select]", 2), ("notes", "query [insert]", 1)]
+        assert found == [("notes", "query [select]", 3), ("notes", "query [insert]", 1)]
     command = " ".join(json.dumps(str(part)) for part in NOTES[1:])
     config = tmp_path / "recorder.toml"
     config.write_text(

@@ -44,8 +44,15 @@ def effects(sessions: list[list[str]], declared: dict[str, Declaration] | None =
         ([["f(1)=2", "f(2)=4", "f(1)=2"]], {}, {"f": Effect.NONE}),
         # A write that always says "ok" shows nothing by repeating itself.
         ([["w(1)=ok", "w(2)=ok", "w(1)=ok"]], {}, {"w": Effect.UNKNOWN}),
-        # A read before and after the only call of a tool, unchanged: that call changed nothing.
-        ([["r(a)=A", "w(1)=ok", "r(a)=A"]], {"r": declare(RO)}, {"r": Effect.NONE, "w": Effect.NONE}),
+        # A read before and after the only call of a tool, unchanged: that call changed nothing
+        # the read shows, which says little of the tool (an insert of lines: "1 read unchanged").
+        ([["r(a)=A", "w(1)=ok", "r(a)=A"]], {"r": declare(RO)}, {"r": Effect.NONE, "w": Effect.UNKNOWN}),
+        # ... and of two different calls: effect-free.
+        (
+            [["r(a)=A", "w(1)=ok", "r(a)=A", "w(2)=ok", "r(a)=A"]],
+            {"r": declare(RO)},
+            {"r": Effect.NONE, "w": Effect.NONE},
+        ),
         # ... changed: the tool changes state.
         ([["r(a)=A", "w(1)=ok", "r(a)=B"]], {"r": declare(RO)}, {"r": Effect.NONE, "w": Effect.CHANGES}),
         # One call seen to change nothing (a write the server refused in its answer's text) says

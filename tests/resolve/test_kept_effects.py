@@ -37,11 +37,13 @@ KEY = EFFECTS_META_PREFIX + "srv"
 
 
 def _store(path: Path) -> Store:
-    """``get`` (read-only) seen unchanged around ``put`` once, ``tally`` numbering its calls."""
+    """``get`` (read-only) seen unchanged around two ``put`` calls, ``tally`` numbering its calls."""
     store = Store(path)
     store.put_listing("srv", "tools/list", {"tools": [x_tool("get", RO), x_tool("put"), x_tool("tally", RO)]})
     record_x(store, "s1", "get", "k", "unset")
     record_x(store, "s1", "put", "k", "ok")
+    record_x(store, "s1", "get", "k", "unset")
+    record_x(store, "s1", "put", "j", "ok")  # two different calls: one alone would say little
     record_x(store, "s1", "get", "k", "unset")
     for n, x in enumerate(["a", "b", "a"], 1):
         record_x(store, "s2", "tally", x, f"#{n} {x}")

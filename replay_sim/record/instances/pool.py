@@ -28,6 +28,7 @@ from replay_sim.errors import ConfigError, SandboxUnavailable, UpstreamError
 from replay_sim.record.config import DEFAULT_MAX_INSTANCES, DEFAULT_POOL, RecorderConfig, UpstreamSpec
 from replay_sim.record.containment import Clock
 from replay_sim.record.instances.confine import Placement, instance_uids
+from replay_sim.record.instances.fingerprint import fingerprint_detail, sandbox_fingerprint
 from replay_sim.record.instances.instance import Instance
 from replay_sim.record.instances.procfs import group_rss
 from replay_sim.record.instances.workspace import Launcher, sweep
@@ -160,6 +161,11 @@ class InstancePool:
     def servers(self) -> frozenset[str]:
         """The recorded server names this pool runs instances of."""
         return frozenset(self._specs)
+
+    def fingerprint(self, server: str) -> tuple[str, dict[str, Any]]:
+        """The fingerprint of ``server``'s sandbox config and code, and what it covers."""
+        spec = self._specs[server]
+        return sandbox_fingerprint(server, spec), fingerprint_detail(server, spec)
 
     async def acquire(self, server: str, *, timeout: float) -> Instance:
         """A fresh instance of ``server`` at its initial state, the caller's alone until it closes it.

@@ -142,7 +142,11 @@ class Answering:
                 assert isinstance(answer.reply, dict)
                 return answer.reply
             if trail is not None and not answer.refused:  # a refusal changed nothing on the real server
+                diverged = trail.diverged
                 self.resolver.advance(trail, answer.resolution)
+                if trail.diverged and not diverged:  # a later miss names this call, by tool and arguments
+                    _, arguments = call_identity(method, self.redactor.redact(params))
+                    trail.blamed = self.resolver.lookup.blame(server, answer.name, arguments)
         if history is not None:
             history.called(server)
         self.metrics.observe(server, method, answer.name, answer.status, time.perf_counter() - started)
@@ -281,7 +285,7 @@ class Answering:
         """
         hit = answer.resolution
         assert hit.recording is not None
-        same = self.resolver.alternatives(hit.recording, trail)
+        same = self.resolver.lookup.alternatives(hit.recording, trail)
         if not any(r.notifications for r in same):
             return answer
         chosen = suited(same, declared(ctx))

@@ -267,7 +267,7 @@ class Prepared:
             return None
         if recording.notifications or replay.injector.latency.seconds(recording.latency_ms) > 0:
             return None
-        alternatives = replay.resolver.alternatives(recording, () if trail is None else trail)
+        alternatives = replay.resolver.lookup.alternatives(recording, () if trail is None else trail)
         if len(alternatives) > 1 and any(r.notifications for r in alternatives):
             return None  # which one answers depends on what the client can be asked
         body = self._prepared(server, method, resolution, version, style)

@@ -167,7 +167,7 @@ def candidate_json(candidate: Candidate, detail: MissDetail = MissDetail.FULL) -
     """A near miss as JSON: recording id, score and the arguments that differ (``reason``: their names)."""
     differences = (
         differences_json(candidate.differences)
-        if detail == MissDetail.FULL
+        if detail == MissDetail.FULL and not candidate.private
         else [{"field": d.name} for d in candidate.differences]
     )
     score = round(float(candidate.score), 6)
@@ -196,7 +196,7 @@ def miss_message(
     for c in resolution.candidates:
         diffs = "; ".join(
             f"{d.name}: recorded {d.recorded!r}, requested {d.requested!r}"
-            if detail == MissDetail.FULL
+            if detail == MissDetail.FULL and not c.private  # another episode's arguments: never shown
             else f"{d.name} differs"
             for d in c.differences
         )

@@ -3,8 +3,9 @@
 A :class:`Binding` belongs to one episode's history on one server (its
 :class:`~replay_sim.resolve.lineage.Trail`). The first call the cache cannot answer from the
 episode's state takes an instance at the initial state and :meth:`Binding.replay` brings it to the
-episode's state: the episode's state-changing calls (tools not known effect-free, that did not
-fail), in order, each answer checked against what the episode was given. From then on
+episode's state: every earlier call of the episode but those declared read-only
+(:meth:`~replay_sim.resolve.lineage.StateLookup.in_state`: a tool only *learned* effect-free is
+re-played too), in order, each answer checked against what the episode was given. From then on
 :meth:`Binding.ask` sends calls to it. Every answer is recorded (origin ``sandbox``) in one
 recording session per instance that starts with the re-played calls, so a recording made there is
 made "from the episode's state" as the resolver sees it (:mod:`replay_sim.resolve.lineage`).
@@ -23,6 +24,7 @@ from replay_sim.canonical import answer_text, call_identity, canonical_json
 from replay_sim.replay.policies.instances import SandboxInstance
 from replay_sim.resolve.lineage import DIVERGED, StateLookup, Trail
 from replay_sim.store import Origin, Recording, Store
+from replay_sim.store.sources import mark_session
 
 __all__ = ["Binding", "Divergence", "given_calls", "same_answer"]
 
@@ -41,7 +43,7 @@ def same_answer(recording: Recording, answer: dict[str, Any]) -> bool:
 
 
 def given_calls(lookup: StateLookup, trail: Trail) -> list[Recording] | str:
-    """The recordings that answered the episode's state-changing calls, in order.
+    """The recordings that answered the episode's calls that make its state, in order.
 
     The trail keeps each call's key; the recording it was answered from is the one the resolver
     chooses for that key from the history before it (the choice is deterministic), so it is found
@@ -55,7 +57,7 @@ def given_calls(lookup: StateLookup, trail: Trail) -> list[Recording] | str:
     for step in trail.steps:
         if step.startswith(DIVERGED):
             return f"call {step[len(DIVERGED) : len(DIVERGED) + 12]} changed state without a recording"
-        if lookup.is_mutating(step):
+        if lookup.in_state(step):
             chosen = lookup.choose(lookup.by_key(step), walked)
             if chosen is None:
                 return f"the recording the episode was given for call {step[:12]} is gone from the store"
@@ -85,6 +87,7 @@ class Binding:
         instances: Instances bound so far.
         replayed: Calls re-played so far.
         answered: Calls the instances answered so far (re-play aside).
+        source: The fingerprint of the sandbox config and code (and what it covers), or None.
     """
 
     server: str
@@ -97,6 +100,7 @@ class Binding:
     instances: int = 0
     replayed: int = 0
     answered: int = 0
+    source: tuple[str, dict[str, Any]] | None = None
 
     async def replay(self, instance: SandboxInstance, given: list[Recording], store: Store) -> None:
         """Bring a fresh instance to the episode's state, then bind it; its answers are recorded.
@@ -125,6 +129,8 @@ class Binding:
 
         def record() -> str:
             started = store.start_session(self.server, session)
+            if self.source is not None:
+                mark_session(store, started, *self.source)
             if answers:
                 store.record_calls([{**row, "session": started} for row in answers])
             return started

@@ -59,6 +59,13 @@ class SandboxPool(Protocol):
         """
         ...
 
+    def fingerprint(self, server: str) -> tuple[str, dict[str, Any]]:
+        """The fingerprint of ``server``'s sandbox config and code, and what it was taken over.
+
+        Every session an instance records is marked with it (``replay-sim forget --fingerprint``).
+        """
+        ...
+
     def stats(self) -> dict[str, Any]:
         """Per server: live, warm, started, crashed, ended, memory per live instance, isolation kind."""
         ...

@@ -38,6 +38,7 @@ from replay_sim.errors import ConfigError, EpisodeLost, InstanceLost, ReplaySimE
 from replay_sim.replay.core.episodes import Episode, History
 from replay_sim.replay.core.misses import ErrorPolicy, Miss, MissPolicy
 from replay_sim.replay.policies.binding import Binding, Divergence, given_calls
+from replay_sim.replay.policies.canary import Canary
 from replay_sim.replay.policies.miss import MissSettings
 from replay_sim.resolve.lineage import DIVERGED, StateLookup, Trail
 from replay_sim.resolve.resolution import Resolution, Tier
@@ -84,11 +85,14 @@ class SandboxPolicy:
         self.pool = settings.sandboxes
         self.servers = self.pool.servers()
         self.lookup: StateLookup = settings.lookup
+        self.lookup.answer_strictly(self.servers)  # with a sandbox at hand, the cache never guesses
         self.store = settings.store
         self.timeout = settings.sandbox_timeout
         self.idle = settings.sandbox_idle
         self.fallback = fallback or ErrorPolicy()
+        self.canary = Canary(self.lookup)
         self._side: Store | None = None
+        self._sources: dict[str, tuple[str, dict[str, Any]] | None] = {}
         self._bindings: dict[int, Binding] = {}  # id(trail) -> its binding, while the trail lives
         self._tg: anyio.abc.TaskGroup | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -164,10 +168,17 @@ class SandboxPolicy:
         except RuntimeError:  # the loop closed meanwhile: __aexit__ closed the pool and its instances
             return
 
+    def _source(self, server: str) -> tuple[str, dict[str, Any]] | None:
+        """The fingerprint each session the server's instances record is marked with (if the pool says)."""
+        if server not in self._sources:  # once per server: it reads the server's files
+            fingerprint = getattr(self.pool, "fingerprint", None)
+            self._sources[server] = None if fingerprint is None else fingerprint(server)
+        return self._sources[server]
+
     def _binding(self, trail: Trail, server: str) -> Binding:
         found = self._bindings.get(id(trail))
         if found is None:
-            found = self._bindings[id(trail)] = Binding(server)
+            found = self._bindings[id(trail)] = Binding(server, source=self._source(server))
             weakref.finalize(trail, self._ended, id(trail))
         return found
 
@@ -180,8 +191,9 @@ class SandboxPolicy:
     def claims(self, server: str, method: str, name: str, arguments: dict[str, Any], trail: Trail) -> bool:
         """Whether a call the cache answers must go to the episode's instance instead.
 
-        True once the episode is bound on ``server`` and the call may change state (its instance's
-        state must stay the episode's), or when the episode is lost there (it gets the error).
+        True once the episode is bound on ``server`` and the call is not declared read-only (its
+        instance's state must stay the episode's: a tool only *learned* effect-free is asked too),
+        or when the episode is lost there (it gets the error).
         """
         binding = self._bindings.get(id(trail))
         if binding is None or binding.server != server:
@@ -191,7 +203,7 @@ class SandboxPolicy:
         return (
             binding.instance is not None
             and method == "tools/call"
-            and self.lookup.changes_state(server, name, arguments)
+            and self.lookup.may_change(server, name, arguments)
         )
 
     async def answer(self, miss: Miss) -> Resolution:
@@ -202,6 +214,8 @@ class SandboxPolicy:
         """
         if miss.server not in self.servers:
             return await self.fallback.answer(miss)
+        if miss.server in self.canary.refused:
+            return self._missed(miss, self.canary.refused[miss.server])
         if miss.trail is None:
             return await self._once(miss)
         binding = self._binding(miss.trail, miss.server)
@@ -234,6 +248,9 @@ class SandboxPolicy:
         except SandboxUnavailable as exc:
             return self._missed(miss, f"no sandbox instance of {miss.server!r} could be had: {exc}")
         try:
+            refused = await self.canary.check(miss.server, instance)
+            if refused is not None:
+                raise Divergence(refused)
             await binding.replay(instance, given, self.recordings)
         except Divergence as exc:
             binding.refused = str(exc)
@@ -280,8 +297,13 @@ class SandboxPolicy:
             instance = await self.pool.acquire(miss.server, timeout=self.timeout)
         except SandboxUnavailable as exc:
             return self._missed(miss, f"no sandbox instance of {miss.server!r} could be had: {exc}")
-        binding = Binding(miss.server)
+        binding = Binding(miss.server, source=self._source(miss.server))
         try:
+            refused = await self.canary.check(miss.server, instance)
+            if refused is not None:
+                with anyio.CancelScope(shield=True):
+                    await instance.close()
+                return self._missed(miss, refused)
             await binding.replay(instance, [], self.recordings)
             recording = await binding.ask(miss.method, miss.params, self.recordings)
         except ReplaySimError as exc:
@@ -304,11 +326,10 @@ class SandboxPolicy:
 
     def _answered(self, miss: Miss, recording: Recording, instance: str, replayed: int) -> Resolution:
         step = recording.key
-        if self.store.readonly and self.lookup.changes_state(
-            miss.server, recording.name, recording.arguments
-        ):
-            # The resolver cannot see the side store: the episode's state is its instance's from here.
-            step = step if recording.failed else DIVERGED + step
+        if self.store.readonly and self.lookup.may_change(miss.server, recording.name, recording.arguments):
+            # The resolver cannot see the side store: the episode's state is its instance's from here
+            # (a failed call too: on a sandbox server every call not declared read-only is state).
+            step = DIVERGED + step
         return Resolution(
             Tier.SANDBOX,
             1.0,
@@ -327,7 +348,7 @@ class SandboxPolicy:
         if resolution.hit:  # a call claimed from the cache: it was not made, so what state follows is unknown
             _, arguments = call_identity(miss.method, miss.params)
             name = resolution.recording.name if resolution.recording else ""
-            if miss.method == "tools/call" and self.lookup.changes_state(miss.server, name, arguments):
+            if miss.method == "tools/call" and self.lookup.may_change(miss.server, name, arguments):
                 step = DIVERGED + resolution.key
             else:
                 step = resolution.key
@@ -344,7 +365,8 @@ class SandboxPolicy:
 
     def stats(self) -> dict[str, Any]:
         """What the policy did (instances, re-played calls, answers, lost episodes) and the pool's figures."""
-        return {**self.counts, "bound": sum(b.instance is not None for b in self._bindings.values()),
+        return {**self.counts, "canaries": self.canary.asked, "refused": sorted(self.canary.refused),
+                "bound": sum(b.instance is not None for b in self._bindings.values()),
                 "pool": self.pool.stats()}  # fmt: skip
 
 
