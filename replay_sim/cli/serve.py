@@ -21,7 +21,13 @@ from replay_sim.errors import ConfigError
 from replay_sim.httpserver import DEFAULT_KEEP_ALIVE, LOG_LEVELS, HttpOptions
 from replay_sim.listener import HostCheck, is_loopback
 from replay_sim.record.config import DEFAULT_MAX_INSTANCES, DEFAULT_POOL
-from replay_sim.replay.options import Limits, MissDetail, MissPolicyName
+from replay_sim.replay.options import (
+    DEFAULT_SANDBOX_CALL_LIMIT,
+    DEFAULT_SANDBOX_IDLE,
+    Limits,
+    MissDetail,
+    MissPolicyName,
+)
 from replay_sim.replay.shaping.faults import Faults, Latency
 
 if TYPE_CHECKING:
@@ -211,7 +217,8 @@ TOKEN_ENV = "REPLAY_SIM_TOKEN"
     type=click.IntRange(1),
     default=DEFAULT_MAX_INSTANCES,
     show_default=True,
-    help="--miss sandbox: live instances at most, across servers; past it a call waits, then misses.",
+    help="--miss sandbox: live instances at most, across servers; past it the least recently used idle "
+    "one is given back (its episode rebuilds it), and a call waits only while all are busy answering.",
 )
 @click.option(
     "--sandbox-timeout",
@@ -219,6 +226,22 @@ TOKEN_ENV = "REPLAY_SIM_TOKEN"
     default=30.0,
     show_default=True,
     help="--miss sandbox: seconds a call may wait for an instance before it is a miss saying why.",
+)
+@click.option(
+    "--sandbox-idle",
+    type=Seconds(0, min_open=True),
+    default=DEFAULT_SANDBOX_IDLE,
+    show_default=True,
+    help="--miss sandbox: seconds without a call after which an episode's instance is given back "
+    "(the episode's next call rebuilds its state on a fresh one).",
+)
+@click.option(
+    "--sandbox-call-limit",
+    type=Seconds(0, min_open=True),
+    default=DEFAULT_SANDBOX_CALL_LIMIT,
+    show_default=True,
+    help="--miss sandbox: seconds one call to an instance may take at most, progress notifications "
+    "or not; past it the instance is ended and the call is a miss.",
 )
 @click.option("--index-dir", type=click.Path(file_okay=False, path_type=Path), help="Vector index folder.")
 @match_config_option
@@ -274,6 +297,8 @@ def serve_command(
     sandbox_pool: int,
     max_sandboxes: int,
     sandbox_timeout: float,
+    sandbox_idle: float,
+    sandbox_call_limit: float,
     index_dir: Path | None,
     match_config: MatchConfig | None,
     on_ray: bool,
@@ -381,7 +406,8 @@ def serve_command(
         forward=forward,
         sandboxes=sandboxes,
         sandbox_timeout=sandbox_timeout,
-        sandbox_idle=episode_idle_timeout,
+        sandbox_idle=sandbox_idle,
+        sandbox_call_limit=sandbox_call_limit,
         llm_url=llm_url,
         llm_model=llm_model,
         llm_api_key=llm_api_key,

@@ -203,12 +203,19 @@ class StateLookup:
             self._keys.put(key, found)
         return found
 
-    def advance(self, trail: Trail, step: str) -> None:
-        """Add one call's step to a trail and update what the trail implies."""
+    def advance(self, trail: Trail, step: str, mutating: bool | None = None) -> None:
+        """Add one call's step to a trail and update what the trail implies.
+
+        Args:
+            trail: The episode's trail.
+            step: The call's step.
+            mutating: Whether the call changed state, when the caller knows better than the store
+                (a sandbox answer not written yet); None: :meth:`is_mutating`.
+        """
         trail.steps.append(step)
         if step.startswith(DIVERGED):
             trail.diverged = trail.diverged or step[len(DIVERGED) :]
-        elif self.is_mutating(step):
+        elif self.is_mutating(step) if mutating is None else mutating:
             trail.state = (*trail.state, step)
 
     def trail(self, history: Sequence[str] | Trail) -> Trail:

@@ -238,7 +238,15 @@ class Resolver:
         if resolution.tier in _RECORDED_NOW:  # the store grew: its key may be cached as unrecorded
             self._check_version()
         if resolution.step:
-            self.lookup.advance(trail, resolution.step)
+            recording, mutating = resolution.recording, None
+            if resolution.tier is Tier.SANDBOX and recording is not None and recording.key == resolution.step:
+                # Its answer is recorded off the answer path: the store may not show it yet.
+                mutating = (
+                    recording.method == "tools/call"
+                    and not recording.failed
+                    and self.lookup.changes_state(recording.server, recording.name, recording.arguments)
+                )
+            self.lookup.advance(trail, resolution.step, mutating)
 
     def alternatives(self, recording: Recording, history: Sequence[str] | Trail = ()) -> list[Recording]:
         """``recording`` and the other recordings of that very call made from the episode's state.

@@ -9,6 +9,12 @@ instance at a time. :meth:`InstancePool.acquire` hands each instance to one call
 :class:`~replay_sim.errors.SandboxUnavailable` within its timeout saying why: the cap reached and
 what to raise, the server's start failure with its stderr tail, the exclusive server busy.
 
+At the cap a caller does not wait while an instance is idle: a spare warm instance is ended first,
+then the caller's ``reclaim`` gives back the least recently used idle instance its owner holds
+(an instance is a cache of its owner's state, rebuilt when needed), and the pool ends it. A caller
+waits only while every instance is busy answering; an owner whose instance turns idle calls
+:meth:`InstancePool.wake` so that waiting callers look again.
+
 Use it as an async context manager around serving: its instances live in its task group.
 """
 
@@ -16,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter, deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Self
 
@@ -34,6 +40,9 @@ __all__ = ["DEFAULT_MAX_INSTANCES", "DEFAULT_POOL", "InstancePool"]
 
 _CRASH_LOOP = 3
 """Warm instances of a server that may die unasked in a row before the pool stops refilling it."""
+
+Reclaim = Callable[[str | None], Instance | None]
+"""``reclaim(server)``: an idle instance its owner gives back (of ``server``, or any when None), or None."""
 
 
 class InstancePool:
@@ -96,7 +105,7 @@ class InstancePool:
         self._counts: dict[str, Counter[str]] = {name: Counter() for name in self._specs}
         self._failure: dict[str, str] = {}
         self._crash_run: Counter[str] = Counter()
-        self._evicting = 0
+        self._evicted: set[Instance] = set()  # being ended to make room
         self._ids = itertools.count(1)
         self._changed = anyio.Event()
         self._tg: anyio.abc.TaskGroup | None = None
@@ -142,8 +151,15 @@ class InstancePool:
         """The recorded server names this pool runs instances of."""
         return frozenset(self._specs)
 
-    async def acquire(self, server: str, *, timeout: float) -> Instance:
+    async def acquire(self, server: str, *, timeout: float, reclaim: Reclaim | None = None) -> Instance:
         """A fresh instance of ``server`` at its initial state, the caller's alone until it closes it.
+
+        Args:
+            server: The recorded server name.
+            timeout: Seconds to wait at most.
+            reclaim: At the cap (or an exclusive server's one instance held), asked for an idle
+                instance its owner gives back; the pool ends it to make room. Without it (or while
+                it has none) the caller waits for a place.
 
         Raises:
             SandboxUnavailable: None could be had within ``timeout`` seconds: the cap of live
@@ -171,12 +187,17 @@ class InstancePool:
                         raise SandboxUnavailable(
                             f"sandbox {server!r}: an instance could not be started: {why}"
                         )
-                    self._start_for_waiters(server)
+                    self._start_for_waiters(server, reclaim)
                     changed = self._changed
                     await changed.wait()
         finally:
             self._waiting[server] -= 1
         raise SandboxUnavailable(self._why_not(server, timeout))
+
+    def wake(self) -> None:
+        """An owner's instance turned idle (reclaimable): callers waiting for a place look again."""
+        if any(self._waiting.values()):
+            self._notify()
 
     def stats(self) -> dict[str, Any]:
         """Per server: isolation, live/warm/in-use/starting instances, counters, memory and pid per instance.
@@ -200,6 +221,7 @@ class InstancePool:
                 "started": counts["started"],
                 "ended": counts["ended"],
                 "expired": counts["expired"],
+                "reclaimed": counts["reclaimed"],
                 "crashed": counts["crashed"],
                 "failed": counts["failed"],
                 "last_failure": self._failure.get(server),
@@ -224,33 +246,46 @@ class InstancePool:
                 return instance
         return None
 
-    def _start_for_waiters(self, server: str) -> None:
+    def _start_for_waiters(self, server: str, reclaim: Reclaim | None = None) -> None:
         """Start instances for the callers waiting on ``server`` that no starting instance will serve."""
         needed = self._waiting[server] - self._starting[server] - len(self._warm[server])
         for _ in range(needed):
-            if not self._room(server):
+            if not self._room(server, reclaim):
                 return
             self._start(server)
 
-    def _room(self, server: str) -> bool:
-        """Whether one more instance of ``server`` may start now (ending a spare warm one if that helps)."""
+    def _room(self, server: str, reclaim: Reclaim | None = None) -> bool:
+        """Whether one more instance of ``server`` may start now; if not, make room when an instance is idle.
+
+        Room is made for each caller no warm or starting instance serves, at most one ending
+        instance per such caller: a spare warm instance first (nobody waits for it), else the least
+        recently used idle instance ``reclaim`` gives back.
+        """
         if self._specs[server].isolation is Isolation.EXCLUSIVE and self._live[server]:
+            if reclaim is not None and not any(i.server == server for i in self._evicted):
+                given = reclaim(server)
+                if given is not None:
+                    self._end_to_make_room(given, reclaimed=True)
             return False
         if self._total() < self.max_instances:
             return True
-        if self._evicting == 0:  # at the cap: a warm instance nobody waits for makes room
+        if len(self._evicted) < self._unserved():
             for other, warm in self._warm.items():
                 if warm and len(warm) > self._waiting[other]:
-                    self._evicting += 1
-                    self._spawn(self._evict, warm.pop())
-                    break
+                    self._end_to_make_room(warm.pop(), reclaimed=False)
+                    return False
+            given = None if reclaim is None else reclaim(None)
+            if given is not None:
+                self._end_to_make_room(given, reclaimed=True)
         return False
 
-    async def _evict(self, instance: Instance) -> None:
-        try:
-            await instance.close()
-        finally:
-            self._evicting -= 1
+    def _end_to_make_room(self, instance: Instance, *, reclaimed: bool) -> None:
+        """End ``instance`` (a spare warm one, or one given back): a waiting caller gets its place."""
+        if reclaimed:
+            self._owned.discard(instance)
+            self._counts[instance.server]["reclaimed"] += 1
+        self._evicted.add(instance)
+        self._spawn(_end, instance)
 
     async def _expire_idle(self, idle: float) -> None:
         """End handed-out instances no call has used for ``idle`` seconds (never one mid-call)."""
@@ -322,6 +357,7 @@ class InstancePool:
             else:
                 self._counts[server]["expired" if instance.ended_because else "ended"] += 1
             self._owned.discard(instance)
+            self._evicted.discard(instance)
             if instance in self._warm[server]:
                 self._warm[server].remove(instance)
             self._live[server].discard(instance)
@@ -355,13 +391,19 @@ class InstancePool:
             )
         if self._total() >= self.max_instances and not self._starting[server]:
             return within + (
-                f"all {self.max_instances} sandbox instances are live (max_instances); raise "
-                "`--max-sandboxes`, or end episodes sooner (their instances end with them)"
+                f"all {self.max_instances} sandbox instances (max_instances) were busy answering calls "
+                "the whole time, none idle to reclaim: raise `--max-sandboxes` if memory allows "
+                "(/api/stats shows each instance's), run fewer episodes at once, or wait longer "
+                "(`--sandbox-timeout`)"
             )
         return within + (
             f"an instance is still starting (startup_timeout {self._specs[server].startup_timeout:g}s); "
             "allow a longer acquire timeout, or keep instances warm (`--sandbox-pool N`)"
         )
+
+
+async def _end(instance: Instance) -> None:
+    await instance.close()
 
 
 async def _end_idle(instance: Instance) -> None:
