@@ -20,7 +20,8 @@ from replay_sim.replay.http.serving import ReplayServer
 
 COUNTER_SERVER = ROOT / "fixtures" / "counter_server.py"
 ECHO_SERVER = ROOT / "fixtures" / "echo_server.py"
-SERVERS = {"counter": COUNTER_SERVER, "echo": ECHO_SERVER}
+HANG_SERVER = ROOT / "fixtures" / "hang_server.py"
+SERVERS = {"counter": COUNTER_SERVER, "echo": ECHO_SERVER, "hang": HANG_SERVER}
 
 
 def text(result: Any) -> str:

@@ -156,7 +156,8 @@ class InstancePool:
 
         Args:
             server: The recorded server name.
-            timeout: Seconds to wait at most.
+            timeout: Seconds to wait for a place at most (an instance starting for the caller
+                is waited for up to the server's ``startup_timeout``).
             reclaim: At the cap (or an exclusive server's one instance held), asked for an idle
                 instance its owner gives back; the pool ends it to make room. Without it (or while
                 it has none) the caller waits for a place.
@@ -175,8 +176,9 @@ class InstancePool:
             )
         failures = self._counts[server]["failed"]
         self._waiting[server] += 1
+        began = anyio.current_time()
         try:
-            with anyio.move_on_after(max(timeout, 0)):
+            with anyio.CancelScope(deadline=began + max(timeout, 0)) as scope:
                 while True:
                     if self._closed:
                         raise SandboxUnavailable(f"sandbox {server!r}: the instance pool is shutting down")
@@ -188,6 +190,8 @@ class InstancePool:
                             f"sandbox {server!r}: an instance could not be started: {why}"
                         )
                     self._start_for_waiters(server, reclaim)
+                    if self._starting[server]:  # a place was had: its start is waited for, not the place
+                        scope.deadline = max(scope.deadline, began + self._specs[server].startup_timeout)
                     changed = self._changed
                     await changed.wait()
         finally:

@@ -130,6 +130,7 @@ def create_app(
         hangups,
         fast,
         readiness,
+        replay.session_ended,
     )
     app.include_router(admin_api(replay, readiness, token=token, load=front.load))
 

@@ -78,6 +78,7 @@ class AnswerLog:
         self._written = anyio.Event()  # a batch was written
         self._writing = anyio.Lock()
         self._tg: anyio.abc.TaskGroup | None = None
+        self._in_flight = 0  # rows of the batch being written
         self.written = 0
         """Rows written so far."""
         self.batches = 0
@@ -101,8 +102,8 @@ class AnswerLog:
 
     @property
     def waiting(self) -> int:
-        """Rows not written yet."""
-        return len(self._rows)
+        """Rows not written yet (queued, or in the batch being written)."""
+        return len(self._rows) + self._in_flight
 
     def start_session(self, server: str, session: str) -> None:
         """Queue the start of a recording session (written before any row of the batch)."""
@@ -146,16 +147,19 @@ class AnswerLog:
                 if rows:
                     store.record_calls(rows)
 
+            self._in_flight = len(rows)
             try:
                 with anyio.CancelScope(shield=True):  # a batch is written whole, or not begun
                     await anyio.to_thread.run_sync(write)
             except Exception as exc:  # the store is busy or broken: keep the rows for the next batch
                 self.failure = f"{type(exc).__name__}: {exc}"
                 self._sessions[:0], self._rows[:0] = sessions, rows
+                self._in_flight = 0
                 written, self._written = self._written, anyio.Event()
                 written.set()
                 return
             self.failure = None
+            self._in_flight = 0
             self.written += len(rows)
             self.batches += 1
             written, self._written = self._written, anyio.Event()
