@@ -33,6 +33,7 @@ from replay_sim.replay.shaping.faults import Faults, Latency
 if TYPE_CHECKING:
     from replay_sim.record.config import RecorderConfig
     from replay_sim.redaction import Redactor
+    from replay_sim.replay.core.replay import Replay
     from replay_sim.replay.stdio.start import Handover
     from replay_sim.resolve.calibration import MatchConfig
 
@@ -424,9 +425,7 @@ def serve_command(
     if stdio:
         assert server_name is not None
         replay.server(server_name)  # fail before taking over stdio
-        from replay_sim.replay.stdio.serve import serve_stdio
-
-        anyio.run(serve_stdio, replay, server_name, started)
+        anyio.run(_serve_stdio_until_signalled, replay, server_name, started)
         return
 
     generated = token is None and not is_loopback(host)
@@ -468,6 +467,26 @@ def serve_command(
         token=token,
         limits=limits,
     )
+
+
+async def _serve_stdio_until_signalled(replay: Replay, name: str, started: Handover | None) -> None:
+    """Serve over stdio until the client hangs up, or SIGTERM/SIGHUP: then end as at hang-up
+    (what the replay holds is closed, queued sandbox answers written) before exiting."""
+    import signal
+
+    from replay_sim.replay.stdio.serve import serve_stdio
+
+    async with anyio.create_task_group() as tg:
+
+        async def stop_when_signalled() -> None:
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP) as signals:
+                async for _ in signals:
+                    tg.cancel_scope.cancel()
+                    return
+
+        tg.start_soon(stop_when_signalled)
+        await serve_stdio(replay, name, started)
+        tg.cancel_scope.cancel()
 
 
 def _start_stdio(db: Path, index_dir: Path | None, server: str) -> Handover | None:
