@@ -9,11 +9,9 @@ instance at a time. :meth:`InstancePool.acquire` hands each instance to one call
 :class:`~replay_sim.errors.SandboxUnavailable` within its timeout saying why: the cap reached and
 what to raise, the server's start failure with its stderr tail, the exclusive server busy.
 
-At the cap a caller does not wait while an instance is idle: a spare warm instance is ended first,
-then the caller's ``reclaim`` gives back the least recently used idle instance its owner holds
-(an instance is a cache of its owner's state, rebuilt when needed), and the pool ends it. A caller
-waits only while every instance is busy answering; an owner whose instance turns idle calls
-:meth:`InstancePool.wake` so that waiting callers look again.
+At the cap a caller does not wait while an instance is idle: a spare warm one is ended, else the
+least recently used idle one its owner gives back (``reclaim``; :meth:`InstancePool.wake` when one
+turns idle). Warm instances follow demand (:class:`~replay_sim.record.instances.demand.Demand`).
 
 Use it as an async context manager around serving: its instances live in its task group.
 """
@@ -31,8 +29,10 @@ import anyio.abc
 
 from replay_sim.errors import ConfigError, SandboxUnavailable, UpstreamError
 from replay_sim.record.config import DEFAULT_MAX_INSTANCES, DEFAULT_POOL, RecorderConfig, UpstreamSpec
+from replay_sim.record.instances.demand import Demand
 from replay_sim.record.instances.instance import Instance
 from replay_sim.record.instances.procfs import group_rss
+from replay_sim.record.instances.unavailable import why_unavailable
 from replay_sim.record.instances.workspace import Launcher, sweep
 from replay_sim.record.isolation import Isolation
 
@@ -42,7 +42,7 @@ _CRASH_LOOP = 3
 """Warm instances of a server that may die unasked in a row before the pool stops refilling it."""
 
 Reclaim = Callable[[str | None], Instance | None]
-"""``reclaim(server)``: an idle instance its owner gives back (of ``server``, or any when None), or None."""
+"""``reclaim(server)``: an idle instance (of ``server``, or any) its owner gives back, or None."""
 
 
 class InstancePool:
@@ -106,6 +106,7 @@ class InstancePool:
         self._failure: dict[str, str] = {}
         self._crash_run: Counter[str] = Counter()
         self._evicted: set[Instance] = set()  # being ended to make room
+        self._demand = Demand()
         self._ids = itertools.count(1)
         self._changed = anyio.Event()
         self._tg: anyio.abc.TaskGroup | None = None
@@ -156,11 +157,9 @@ class InstancePool:
 
         Args:
             server: The recorded server name.
-            timeout: Seconds to wait for a place at most (an instance starting for the caller
-                is waited for up to the server's ``startup_timeout``).
-            reclaim: At the cap (or an exclusive server's one instance held), asked for an idle
-                instance its owner gives back; the pool ends it to make room. Without it (or while
-                it has none) the caller waits for a place.
+            timeout: Seconds to wait for a place (a start for the caller: its ``startup_timeout``).
+            reclaim: At the cap (or an exclusive server's instance held), asked for an idle instance
+                its owner gives back, which the pool ends to make room; else the caller waits.
 
         Raises:
             SandboxUnavailable: None could be had within ``timeout`` seconds: the cap of live
@@ -196,7 +195,12 @@ class InstancePool:
                     await changed.wait()
         finally:
             self._waiting[server] -= 1
-        raise SandboxUnavailable(self._why_not(server, timeout))
+        spec, live = self._specs[server], self._live[server]
+        raise SandboxUnavailable(why_unavailable(
+            server, timeout, exclusive_held=spec.isolation is Isolation.EXCLUSIVE and bool(live),
+            at_cap=self._total() >= self.max_instances and not self._starting[server],
+            cap=self.max_instances, startup_timeout=spec.startup_timeout,
+        ))  # fmt: skip
 
     def wake(self) -> None:
         """An owner's instance turned idle (reclaimable): callers waiting for a place look again."""
@@ -206,9 +210,8 @@ class InstancePool:
     def stats(self) -> dict[str, Any]:
         """Per server: isolation, live/warm/in-use/starting instances, counters, memory and pid per instance.
 
-        Counters: ``started`` (instances that came up), ``ended`` (closed by their owner or the
-        pool), ``expired`` (ended by the pool after ``idle_timeout``), ``crashed`` (ended unasked),
-        ``failed`` (did not start; ``last_failure`` says why).
+        Counters: ``started``, ``ended`` (by their owner or the pool), ``expired`` (``idle_timeout``),
+        ``reclaimed`` (given back idle to make room), ``crashed`` (ended unasked), ``failed``.
         """
         running = [i for live in self._live.values() for i in live if i.pid is not None and i.alive]
         memory = group_rss([i.pid for i in running if i.pid is not None])
@@ -244,6 +247,7 @@ class InstancePool:
             instance = warm.popleft()
             if instance.alive:
                 self._crash_run[server] = 0
+                self._demand.took(server)
                 self._owned.add(instance)
                 instance.idle_since = anyio.current_time()
                 self._refill()
@@ -259,11 +263,10 @@ class InstancePool:
             self._start(server)
 
     def _room(self, server: str, reclaim: Reclaim | None = None) -> bool:
-        """Whether one more instance of ``server`` may start now; if not, make room when an instance is idle.
+        """Whether one more instance of ``server`` may start now; if not, make room when one is idle.
 
-        Room is made for each caller no warm or starting instance serves, at most one ending
-        instance per such caller: a spare warm instance first (nobody waits for it), else the least
-        recently used idle instance ``reclaim`` gives back.
+        One instance ends per caller no warm or starting instance serves: a spare warm one first,
+        else the least recently used idle one ``reclaim`` gives back.
         """
         if self._specs[server].isolation is Isolation.EXCLUSIVE and self._live[server]:
             if reclaim is not None and not any(i.server == server for i in self._evicted):
@@ -289,7 +292,7 @@ class InstancePool:
             self._owned.discard(instance)
             self._counts[instance.server]["reclaimed"] += 1
         self._evicted.add(instance)
-        self._spawn(_end, instance)
+        self._spawn(Instance.close, instance)
 
     async def _expire_idle(self, idle: float) -> None:
         """End handed-out instances no call has used for ``idle`` seconds (never one mid-call)."""
@@ -308,13 +311,15 @@ class InstancePool:
             await anyio.sleep(due - now)
 
     def _refill(self) -> None:
-        """Start warm instances up to ``pool`` per server, within the cap (not for a failing server)."""
+        """Start warm instances as demand asks (``pool`` at least), within the cap (no failing server)."""
         if self._closed or self._tg is None:
             return
+        ceiling = max(self.pool, self.max_instances // 4)
         for server, spec in self._specs.items():
             if self._crash_run[server] >= _CRASH_LOOP or server in self._failure:
                 continue  # a failing server is started again only when a caller asks for it
-            while len(self._warm[server]) + self._starting[server] < self.pool:
+            wanted = self._demand.warm(server, self.pool, ceiling) if self.pool else 0
+            while len(self._warm[server]) + self._starting[server] < wanted:
                 exclusive = spec.isolation is Isolation.EXCLUSIVE
                 if self._total() + self._unserved() >= self.max_instances or (
                     exclusive and self._live[server]
@@ -329,6 +334,7 @@ class InstancePool:
         )  # fmt: skip
         self._live[server].add(instance)
         self._starting[server] += 1
+        self._demand.begin(instance.id)
         self._spawn(self._hold, instance)
 
     async def _hold(self, instance: Instance) -> None:
@@ -338,6 +344,7 @@ class InstancePool:
         def ready() -> None:
             nonlocal started
             started = True
+            self._demand.ready(server, instance.id)
             self._starting[server] -= 1
             self._counts[server]["started"] += 1
             self._failure.pop(server, None)
@@ -385,29 +392,6 @@ class InstancePool:
     def _notify(self) -> None:
         self._changed.set()
         self._changed = anyio.Event()
-
-    def _why_not(self, server: str, timeout: float) -> str:
-        within = f"sandbox {server!r}: no instance within {timeout:g}s: "
-        if self._specs[server].isolation is Isolation.EXCLUSIVE and self._live[server]:
-            return within + (
-                "its isolation is 'exclusive' (one instance at a time) and another episode holds it; "
-                "give it 'state' or 'mounts' isolation so instances can run side by side"
-            )
-        if self._total() >= self.max_instances and not self._starting[server]:
-            return within + (
-                f"all {self.max_instances} sandbox instances (max_instances) were busy answering calls "
-                "the whole time, none idle to reclaim: raise `--max-sandboxes` if memory allows "
-                "(/api/stats shows each instance's), run fewer episodes at once, or wait longer "
-                "(`--sandbox-timeout`)"
-            )
-        return within + (
-            f"an instance is still starting (startup_timeout {self._specs[server].startup_timeout:g}s); "
-            "allow a longer acquire timeout, or keep instances warm (`--sandbox-pool N`)"
-        )
-
-
-async def _end(instance: Instance) -> None:
-    await instance.close()
 
 
 async def _end_idle(instance: Instance) -> None:
