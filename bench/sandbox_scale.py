@@ -6,8 +6,9 @@ the graph (four calls); ``CONCURRENCY`` episodes run at a time. Measured side by
 
 1. **direct**: one real server process per episode over stdio (a fresh graph each) — the baseline,
    and the truth every replay-sim answer is checked against (the same episode's direct answers);
-2. **pass 1**: ``serve --miss sandbox`` with every option at its default, on episode URLs (each
-   episode ended by its handle): every call is a sandbox answer, recorded;
+2. **pass 1**: ``replay-sim serve --miss sandbox`` (its own process, as a trainer runs it) with
+   every option at its default, on episode URLs (each episode created by ``POST /api/episodes``
+   and ended by ``DELETE``): every call is a sandbox answer, recorded;
 3. **pass 2**: the same episodes again (new episode ids): every call from the cache.
 
 Then **waves** of episodes whose clients only close their MCP sessions (handshake-era sessions on
@@ -21,24 +22,26 @@ Run with ``python -m bench sandbox_scale`` (or ``python -m bench.sandbox_scale [
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
-import replay_sim
+from bench._peers import free_port
 from replay_sim import MATCH_META_KEY
-from replay_sim.cli.sandboxes import sandbox_pool
-from replay_sim.record.config import load_config
 
 ROOT = Path(__file__).resolve().parent.parent
 MEMORY = ROOT / "fixtures" / "node_modules" / ".bin" / "mcp-server-memory"
@@ -104,13 +107,57 @@ async def direct(size: int, run: str, tmp: Path) -> tuple[float, dict[int, list[
     return await limited(size, CONCURRENCY, episode), truth
 
 
+class Served:
+    """A ``replay-sim serve`` process (every option at its default but the address) and its URL."""
+
+    def __init__(self, url: str, http: httpx2.AsyncClient) -> None:
+        self.url = url
+        self.http = http
+
+    @contextlib.asynccontextmanager
+    async def episode(self) -> AsyncIterator[str]:
+        """A new episode's MCP URL on server-memory, ended (``DELETE``) at the end."""
+        created = (await self.http.post(f"{self.url}/api/episodes", json={})).json()
+        try:
+            yield f"{self.url}/episodes/{created['id']}/mcp/memory"
+        finally:
+            await self.http.delete(f"{self.url}/api/episodes/{created['id']}")
+
+    async def stats(self) -> dict[str, Any]:
+        return dict((await self.http.get(f"{self.url}/api/stats")).json()["sandbox"])
+
+
+@contextlib.asynccontextmanager
+async def served(db: Path, config: Path, tmp: Path) -> AsyncIterator[Served]:
+    """``replay-sim serve --miss sandbox`` in its own process, until the block ends (SIGTERM)."""
+    port = free_port()
+    command = [REPLAY_SIM, "serve", "--db", str(db), "--miss", "sandbox", "--config", str(config),
+               "--port", str(port), "--index-dir", str(tmp / "index")]  # fmt: skip
+    log = (tmp / f"serve-{port}.log").open("w")
+    process = subprocess.Popen(command, stdout=log, stderr=log, env=dict(os.environ))
+    url = f"http://127.0.0.1:{port}"
+    try:
+        async with httpx2.AsyncClient(timeout=120) as http:
+            with anyio.fail_after(300):
+                while True:
+                    with contextlib.suppress(httpx2.HTTPError):
+                        if (await http.get(f"{url}/api/ready")).status_code == 200:
+                            break
+                    await anyio.sleep(0.2)
+            yield Served(url, http)
+    finally:
+        process.terminate()
+        await anyio.to_thread.run_sync(process.wait)
+        log.close()
+
+
 async def replayed(
-    sim: Any, size: int, run: str, truth: dict[int, list[str]], tally: Counter[str], slowest: list[float]
+    sim: Served, size: int, run: str, truth: dict[int, list[str]], tally: Counter[str], slowest: list[float]
 ) -> float:
-    """Each episode on an episode URL of the replay (ended by its handle): the wall time."""
+    """Each episode on an episode URL of the replay (created, then ended): the wall time."""
 
     async def episode(i: int) -> None:
-        async with sim.episode() as handle, Client(handle.url("memory")) as client:
+        async with sim.episode() as url, Client(url) as client:
             for (tool, arguments), want in zip(calls(entity(run, i)), truth[i], strict=True):
                 started = time.perf_counter()
                 result = await client.call_tool(tool, arguments)
@@ -121,7 +168,7 @@ async def replayed(
     return await limited(size, CONCURRENCY, episode)
 
 
-async def waves(sim: Any, template: list[str]) -> dict[str, Any]:
+async def waves(sim: Served, template: list[str]) -> dict[str, Any]:
     """Episodes whose clients only close their MCP sessions: misses, wrong answers, slowest call."""
     tally: Counter[str] = Counter()
     slowest: list[float] = []
@@ -143,12 +190,12 @@ async def waves(sim: Any, template: list[str]) -> dict[str, Any]:
     return {"tally": dict(tally), "slowest_s": max(slowest), "calls": len(slowest)}
 
 
-async def answer_path(sim: Any) -> dict[str, float]:
+async def answer_path(sim: Served) -> dict[str, float]:
     """Medians: a warm sandbox answer's round trip, the instance's own latency, a cache hit's round trip."""
     warm: list[float] = []
     own: list[float] = []
     hits: list[float] = []
-    async with sim.episode() as handle, Client(handle.url("memory")) as client:
+    async with sim.episode() as url, Client(url) as client:
         await client.call_tool(*calls(entity("path", 0))[0])  # binds (and re-plays nothing)
         for n in range(WARM_CALLS):
             started = time.perf_counter()
@@ -157,7 +204,7 @@ async def answer_path(sim: Any) -> dict[str, float]:
             assert status(result) == "sandbox", status(result)
             own.append(float((result.meta or {})[MATCH_META_KEY]["sandbox"]["latency_ms"]))
     await anyio.sleep(0.2)  # the answers are recorded off the answer path: a batch every 50 ms
-    async with sim.episode() as handle, Client(handle.url("memory")) as client:
+    async with sim.episode() as url, Client(url) as client:
         await client.call_tool(*calls(entity("path", 0))[0])
         for n in range(WARM_CALLS):
             started = time.perf_counter()
@@ -197,15 +244,14 @@ async def run(sizes: tuple[int, ...], tmp: Path) -> None:
     for size in sizes:
         run_id = f"r{size:04d}"
         direct_s, truth = await direct(size, run_id, tmp)
-        pool = sandbox_pool(load_config(config))  # every option at its default
-        async with replay_sim.serving(db, miss="sandbox", sandboxes=pool, index_dir=tmp / "index") as sim:
+        async with served(db, config, tmp) as sim:  # every option at its default
             passes = []
             for _ in range(2):
                 tally: Counter[str] = Counter()
                 slowest: list[float] = []
                 wall = await replayed(sim, size, run_id, truth, tally, slowest)
                 passes.append((wall, dict(tally), max(slowest)))
-            stats = sim.replay.policy.stats()  # type: ignore[attr-defined]
+            stats = await sim.stats()
         print(f"{size} episodes x 4 calls, {CONCURRENCY} at a time:")
         print(f"  the real server, one process per episode (stdio): {direct_s:.1f} s (1x)")
         for label, (wall, tally, slow) in zip(("pass 1", "pass 2"), passes, strict=True):
@@ -215,8 +261,7 @@ async def run(sizes: tuple[int, ...], tmp: Path) -> None:
         print(f"  instances started {pool_stats['started']}, reclaimed {stats.get('reclaimed', 0)}, "
               f"released {stats.get('released', 0)}, rebuilt {stats.get('rebuilt', 0)}",
               flush=True)  # fmt: skip
-    pool = sandbox_pool(load_config(config))
-    async with replay_sim.serving(db, miss="sandbox", sandboxes=pool, index_dir=tmp / "index-w") as sim:
+    async with served(db, config, tmp) as sim:
         figures = await waves(sim, template[0])
         path = await answer_path(sim)
     print(f"waves: {WAVES} x {WAVE_SIZE} episodes ({WAVE_CONCURRENCY} at a time) only closing their MCP "

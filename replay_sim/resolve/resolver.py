@@ -263,9 +263,8 @@ class Resolver:
 
     # -- resolution ------------------------------------------------------------------------------
 
-    def resolve_now(
-        self, server: str, method: str, params: Any, history: Sequence[str] | Trail = ()
-    ) -> Resolution | None:
+    def resolve_now(self, server: str, method: str, params: Any, history: Sequence[str] | Trail = (),
+                    *, similar: bool = True) -> Resolution | None:  # fmt: skip
         """:meth:`resolve` of a call exact or canonical lookups settle, else None.
 
         An event loop answers those at once and hands every other call to a thread: one that needs
@@ -278,7 +277,7 @@ class Resolver:
         def inline() -> Resolution | None:
             self._inline.on = True
             try:
-                return self.resolve(server, method, params, history)
+                return self.resolve(server, method, params, history, similar=similar)
             except _Deferred:
                 return None
             finally:
@@ -286,9 +285,8 @@ class Resolver:
 
         return self.warmup.attempt(inline)
 
-    def resolve(
-        self, server: str, method: str, params: Any, history: Sequence[str] | Trail = ()
-    ) -> Resolution:
+    def resolve(self, server: str, method: str, params: Any, history: Sequence[str] | Trail = (),
+                *, similar: bool = True) -> Resolution:  # fmt: skip
         """Find the recording that answers a call.
 
         Args:
@@ -296,6 +294,9 @@ class Resolver:
             method: MCP method (``tools/call``, ``resources/read``, ``prompts/get``, ``completion/complete``).
             params: Request params, wire JSON (anything else is a miss, never an exception).
             history: The episode's trail, or its steps so far (``Resolution.step``), oldest first.
+            similar: Look up recordings of similar calls (the semantic tier, a miss's nearest
+                recordings); False when the real server answers what is not recorded exactly
+                (a sandbox): nothing is embedded.
 
         Returns:
             A :class:`Resolution`; ``tier`` is ``miss`` when nothing answers the call.
@@ -323,13 +324,12 @@ class Resolver:
             )
         try:
             self._check_version()  # before the trail: its steps are judged with what the store holds now
-            return self._resolve(server, method, name, arguments, key, self.lookup.trail(history))
+            return self._resolve(server, method, name, arguments, key, self.lookup.trail(history), similar)
         except ReplaySimError as exc:
             return Resolution(Tier.MISS, 0.0, reason=str(exc), key=key)
 
-    def _resolve(
-        self, server: str, method: str, name: str, arguments: dict[str, Any], key: str, trail: Trail
-    ) -> Resolution:
+    def _resolve(self, server: str, method: str, name: str, arguments: dict[str, Any], key: str,
+                 trail: Trail, similar: bool = True) -> Resolution:  # fmt: skip
         what = f"{method} {name!r} on {server!r}"
         if trail.diverged:
             return Resolution(
@@ -363,9 +363,10 @@ class Resolver:
                     Tier.CANONICAL, 1.0, chosen, key=key, step=chosen.key, differences=differences
                 )
             same_state_miss = same_state_miss or bool(found)
-        if getattr(self._inline, "on", False):
+        if similar and getattr(self._inline, "on", False):
             raise _Deferred  # what follows embeds the call: not on an event loop
-        if self.semantic and not judgement.unproven and state.semantic_ready(normalised, MAX_TEXT_CHARS):
+        semantic = similar and self.semantic and not judgement.unproven
+        if semantic and state.semantic_ready(normalised, MAX_TEXT_CHARS):
             hit = self._semantic(state, normalised, trail)
             if hit is not None:
                 differences = differences_from(hit[0], arguments)
@@ -375,14 +376,14 @@ class Resolver:
         refused = judgement.refusal is not None  # a refused call changes nothing
         changes = self.lookup.changes_state(server, name, arguments)  # by the call's kind, if learned so
         step = DIVERGED + key if changes and not refused else key
-        candidates = near_misses(state, normalised, self.index, self.embedder)
+        candidates = near_misses(state, normalised, self.index, self.embedder) if similar else []
         if same_state_miss:
             reason = f"{what} was recorded, but only after state changes this episode did not make"
             return Resolution(Tier.MISS, 0.0, None, candidates, reason, key, Problem.OTHER_STATE, step)
         if judgement.unproven:
             reason = violation_reason(judgement, what)
             return Resolution(Tier.MISS, 0.0, None, candidates, reason, key, Problem.INVALID_ARGUMENTS, step)
-        reason = miss_reason(state, normalised, what, self.index)
+        reason = miss_reason(state, normalised, what, self.index) if similar else f"{what} was not recorded"
         if judgement.violations:  # diagnosable: the values a schema check would have refused
             broken = "; ".join(v.describe() for v in judgement.violations)
             reason += (

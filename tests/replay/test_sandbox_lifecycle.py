@@ -229,3 +229,18 @@ async def test_a_sandbox_answer_is_served_while_the_store_is_locked_and_recorded
     with Store(db) as store:
         kept = [(r.name, r.arguments) for r in store.recordings() if r.origin == Origin.SANDBOX]
     assert ("put", {"key": "k7", "value": "v"}) in kept
+
+
+async def test_a_call_not_recorded_exactly_goes_to_the_sandbox_without_embedding_anything(
+    db: Path, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path / "recorder.toml")
+    async with (
+        sandboxed(db, config, tmp_path) as sim,
+        Client(sim.episode("near").url("counter")) as client,
+    ):
+        near = await client.call_tool("put", {"key": "k1", "value": "b"})  # one value from a recording
+        assert match(near)["status"] == "sandbox"
+        for n in range(3):
+            assert match(await client.call_tool("get", {"key": f"k{n}"}))["status"] == "sandbox"
+        assert not sim.replay.resolver.model_loaded  # no similar recording was looked up on the way

@@ -189,12 +189,14 @@ class Answering:
         redacted = self.redactor.redact(params)
         name, arguments = call_identity(method, redacted)
         steps = () if history is None else history
-        resolution = self.resolver.resolve_now(server, method, redacted, steps)
+        # What no recording answers exactly, a sandbox answers: similar recordings are not looked up.
+        similar = not self.answers_unrecorded(server)
+        resolution = self.resolver.resolve_now(server, method, redacted, steps, similar=similar)
         loading = False
         if resolution is None:
             # It needs an embedding (resolved in a thread: its cost grows with the call), or what
             # still loads (waited for off the event loop, a bounded time).
-            resolution, loading = await self._resolve_off_loop(server, method, redacted, steps)
+            resolution, loading = await self._resolve_off_loop(server, method, redacted, steps, similar)
             # Still loading: the cache tiers that can answer now did not. A policy that asks the
             # real server still gives the faithful answer; any other serves this miss (nothing kept).
             if loading and not self.asks_real_server(server):
@@ -230,7 +232,12 @@ class Answering:
         return answer
 
     async def _resolve_off_loop(
-        self, server: str, method: str, params: dict[str, Any], steps: Sequence[str] | Trail
+        self,
+        server: str,
+        method: str,
+        params: dict[str, Any],
+        steps: Sequence[str] | Trail,
+        similar: bool = True,
     ) -> tuple[Resolution, bool]:
         """:meth:`Resolver.resolve` in a worker thread, waiting at most :attr:`warm_wait` for what loads.
 
@@ -244,7 +251,7 @@ class Answering:
         warmup = self.resolver.warmup
         if warmup.warming and not await anyio.to_thread.run_sync(warmup.wait, self.warm_wait):
             return Resolution(Tier.MISS, 0.0, reason=still_loading(warmup, self.warm_wait)), True
-        resolve = functools.partial(self.resolver.resolve, server, method, params, steps)
+        resolve = functools.partial(self.resolver.resolve, server, method, params, steps, similar=similar)
         if self.resolver.model_loaded:
             return await anyio.to_thread.run_sync(resolve), False
         with anyio.move_on_after(self.warm_wait):  # the thread goes on loading the model
@@ -255,6 +262,11 @@ class Answering:
         """Whether the miss policy answers ``server``'s misses by asking the real server (sandbox, live)."""
         asks = getattr(self.policy, "asks_real_server", None)
         return asks is not None and bool(asks(server))
+
+    def answers_unrecorded(self, server: str) -> bool:
+        """Whether the miss policy answers every call of ``server`` not recorded exactly (a sandbox)."""
+        answers = getattr(self.policy, "answers_unrecorded", None)
+        return answers is not None and bool(answers(server))
 
     def claimed(
         self, server: str, method: str, name: str, arguments: dict[str, Any], trail: Trail | None

@@ -139,6 +139,11 @@ class SandboxPolicy:
         """Whether a miss of ``server`` is answered by the real server (an instance), not the cache."""
         return server in self.servers
 
+    def answers_unrecorded(self, server: str) -> bool:
+        """Whether a call of ``server`` not recorded exactly is the real server's to answer (it is a
+        sandbox): similar recordings are not looked up for it, nor embedded on its answer path."""
+        return server in self.servers
+
     def claims(self, server: str, method: str, name: str, arguments: dict[str, Any], trail: Trail) -> bool:
         """Whether a call the cache answers must go to the episode's instance instead.
 
