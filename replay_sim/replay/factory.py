@@ -143,6 +143,7 @@ def open_replay(
     )
     resolver = Resolver(store, config=match_config, **resolver_options)
     settings.lookup = resolver.lookup  # what the sandbox policy re-plays an episode's state from
+    settings.stored = resolver.catch_up
     chosen, holds = serving_policy(policy, settings)
     recorded_with = Redactor.from_rules(store.meta(RULES_META_KEY))
     redactor = recorded_with if redactor is None else recorded_with.merged(redactor)

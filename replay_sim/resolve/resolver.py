@@ -95,6 +95,7 @@ class Resolver:
         self.lookup = StateLookup(store, self.schemas, cache_size, self.config)
         self.live_index = LiveIndex(store, self.schemas, index_dir, auto_build=auto_index)
         self._states: dict[tuple[str, str], ToolState] = {}
+        self._stale: dict[tuple[str, str], ToolState] = {}  # states calls were appended to since
         self._build_lock = threading.Lock()
         self._build_locks: dict[tuple[str, str], threading.Lock] = {}
         self._version: Mark | None = None
@@ -120,11 +121,18 @@ class Resolver:
             with contextlib.suppress(StoreError):  # else: forget everything
                 if not appended or self.lookup.forget(appended):
                     for tool in appended.tools:
-                        self._states.pop(tool, None)
+                        if (stale := self._states.pop(tool, None)) is not None:
+                            self._stale[tool] = stale
                     return
         self.schemas.clear()
         self._states.clear()
+        self._stale.clear()
         self.lookup.clear()
+
+    def catch_up(self) -> None:
+        """Read what was appended to the store since the last look, now (a writer's thread, off the
+        answer path), so that the next call finds nothing to forget."""
+        self._check_version()
 
     @property
     def embedder(self) -> CachedEmbedder:
@@ -224,6 +232,7 @@ class Resolver:
                     state = ToolState(server, schema, recordings, self.config, self.lookup.state_of)
                     if self._version == version:  # else the store changed meanwhile
                         self._states[(server, tool)] = state
+                        self._stale.pop((server, tool), None)
         return state
 
     def _building(self, server: str, tool: str) -> threading.Lock:
@@ -345,7 +354,9 @@ class Resolver:
         schema = self.tool_schema(server, name) if method == "tools/call" else None
         if method != "tools/call" or schema is None:
             return structural_miss(self.schemas.tools(server), server, method, name, key, exact, what)
-        state = self._state(server, name, schema)
+        # Exact answers only: the tool's state from before calls were appended (their recordings are
+        # answered exactly; a canonical form they add is answered once the state is read again).
+        state = (not similar and self._stale.get((server, name))) or self._state(server, name, schema)
         # Schema violations the recordings do not show accepted: servers coerce or refuse them.
         judgement = state.evidence.judge(arguments)
         normalised = state.normalise(arguments)

@@ -65,6 +65,9 @@ class MissSettings:
     no limit but the server's own timeout, which progress extends)."""
     sandbox_shared: int = 2
     """Initial-state instances per server shared by requests with no history."""
+    stored: Callable[[], None] | None = None
+    """Called from a worker thread after a policy wrote to the store: the resolver reads what was
+    appended then, off the answer path (the replay fills it in)."""
     lookup: StateLookup | None = None
     """The resolver's view of the recordings' states (the replay fills it in): what ``sandbox`` re-plays."""
 

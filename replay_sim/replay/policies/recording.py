@@ -55,6 +55,7 @@ class AnswerLog:
     Args:
         store: Where they are recorded (called once per batch: a read-only store's side store is
             opened on first use).
+        written: Called in the writing thread after each batch (the resolver reads it there).
         flush_every: :data:`FLUSH_EVERY`.
         batch: :data:`BATCH`.
         bound: :data:`BOUND`.
@@ -64,11 +65,13 @@ class AnswerLog:
         self,
         store: Callable[[], Store],
         *,
+        written: Callable[[], None] | None = None,
         flush_every: float = FLUSH_EVERY,
         batch: int = BATCH,
         bound: int = BOUND,
     ) -> None:
         self._store = store
+        self._after = written
         self.flush_every = flush_every
         self.batch = batch
         self.bound = bound
@@ -146,6 +149,8 @@ class AnswerLog:
                     store.start_session(server, session, started)
                 if rows:
                     store.record_calls(rows)
+                if self._after is not None:
+                    self._after()
 
             self._in_flight = len(rows)
             try:

@@ -104,7 +104,10 @@ class SandboxPolicy:
         ``rebuilt`` (instances bound again after one was given back), ``released`` (given back idle or
         at a session's end), ``reclaimed`` (given back to make room), ``cut`` (calls ended at the
         call limit or when their client left)."""
-        self.log = AnswerLog(lambda: self.recordings)
+        # A read-only store's answers go to the side store, which the resolver does not read.
+        self.log = AnswerLog(
+            lambda: self.recordings, written=None if self.store.readonly else settings.stored
+        )
         self.shared = Shared(self.pool, self.log, self._end, settings.sandbox_shared)
         self.keeper = Keeper(self.shared, self.idle, self.counts)
 
