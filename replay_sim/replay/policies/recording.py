@@ -16,6 +16,7 @@ from the cache once its batch is written (the resolver sees every commit to the 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any, Self
 
@@ -149,8 +150,6 @@ class AnswerLog:
                     store.start_session(server, session, started)
                 if rows:
                     store.record_calls(rows)
-                if self._after is not None:
-                    self._after()
 
             self._in_flight = len(rows)
             try:
@@ -163,6 +162,9 @@ class AnswerLog:
                 written, self._written = self._written, anyio.Event()
                 written.set()
                 return
+            if self._after is not None:  # the rows are written: a failure here must not write them again
+                with contextlib.suppress(Exception):
+                    await anyio.to_thread.run_sync(self._after)
             self.failure = None
             self._in_flight = 0
             self.written += len(rows)

@@ -368,7 +368,15 @@ class SandboxPolicy:
         if unmade:
             step = ""
         return Resolution(
-            Tier.MISS, 0.0, None, resolution.candidates, reason, resolution.key, resolution.problem, step
+            Tier.MISS,
+            0.0,
+            None,
+            resolution.candidates,
+            reason,
+            resolution.key,
+            resolution.problem,
+            step,
+            sandbox={"answered": False},  # the real server was to answer: its miss says why, not "go live"
         )
 
     def _count(self, owner: History | None, **counts: int) -> None:
