@@ -143,7 +143,9 @@ def serving(
     sandbox_pool: int | None = None,
     max_sandboxes: int | None = None,
     sandbox_timeout: float = 30.0,
-    sandbox_idle: float | None = 600.0,
+    sandbox_idle: float | None = 5.0,
+    sandbox_call_limit: float | None = 120.0,
+    unconfined_sandboxes: bool = False,
     forward: Forward | None = None,
     llm_url: str | None = None,
     llm_model: str | None = None,
@@ -190,7 +192,11 @@ def serving(
         sandbox_pool: Started instances kept ready per sandbox server (None: the CLI's default).
         max_sandboxes: Live instances at most, across servers (None: the CLI's default).
         sandbox_timeout: Seconds a call may wait for a sandbox instance before it is a miss.
-        sandbox_idle: Seconds after which an idle episode's instance is closed (None: never).
+        sandbox_idle: Seconds after which an idle episode's instance is given back (None: never); its
+            next call rebuilds its state on a fresh one.
+        sandbox_call_limit: Seconds one call to a sandbox instance may take at most, progress or not.
+        unconfined_sandboxes: Run the instances built from ``config`` without containment
+            (``serve --unconfined-sandboxes``).
         forward: How the ``live`` miss policy reaches the real servers.
         llm_url: OpenAI-compatible endpoint (miss policy ``synthesize``).
         llm_model: Model name for ``llm_url``.
@@ -236,10 +242,16 @@ def serving(
         from replay_sim.cli.sandboxes import sandbox_pool as build_sandbox_pool  # the CLI's wiring, on use
 
         recorder = config if isinstance(config, RecorderConfig) else load_config(config)
+        hidden = [
+            p for p in (index_dir, snapshot, None if isinstance(config, RecorderConfig) else config) if p
+        ]
         sandboxes = build_sandbox_pool(
             recorder,
             pool=DEFAULT_POOL if sandbox_pool is None else sandbox_pool,
             max_instances=DEFAULT_MAX_INSTANCES if max_sandboxes is None else max_sandboxes,
+            store=None if snapshot is not None else (db or "cache/replay.db"),
+            hidden=hidden,  # what no instance may see: the store's folder, the index, the config
+            unconfined=unconfined_sandboxes,
         )
     return serve(  # type: ignore[no-any-return]
         db,
@@ -248,7 +260,8 @@ def serving(
         token=token, miss_detail=miss_detail, keep_alive=keep_alive, log_level=log_level,
         access_log=access_log, wait_ready=wait_ready, ready_timeout=ready_timeout,
         redactor=redactor, forward=forward, sandboxes=sandboxes, sandbox_timeout=sandbox_timeout,
-        sandbox_idle=sandbox_idle, llm_url=llm_url, llm_model=llm_model, llm_api_key=llm_api_key,
+        sandbox_idle=sandbox_idle, sandbox_call_limit=sandbox_call_limit, llm_url=llm_url,
+        llm_model=llm_model, llm_api_key=llm_api_key,
         index_dir=index_dir, match_config=match_config, min_confidence=min_confidence,
     )  # fmt: skip
 

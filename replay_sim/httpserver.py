@@ -231,7 +231,26 @@ def uvicorn_server(
         backlog=batch,
     )
 
+    import contextlib
+    import signal
+    import threading
+    from collections.abc import Iterator
+
     class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            # SIGHUP (a closed terminal, a supervisor's reload) shuts down as SIGTERM does: the
+            # lifespan's end runs (what is queued is written) before the signal's default action.
+            with super().capture_signals():
+                if threading.current_thread() is not threading.main_thread():
+                    yield
+                    return
+                previous = signal.signal(signal.SIGHUP, self.handle_exit)
+                try:
+                    yield
+                finally:
+                    signal.signal(signal.SIGHUP, previous)
+
         async def startup(self, sockets: list[socket.socket] | None = None) -> None:
             try:
                 await super().startup(sockets)

@@ -21,7 +21,8 @@ from replay_sim.replay.http.serving import ReplayServer
 COUNTER_SERVER = ROOT / "fixtures" / "counter_server.py"
 ECHO_SERVER = ROOT / "fixtures" / "echo_server.py"
 DOCUMENT_SERVER = ROOT / "fixtures" / "document_server.py"
-SERVERS = {"counter": COUNTER_SERVER, "echo": ECHO_SERVER}
+HANG_SERVER = ROOT / "fixtures" / "hang_server.py"
+SERVERS = {"counter": COUNTER_SERVER, "echo": ECHO_SERVER, "hang": HANG_SERVER}
 FIXTURES = {**SERVERS, "document": DOCUMENT_SERVER}
 """Every fixture server :func:`record` can record (``write_config`` declares ``SERVERS`` by default)."""
 

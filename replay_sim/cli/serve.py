@@ -68,6 +68,9 @@ def serve_command(
     sandbox_pool: int,
     max_sandboxes: int,
     sandbox_timeout: float,
+    sandbox_idle: float,
+    sandbox_call_limit: float,
+    unconfined_sandboxes: bool,
     index_dir: Path | None,
     match_config: MatchConfig | None,
     min_confidence: float | None,
@@ -177,7 +180,11 @@ def serve_command(
         sandboxes = build_sandbox_pool(
             recorder_config, pool=sandbox_pool, max_instances=max_sandboxes, servers=servers,
             store=db, hidden=[p for p in (index_dir, config) if p is not None],  # hidden from instances
+            unconfined=unconfined_sandboxes,
         )  # fmt: skip
+        if unconfined_sandboxes:
+            click.echo("replay-sim: WARNING: sandbox instances run UNCONFINED (--unconfined-sandboxes): "
+                       "an episode's calls reach the host as this process", err=True)  # fmt: skip
     from replay_sim.replay.factory import open_replay  # the MCP SDK, the resolver
 
     replay = open_replay(
@@ -188,7 +195,8 @@ def serve_command(
         forward=forward,
         sandboxes=sandboxes,
         sandbox_timeout=sandbox_timeout,
-        sandbox_idle=episode_idle_timeout,
+        sandbox_idle=sandbox_idle,
+        sandbox_call_limit=sandbox_call_limit,
         llm_url=llm_url,
         llm_model=llm_model,
         llm_api_key=llm_api_key,
@@ -215,9 +223,9 @@ def serve_command(
     if stdio:
         assert server_name is not None
         replay.server(server_name)  # fail before taking over stdio
-        from replay_sim.replay.stdio.serve import serve_stdio
+        from replay_sim.replay.stdio.serve import serve_stdio_until_signalled
 
-        anyio.run(serve_stdio, replay, server_name, started)
+        anyio.run(serve_stdio_until_signalled, replay, server_name, started)
         return
 
     generated = token is None and not is_loopback(host)

@@ -17,7 +17,13 @@ import click
 from replay_sim.cli import Seconds, db_option, match_config_option
 from replay_sim.httpserver import DEFAULT_KEEP_ALIVE, LOG_LEVELS
 from replay_sim.record.config import DEFAULT_MAX_INSTANCES, DEFAULT_POOL
-from replay_sim.replay.options import Limits, MissDetail, MissPolicyName
+from replay_sim.replay.options import (
+    DEFAULT_SANDBOX_CALL_LIMIT,
+    DEFAULT_SANDBOX_IDLE,
+    Limits,
+    MissDetail,
+    MissPolicyName,
+)
 
 __all__ = ["SERVE_GROUPS", "SERVE_OPTIONS", "TOKEN_ENV", "serve_options"]
 
@@ -224,7 +230,8 @@ SERVE_OPTIONS: list[Callable[[Any], Any]] = [
         type=click.IntRange(1),
         default=DEFAULT_MAX_INSTANCES,
         show_default=True,
-        help="--miss sandbox: live instances at most, across servers; past it a call waits, then misses.",
+        help="--miss sandbox: live instances at most, across servers; past it the least recently used "
+        "idle one is given back (its episode rebuilds it), and a call waits only while all are busy.",
     ),
     click.option(
         "--sandbox-timeout",
@@ -232,6 +239,29 @@ SERVE_OPTIONS: list[Callable[[Any], Any]] = [
         default=30.0,
         show_default=True,
         help="--miss sandbox: seconds a call may wait for an instance before it is a miss saying why.",
+    ),
+    click.option(
+        "--sandbox-idle",
+        type=Seconds(0, min_open=True),
+        default=DEFAULT_SANDBOX_IDLE,
+        show_default=True,
+        help="--miss sandbox: seconds without a call after which an episode's instance is given back "
+        "(the episode's next call rebuilds its state on a fresh one).",
+    ),
+    click.option(
+        "--sandbox-call-limit",
+        type=Seconds(0, min_open=True),
+        default=DEFAULT_SANDBOX_CALL_LIMIT,
+        show_default=True,
+        help="--miss sandbox: seconds one call to an instance may take at most, progress notifications "
+        "or not; past it the instance is ended and the call is a miss.",
+    ),
+    click.option(
+        "--unconfined-sandboxes",
+        is_flag=True,
+        help="--miss sandbox: run instances without containment (no namespaces, copy-on-write layer, "
+        "unprivileged uid or limits) where the kernel refuses them; shown in the banner, /api/ready "
+        "and the dashboard.",
     ),
     click.option(
         "--index-dir", type=click.Path(file_okay=False, path_type=Path), help="Vector index folder."
@@ -271,7 +301,8 @@ SERVE_GROUPS: dict[str, tuple[str, ...]] = {
     "Serving": ("db", "snapshot", "host", "port", "allowed_hosts", "token", "stdio", "server_name",
                 "index_dir", "match_config", "strict"),
     "Misses and sandboxes": ("miss", "miss_detail", "min_confidence", "config", "llm_url", "llm_model",
-                             "llm_api_key", "sandbox_pool", "max_sandboxes", "sandbox_timeout"),
+                             "llm_api_key", "sandbox_pool", "max_sandboxes", "sandbox_timeout",
+                             "sandbox_idle", "sandbox_call_limit", "unconfined_sandboxes"),
     "Episodes, latency and faults": ("max_episodes", "episode_idle_timeout", "episode_rate",
                                      "episode_burst", "episode_client_share", "latency", "fault_specs",
                                      "fault_hold"),

@@ -10,7 +10,7 @@ import click
 from replay_sim.cli import cli, db_option, match_config_option
 from replay_sim.cli.progress import Progress
 from replay_sim.errors import SnapshotError
-from replay_sim.replay.policies.sandbox import sandbox_side_file
+from replay_sim.replay.policies.recording import sandbox_side_file
 from replay_sim.resolve import snapshot as served
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.store import snapshot

@@ -15,7 +15,12 @@ from typing import Any
 from replay_sim.errors import ConfigError
 from replay_sim.redaction import RULES_META_KEY, Redactor
 from replay_sim.replay.core.replay import Replay
-from replay_sim.replay.options import DEFAULT_EPISODE_IDLE_TIMEOUT, MissDetail, MissPolicyName
+from replay_sim.replay.options import (
+    DEFAULT_SANDBOX_CALL_LIMIT,
+    DEFAULT_SANDBOX_IDLE,
+    MissDetail,
+    MissPolicyName,
+)
 from replay_sim.replay.policies.instances import SandboxPool
 from replay_sim.replay.policies.miss import Forward, MissSettings
 from replay_sim.replay.policies.registry import serving_policy
@@ -38,7 +43,8 @@ def open_replay(
     forward: Forward | None = None,
     sandboxes: SandboxPool | None = None,
     sandbox_timeout: float = 30.0,
-    sandbox_idle: float | None = DEFAULT_EPISODE_IDLE_TIMEOUT,
+    sandbox_idle: float | None = DEFAULT_SANDBOX_IDLE,
+    sandbox_call_limit: float | None = DEFAULT_SANDBOX_CALL_LIMIT,
     llm_url: str | None = None,
     llm_model: str | None = None,
     llm_api_key: str | None = None,
@@ -65,7 +71,10 @@ def open_replay(
             when it is an async context manager. Given with another ``miss``, its servers' misses
             are still answered by sandboxes, the others' by ``miss``.
         sandbox_timeout: Seconds a call may wait for a sandbox instance before it is a miss saying so.
-        sandbox_idle: Seconds after which an idle episode's instance is closed (None: never).
+        sandbox_idle: Seconds after which an idle episode's instance is given back (None: never);
+            the episode's next call rebuilds its state on a fresh one.
+        sandbox_call_limit: Seconds one call to a sandbox instance may take at most, progress
+            notifications or not (None: only the server's own timeout, which progress extends).
         llm_url: OpenAI-compatible endpoint (miss policy ``synthesize``).
         llm_model: Model name for ``llm_url``.
         llm_api_key: Bearer token for ``llm_url``, if it needs one.
@@ -130,12 +139,14 @@ def open_replay(
         sandboxes=sandboxes,
         sandbox_timeout=sandbox_timeout,
         sandbox_idle=sandbox_idle,
+        sandbox_call_limit=sandbox_call_limit,
         llm_url=llm_url,
         llm_model=llm_model,
         llm_api_key=llm_api_key,
     )
     resolver = Resolver(store, config=match_config, min_confidence=min_confidence, **resolver_options)
     settings.lookup = resolver.lookup  # what the sandbox policy re-plays an episode's state from
+    settings.stored = resolver.catch_up
     chosen, holds = serving_policy(policy, settings)
     recorded_with = Redactor.from_rules(store.meta(RULES_META_KEY))
     redactor = recorded_with if redactor is None else recorded_with.merged(redactor)

@@ -14,6 +14,8 @@ __all__ = [
     "DEFAULT_EPISODE_IDLE_TIMEOUT",
     "DEFAULT_EPISODE_RATE",
     "DEFAULT_MAX_EPISODES",
+    "DEFAULT_SANDBOX_CALL_LIMIT",
+    "DEFAULT_SANDBOX_IDLE",
     "Limits",
     "MissDetail",
     "MissPolicyName",
@@ -27,6 +29,12 @@ DEFAULT_EPISODE_RATE = 1_000.0
 """New episodes a second, sustained (``serve --episode-rate``): past it, and past the burst, refused."""
 DEFAULT_EPISODE_BURST = 10_000
 """New episodes created at once before :data:`DEFAULT_EPISODE_RATE` applies (a batch of rollouts)."""
+DEFAULT_SANDBOX_IDLE = 5.0
+"""Seconds an episode's sandbox instance stays bound without a call before it is given back
+(``serve --sandbox-idle``); the episode's next call rebuilds it."""
+DEFAULT_SANDBOX_CALL_LIMIT = 120.0
+"""Seconds one call to a sandbox instance may take at most, progress or not
+(``serve --sandbox-call-limit``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -243,6 +243,15 @@ class StateLookup:
         found = self.effects(server).get(tool)
         return found if found is not None else learn([], {tool: declare(None)})[tool]
 
+    def changed_by(self, recording: Recording) -> bool:
+        """Whether a recorded answer is a state change: a tool call that did not fail and
+        :meth:`changes_state`."""
+        return (
+            recording.method == "tools/call"
+            and not recording.failed
+            and self.changes_state(recording.server, recording.name, recording.arguments)
+        )
+
     def changes_state(self, server: str, tool: str, arguments: Any) -> bool:
         """Whether a call of ``tool`` with these arguments counts as a state change.
 
@@ -274,12 +283,19 @@ class StateLookup:
             self._keys.put(key, found)
         return found
 
-    def advance(self, trail: Trail, step: str) -> None:
-        """Add one call's step to a trail and update what the trail implies."""
+    def advance(self, trail: Trail, step: str, mutating: bool | None = None) -> None:
+        """Add one call's step to a trail and update what the trail implies.
+
+        Args:
+            trail: The episode's trail.
+            step: The call's step.
+            mutating: Whether the call changed state, when the caller knows better than the store
+                (a sandbox answer not written yet); None: :meth:`in_state`.
+        """
         trail.steps.append(step)
         if step.startswith(DIVERGED):
             trail.diverged = trail.diverged or step[len(DIVERGED) :]
-        elif self.in_state(step):
+        elif self.in_state(step) if mutating is None else mutating:
             trail.state = (*trail.state, step)
 
     def trail(self, history: Sequence[str] | Trail) -> Trail:

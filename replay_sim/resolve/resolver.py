@@ -109,8 +109,11 @@ class Resolver:
 
     # -- caches -----------------------------------------------------------------------------
 
-    def _check_version(self) -> None:
+    def catch_up(self) -> None:
         """Forget store-derived caches that calls added since (by this process or another) touch.
+
+        Run on each resolve; also in a writer's thread, right after it appends (off the answer path),
+        so that the next call finds nothing to forget.
 
         Another process may be recording into the served store: a commit of its calls makes the
         tools, keys and sessions it touched be read again, not every tool's state
@@ -227,9 +230,12 @@ class Resolver:
     def advance(self, trail: Trail, resolution: Resolution) -> None:
         """Add a resolved call to an episode's trail (what the next call is resolved against)."""
         if resolution.tier in _RECORDED_NOW:  # the store grew: its key may be cached as unrecorded
-            self._check_version()
+            self.catch_up()
         if resolution.step:
-            self.lookup.advance(trail, resolution.step)
+            recording, mutating = resolution.recording, None
+            if resolution.tier is Tier.SANDBOX and recording is not None and recording.key == resolution.step:
+                mutating = self.lookup.changed_by(recording)  # recorded off the answer path: maybe not yet
+            self.lookup.advance(trail, resolution.step, mutating)
 
     # -- resolution ------------------------------------------------------------------------------
 
@@ -296,7 +302,7 @@ class Resolver:
                 problem=Problem.INVALID_ARGUMENTS,
             )
         try:
-            self._check_version()  # before the trail: its steps are judged with what the store holds now
+            self.catch_up()  # before the trail: its steps are judged with what the store holds now
             trail = self.lookup.trail(history)
             found = self._resolve(server, method, name, arguments, key, trail)
             return self.confidence.judge(self, server, method, name, arguments, trail, found, min_confidence)

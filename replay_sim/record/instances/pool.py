@@ -9,6 +9,10 @@ instance at a time. :meth:`InstancePool.acquire` hands each instance to one call
 :class:`~replay_sim.errors.SandboxUnavailable` within its timeout saying why: the cap reached and
 what to raise, the server's start failure with its stderr tail, the exclusive server busy.
 
+At the cap a caller does not wait while an instance is idle: a spare warm one is ended, else the
+least recently used idle one its owner gives back (``reclaim``; :meth:`InstancePool.wake` when one
+turns idle). Warm instances follow demand (:class:`~replay_sim.record.instances.demand.Demand`).
+
 Use it as an async context manager around serving: its instances live in its task group.
 """
 
@@ -16,7 +20,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter, deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Self
@@ -28,9 +32,12 @@ from replay_sim.errors import ConfigError, SandboxUnavailable, UpstreamError
 from replay_sim.record.config import DEFAULT_MAX_INSTANCES, DEFAULT_POOL, RecorderConfig, UpstreamSpec
 from replay_sim.record.containment import Clock
 from replay_sim.record.instances.confine import Placement, instance_uids
+from replay_sim.record.instances.demand import Demand
+from replay_sim.record.instances.expiry import end_idle, expire_idle
+from replay_sim.record.instances.figures import pool_figures
 from replay_sim.record.instances.fingerprint import fingerprint_detail, sandbox_fingerprint
 from replay_sim.record.instances.instance import Instance
-from replay_sim.record.instances.procfs import group_rss
+from replay_sim.record.instances.unavailable import why_unavailable
 from replay_sim.record.instances.workspace import Launcher, sweep
 from replay_sim.record.isolation import Isolation
 
@@ -38,6 +45,9 @@ __all__ = ["DEFAULT_MAX_INSTANCES", "DEFAULT_POOL", "InstancePool"]
 
 _CRASH_LOOP = 3
 """Warm instances of a server that may die unasked in a row before the pool stops refilling it."""
+
+Reclaim = Callable[[str | None], Instance | None]
+"""``reclaim(server)``: an idle instance (of ``server``, or any) its owner gives back, or None."""
 
 
 class InstancePool:
@@ -113,7 +123,8 @@ class InstancePool:
         self._counts: dict[str, Counter[str]] = {name: Counter() for name in self._specs}
         self._failure: dict[str, str] = {}
         self._crash_run: Counter[str] = Counter()
-        self._evicting = 0
+        self._evicted: set[Instance] = set()  # being ended to make room
+        self._demand = Demand()
         self._ids = itertools.count(1)
         self._changed = anyio.Event()
         self._tg: anyio.abc.TaskGroup | None = None
@@ -130,7 +141,8 @@ class InstancePool:
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         if self.idle_timeout is not None:
-            self._tg.start_soon(self._expire_idle, self.idle_timeout, name="sandbox idle expiry")
+            expiring = expire_idle(self._owned, self.idle_timeout, lambda i: self._spawn(end_idle, i))
+            self._tg.start_soon(expiring, name="sandbox idle expiry")
         self._refill()
         return self
 
@@ -167,8 +179,14 @@ class InstancePool:
         spec = self._specs[server]
         return sandbox_fingerprint(server, spec), fingerprint_detail(server, spec)
 
-    async def acquire(self, server: str, *, timeout: float) -> Instance:
+    async def acquire(self, server: str, *, timeout: float, reclaim: Reclaim | None = None) -> Instance:
         """A fresh instance of ``server`` at its initial state, the caller's alone until it closes it.
+
+        Args:
+            server: The recorded server name.
+            timeout: Seconds to wait for a place (a start for the caller: its ``startup_timeout``).
+            reclaim: At the cap (or an exclusive server's instance held), asked for an idle instance
+                its owner gives back, which the pool ends to make room; else the caller waits.
 
         Raises:
             SandboxUnavailable: None could be had within ``timeout`` seconds: the cap of live
@@ -184,8 +202,9 @@ class InstancePool:
             )
         failures = self._counts[server]["failed"]
         self._waiting[server] += 1
+        began = anyio.current_time()
         try:
-            with anyio.move_on_after(max(timeout, 0)):
+            with anyio.CancelScope(deadline=began + max(timeout, 0)) as scope:
                 while True:
                     if self._closed:
                         raise SandboxUnavailable(f"sandbox {server!r}: the instance pool is shutting down")
@@ -196,44 +215,31 @@ class InstancePool:
                         raise SandboxUnavailable(
                             f"sandbox {server!r}: an instance could not be started: {why}"
                         )
-                    self._start_for_waiters(server)
+                    self._start_for_waiters(server, reclaim)
+                    if self._starting[server]:  # a place was had: its start is waited for, not the place
+                        scope.deadline = max(scope.deadline, began + self._specs[server].startup_timeout)
                     changed = self._changed
                     await changed.wait()
         finally:
             self._waiting[server] -= 1
-        raise SandboxUnavailable(self._why_not(server, timeout))
+        spec, live = self._specs[server], self._live[server]
+        raise SandboxUnavailable(why_unavailable(
+            server, timeout, exclusive_held=spec.isolation is Isolation.EXCLUSIVE and bool(live),
+            at_cap=self._total() >= self.max_instances and not self._starting[server],
+            cap=self.max_instances, startup_timeout=spec.startup_timeout,
+        ))  # fmt: skip
+
+    def wake(self) -> None:
+        """An owner's instance turned idle (reclaimable): callers waiting for a place look again."""
+        if any(self._waiting.values()):
+            self._notify()
 
     def stats(self) -> dict[str, Any]:
-        """Per server: isolation, live/warm/in-use/starting instances, counters, memory and pid per instance.
-
-        Counters: ``started`` (instances that came up), ``ended`` (closed by their owner or the
-        pool), ``expired`` (ended by the pool after ``idle_timeout``), ``crashed`` (ended unasked),
-        ``failed`` (did not start; ``last_failure`` says why).
-        """
-        running = [i for live in self._live.values() for i in live if i.pid is not None and i.alive]
-        memory = group_rss([i.pid for i in running if i.pid is not None])
-        out: dict[str, Any] = {}
-        for server, spec in self._specs.items():
-            live = [i for i in self._live[server] if i.alive]
-            counts = self._counts[server]
-            out[server] = {
-                "isolation": str(spec.isolation),
-                "live": len(live),
-                "warm": len(self._warm[server]),
-                "in_use": len(live) - sum(1 for i in self._warm[server] if i.alive),
-                "starting": self._starting[server],
-                "started": counts["started"],
-                "ended": counts["ended"],
-                "expired": counts["expired"],
-                "crashed": counts["crashed"],
-                "failed": counts["failed"],
-                "last_failure": self._failure.get(server),
-                "memory_bytes": {i.id: memory.get(i.pid) for i in live if i.pid is not None},
-                "pids": {i.id: i.pid for i in live if i.pid is not None},
-                "parent_death_signal": bool(self._launcher and self._launcher.parent_death),
-                "confined": bool(self._launcher and self._launcher.confined),
-            }
-        return out
+        """Per server: isolation, live/warm/in-use/starting instances, counters, memory and pid per
+        instance (:func:`~replay_sim.record.instances.figures.pool_figures`)."""
+        return pool_figures(
+            self._specs, self._live, self._warm, self._starting, self._counts, self._failure, self._launcher
+        )
 
     # -- keeping instances ------------------------------------------------------------------
 
@@ -244,64 +250,63 @@ class InstancePool:
             instance = warm.popleft()
             if instance.alive:
                 self._crash_run[server] = 0
+                self._demand.took(server)
                 self._owned.add(instance)
                 instance.idle_since = anyio.current_time()
                 self._refill()
                 return instance
         return None
 
-    def _start_for_waiters(self, server: str) -> None:
+    def _start_for_waiters(self, server: str, reclaim: Reclaim | None = None) -> None:
         """Start instances for the callers waiting on ``server`` that no starting instance will serve."""
         needed = self._waiting[server] - self._starting[server] - len(self._warm[server])
         for _ in range(needed):
-            if not self._room(server):
+            if not self._room(server, reclaim):
                 return
             self._start(server)
 
-    def _room(self, server: str) -> bool:
-        """Whether one more instance of ``server`` may start now (ending a spare warm one if that helps)."""
+    def _room(self, server: str, reclaim: Reclaim | None = None) -> bool:
+        """Whether one more instance of ``server`` may start now; if not, make room when one is idle.
+
+        One instance ends per caller no warm or starting instance serves: a spare warm one first,
+        else the least recently used idle one ``reclaim`` gives back.
+        """
         if self._specs[server].isolation is Isolation.EXCLUSIVE and self._live[server]:
+            if reclaim is not None and not any(i.server == server for i in self._evicted):
+                given = reclaim(server)
+                if given is not None:
+                    self._end_to_make_room(given, reclaimed=True)
             return False
         if self._total() < self.max_instances:
             return True
-        if self._evicting == 0:  # at the cap: a warm instance nobody waits for makes room
+        if len(self._evicted) < self._unserved():
             for other, warm in self._warm.items():
                 if warm and len(warm) > self._waiting[other]:
-                    self._evicting += 1
-                    self._spawn(self._evict, warm.pop())
-                    break
+                    self._end_to_make_room(warm.pop(), reclaimed=False)
+                    return False
+            given = None if reclaim is None else reclaim(None)
+            if given is not None:
+                self._end_to_make_room(given, reclaimed=True)
         return False
 
-    async def _evict(self, instance: Instance) -> None:
-        try:
-            await instance.close()
-        finally:
-            self._evicting -= 1
-
-    async def _expire_idle(self, idle: float) -> None:
-        """End handed-out instances no call has used for ``idle`` seconds (never one mid-call)."""
-        while True:
-            now = anyio.current_time()
-            due = now + idle
-            for instance in list(self._owned):
-                since = instance.idle_since
-                if since is None:
-                    continue
-                if since + idle <= now:
-                    self._owned.discard(instance)
-                    self._spawn(_end_idle, instance)
-                else:
-                    due = min(due, since + idle)
-            await anyio.sleep(due - now)
+    def _end_to_make_room(self, instance: Instance, *, reclaimed: bool) -> None:
+        """End ``instance`` (a spare warm one, or one given back): a waiting caller gets its place."""
+        if reclaimed:
+            self._owned.discard(instance)
+            self._counts[instance.server]["reclaimed"] += 1
+        self._evicted.add(instance)
+        self._spawn(Instance.close, instance)
 
     def _refill(self) -> None:
-        """Start warm instances up to ``pool`` per server, within the cap (not for a failing server)."""
+        """Start warm instances as demand asks (``pool`` at least), within the cap (no failing server)."""
         if self._closed or self._tg is None:
             return
+        ceiling = max(self.pool, self.max_instances // 4)
         for server, spec in self._specs.items():
             if self._crash_run[server] >= _CRASH_LOOP or server in self._failure:
                 continue  # a failing server is started again only when a caller asks for it
-            while len(self._warm[server]) + self._starting[server] < self.pool:
+            wanted = self._demand.warm(server, self.pool, ceiling) if self.pool else 0
+            while len(self._warm[server]) + self._starting[server] < wanted:
                 exclusive = spec.isolation is Isolation.EXCLUSIVE
                 if self._total() + self._unserved() >= self.max_instances or (
                     exclusive and self._live[server]
@@ -318,6 +323,7 @@ class InstancePool:
         )  # fmt: skip
         self._live[server].add(instance)
         self._starting[server] += 1
+        self._demand.begin(instance.id)
         self._spawn(self._hold, instance)
 
     async def _hold(self, instance: Instance) -> None:
@@ -327,6 +333,7 @@ class InstancePool:
         def ready() -> None:
             nonlocal started
             started = True
+            self._demand.ready(server, instance.id)
             self._starting[server] -= 1
             self._counts[server]["started"] += 1
             self._failure.pop(server, None)
@@ -350,6 +357,7 @@ class InstancePool:
             else:
                 self._counts[server]["expired" if instance.ended_because else "ended"] += 1
             self._owned.discard(instance)
+            self._evicted.discard(instance)
             if instance in self._warm[server]:
                 self._warm[server].remove(instance)
             self._live[server].discard(instance)
@@ -373,25 +381,3 @@ class InstancePool:
     def _notify(self) -> None:
         self._changed.set()
         self._changed = anyio.Event()
-
-    def _why_not(self, server: str, timeout: float) -> str:
-        within = f"sandbox {server!r}: no instance within {timeout:g}s: "
-        if self._specs[server].isolation is Isolation.EXCLUSIVE and self._live[server]:
-            return within + (
-                "its isolation is 'exclusive' (one instance at a time) and another episode holds it; "
-                "give it 'state' or 'mounts' isolation so instances can run side by side"
-            )
-        if self._total() >= self.max_instances and not self._starting[server]:
-            return within + (
-                f"all {self.max_instances} sandbox instances are live (max_instances); raise "
-                "`--max-sandboxes`, or end episodes sooner (their instances end with them)"
-            )
-        return within + (
-            f"an instance is still starting (startup_timeout {self._specs[server].startup_timeout:g}s); "
-            "allow a longer acquire timeout, or keep instances warm (`--sandbox-pool N`)"
-        )
-
-
-async def _end_idle(instance: Instance) -> None:
-    since = instance.idle_since or anyio.current_time()
-    await instance.close(because=f"no call for {anyio.current_time() - since:.0f}s, its idle timeout")

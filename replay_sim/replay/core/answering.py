@@ -193,6 +193,7 @@ class Answering:
         redacted = self.redactor.redact(params)
         name, arguments = call_identity(method, redacted)
         steps = () if history is None else history
+        # A sandbox server's calls are looked up exactly only (the resolver's lookup is strict for them).
         resolution = self.resolver.resolve_now(server, method, redacted, steps)
         loading = False
         if resolution is None:
@@ -234,7 +235,11 @@ class Answering:
         return answer
 
     async def _resolve_off_loop(
-        self, server: str, method: str, params: dict[str, Any], steps: Sequence[str] | Trail
+        self,
+        server: str,
+        method: str,
+        params: dict[str, Any],
+        steps: Sequence[str] | Trail,
     ) -> tuple[Resolution, bool]:
         """:meth:`Resolver.resolve` in a worker thread, waiting at most :attr:`warm_wait` for what loads.
 

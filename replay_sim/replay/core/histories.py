@@ -122,6 +122,13 @@ class Histories:
                 found = self._connections[scope] = History()
             return found
 
+    def find(self, scope: str | Hashable) -> History | None:
+        """The live history of a scope (an episode id or a connection), or None; creates nothing."""
+        if isinstance(scope, str):
+            return self.episodes.get(scope)
+        with self._lock:
+            return self._connections.get(scope)
+
     def trail(self, server: str, scope: str | Hashable | None) -> Trail | None:
         """The trail of this scope on ``server`` (created empty), or None for a None scope.
 

@@ -191,7 +191,7 @@ def miss_message(
         return lines[0]
     if resolution.reason:
         lines.append(f"Reason: {resolution.reason}.")
-    if not resolution.candidates:
+    if not resolution.candidates and resolution.sandbox is None:  # (a sandbox's miss says what to do)
         lines.append("No recording of this call comes close; record it, or serve with --miss live.")
     for c in resolution.candidates:
         diffs = "; ".join(

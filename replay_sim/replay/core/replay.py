@@ -11,7 +11,7 @@ in :mod:`.provenance`; refusals come from the recorded :mod:`.surface`, and miss
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Self
 
@@ -146,6 +146,20 @@ class Replay(Answering):
         """What the ``sandbox`` miss policy did and its pool's figures (None under another policy)."""
         stats = getattr(self.policy, "stats", None)
         return stats() if callable(stats) else None
+
+    def session_ended(self, scopes: Iterable[str | Hashable]) -> int:
+        """An MCP session ended: its scopes (its connection, the episodes it named) give back their idle
+        sandbox instances (their episodes rebuild them at their next call); how many were given back.
+        """
+        release = getattr(self.policy, "release", None)
+        if release is None:
+            return 0
+        released = 0
+        for scope in scopes:
+            history = self.histories.find(scope)
+            if history is not None:
+                released += int(release(history))
+        return released
 
     def close(self) -> None:
         """Write the queued misses (10 s at most, see :meth:`MissLog.close`) and close the store (idempotent).

@@ -135,6 +135,7 @@ def create_app(
         fast,
         readiness,
         clients,
+        replay.session_ended,
     )
     app.include_router(admin_api(replay, readiness, token=token, load=front.load, clients=clients))
 

@@ -16,6 +16,10 @@ creates none. The episode URL's id travels on to the handlers in the ASGI scope
 (:data:`~replay_sim.replay.core.histories.URL_EPISODE`), and so does a handshake-era request's
 session (:data:`~replay_sim.replay.core.connections.SESSION_KEY`).
 
+When a handshake-era MCP session ends at the client's ``DELETE``, the router tells the replay
+(``ended``) which scopes it served — its connection and the episodes its requests named — so that
+their sandbox instances are given back at once, not when the collector frees the session.
+
 A replayed call the fast path can answer from prepared bytes never reaches the SDK
 (:mod:`~replay_sim.replay.http.fastpath`); every other handshake-era POST gets the SDK's answer as one
 JSON body unless it streams (:mod:`~replay_sim.replay.http.responses`).
@@ -25,7 +29,8 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Awaitable, Callable
+import weakref
+from collections.abc import Awaitable, Callable, Hashable, Iterable
 from typing import Any
 
 import anyio
@@ -81,6 +86,7 @@ class ReplayApp:
         fast: Answers the replayed calls it can from prepared bytes (None: the SDK answers all).
         readiness: Whether every tier answers at its usual speed (None: ready once started).
         clients: Each client's share of the episode creation rate (None: only the server's bound).
+        ended: Told the scopes of an MCP session that ended (its transport, the episodes it named).
 
     Attributes:
         readiness: As given.
@@ -97,8 +103,12 @@ class ReplayApp:
         fast: FastPath | None = None,
         readiness: Readiness | None = None,
         clients: ClientBuckets | None = None,
+        ended: Callable[[Iterable[str | Hashable]], object] | None = None,
     ) -> None:
         self.admin = admin
+        self.ended = ended
+        # A session's transport -> the episodes its requests named (told when it ends).
+        self._named: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
         self.managers = managers
         self.admission = admission or Admission(Limits())
         self.episodes = episodes if episodes is not None else Episodes()
@@ -203,10 +213,18 @@ class ReplayApp:
         if url_episode is not None:
             scope[URL_EPISODE] = url_episode
         handshake = version is None or version in HANDSHAKE_PROTOCOL_VERSIONS
+        transport = None
         if handshake and session is not None:
             transport = manager._server_instances.get(session)  # its history's key, while it lives
             if transport is not None:
                 scope[SESSION_KEY] = transport
+                if episode is not None and self.ended is not None:
+                    self._named.setdefault(transport, set()).add(episode)
+        if scope["method"] == "DELETE" and transport is not None and self.ended is not None:
+            await manager.handle_request(scope, receive, send)
+            if transport.is_terminated:  # the session ended: its sandbox instances are given back
+                self.ended([transport, *sorted(self._named.pop(transport, ()))])
+            return
         if post and self.fast is not None and await self.fast(name, manager, episode, scope, messages, send):
             return
         app: Callable[[Scope, Receive, Send], Awaitable[None]] = manager.handle_request

@@ -36,6 +36,8 @@ from replay_sim.replay.http.app import create_app
 from replay_sim.replay.options import (
     DEFAULT_EPISODE_IDLE_TIMEOUT,
     DEFAULT_MAX_EPISODES,
+    DEFAULT_SANDBOX_CALL_LIMIT,
+    DEFAULT_SANDBOX_IDLE,
     Limits,
     MissDetail,
     MissPolicyName,
@@ -247,7 +249,8 @@ def serving(
     forward: Forward | None = None,
     sandboxes: SandboxPool | None = None,
     sandbox_timeout: float = 30.0,
-    sandbox_idle: float | None = DEFAULT_EPISODE_IDLE_TIMEOUT,
+    sandbox_idle: float | None = DEFAULT_SANDBOX_IDLE,
+    sandbox_call_limit: float | None = DEFAULT_SANDBOX_CALL_LIMIT,
     llm_url: str | None = None,
     llm_model: str | None = None,
     llm_api_key: str | None = None,
@@ -289,6 +292,7 @@ def serving(
         sandboxes: The record side's instance pool for the ``sandbox`` miss policy.
         sandbox_timeout: Seconds a call may wait for a sandbox instance.
         sandbox_idle: Seconds after which an idle episode's instance is given back (None: never).
+        sandbox_call_limit: Seconds one call to a sandbox instance may take at most, progress or not.
         llm_url: OpenAI-compatible endpoint (miss policy ``synthesize``).
         llm_model: Model name for ``llm_url``.
         llm_api_key: Bearer token for ``llm_url``.
@@ -320,8 +324,9 @@ def serving(
         return open_replay(
             db, snapshot=snapshot, miss=miss, latency=latency, faults=faults, miss_detail=miss_detail,
             redactor=redactor, forward=forward, sandboxes=sandboxes, sandbox_timeout=sandbox_timeout,
-            sandbox_idle=sandbox_idle, llm_url=llm_url, llm_model=llm_model, llm_api_key=llm_api_key,
-            index_dir=index_dir, match_config=match_config, min_confidence=min_confidence,
+            sandbox_idle=sandbox_idle, sandbox_call_limit=sandbox_call_limit, llm_url=llm_url,
+            llm_model=llm_model, llm_api_key=llm_api_key, index_dir=index_dir, match_config=match_config,
+            min_confidence=min_confidence,
         )  # fmt: skip
 
     http = HttpOptions(

@@ -9,6 +9,11 @@ re-played too), in order, each answer checked against what the episode was given
 :meth:`Binding.ask` sends calls to it. Every answer is recorded (origin ``sandbox``) in one
 recording session per instance that starts with the re-played calls, so a recording made there is
 made "from the episode's state" as the resolver sees it (:mod:`replay_sim.resolve.lineage`).
+Answers are recorded off the answer path (:class:`~replay_sim.replay.policies.recording.AnswerLog`).
+
+The instance is a cache of the episode's state, not the state itself: :meth:`Binding.release`
+gives it up (idle, at the session's end, to make room) and keeps the binding's :attr:`~Binding.journal`
+— the state-changing calls its state holds — from which a later instance is rebuilt.
 """
 
 from __future__ import annotations
@@ -18,13 +23,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
-import anyio.to_thread
 
 from replay_sim.canonical import answer_text, call_identity, canonical_json
 from replay_sim.replay.policies.instances import SandboxInstance
+from replay_sim.replay.policies.recording import AnswerLog, Source, pending_recording
 from replay_sim.resolve.lineage import DIVERGED, StateLookup, Trail
 from replay_sim.store import Origin, Recording, Store
-from replay_sim.store.sources import mark_session
+from replay_sim.store.records import utc_now
 
 __all__ = ["Binding", "Divergence", "given_calls", "same_answer"]
 
@@ -84,6 +89,10 @@ class Binding:
         lost: Why the episode cannot go on on this server (its instance died), or None.
         refused: Why this episode cannot be answered by an instance (re-play diverged), or None.
         used: When it last answered (monotonic seconds).
+        journal: The state-changing calls (recordings, in order) the episode's state holds on this
+            server as far as its instances made or re-played them: what a released instance is
+            rebuilt from (:func:`~replay_sim.replay.policies.lifecycle.rebuild_calls`).
+        released: Why its last instance was given up (idle, session end, room), or None.
         instances: Instances bound so far.
         replayed: Calls re-played so far.
         answered: Calls the instances answered so far (re-play aside).
@@ -97,18 +106,20 @@ class Binding:
     lost: str | None = None
     refused: str | None = None
     used: float = field(default_factory=time.monotonic)
+    journal: list[Recording] = field(default_factory=list)
+    released: str | None = None
     instances: int = 0
     replayed: int = 0
     answered: int = 0
-    source: tuple[str, dict[str, Any]] | None = None
+    source: Source | None = None
 
-    async def replay(self, instance: SandboxInstance, given: list[Recording], store: Store) -> None:
+    async def replay(self, instance: SandboxInstance, given: list[Recording], log: AnswerLog) -> None:
         """Bring a fresh instance to the episode's state, then bind it; its answers are recorded.
 
         Args:
             instance: An instance at the initial state.
             given: :func:`given_calls`: the episode's state-changing calls and their answers.
-            store: Where the re-played calls are recorded, as the head of this binding's session.
+            log: Where the re-played calls are queued for recording, as the head of this binding's session.
 
         Raises:
             Divergence: A call was answered otherwise (nothing is bound or recorded then).
@@ -125,24 +136,20 @@ class Binding:
                     f"instance {instance.id} cannot be brought to the episode's state"
                 )
             answers.append(self._row(recording.method, answer, recording.params))
-        session = f"sandbox-{instance.id}-{time.time_ns():x}"
-
-        def record() -> str:
-            started = store.start_session(self.server, session)
-            if self.source is not None:
-                mark_session(store, started, *self.source)
-            if answers:
-                store.record_calls([{**row, "session": started} for row in answers])
-            return started
-
-        # Off the event loop: while another process holds the store's write lock only this call waits.
-        self.session = await anyio.to_thread.run_sync(record)
+        session = self.session = f"sandbox-{instance.id}-{time.time_ns():x}"
+        log.start_session(self.server, session, self.source)
+        await log.add([{**row, "session": session} for row in answers])
         self.instance = instance
+        self.journal = list(given)
+        self.released = None
         self.instances += 1
         self.replayed += len(given)
 
-    async def ask(self, method: str, params: dict[str, Any], store: Store) -> Recording:
-        """Send a call to the bound instance and record its answer at the end of this binding's session.
+    async def ask(self, method: str, params: dict[str, Any], store: Store, log: AnswerLog) -> Recording:
+        """Send a call to the bound instance; its answer is queued for recording at the end of its session.
+
+        Returns:
+            The recording as it will be written (id 0 until then).
 
         Raises:
             InstanceLost: The instance died before or during the call.
@@ -151,11 +158,9 @@ class Binding:
         assert self.instance is not None and self.session is not None
         answer = await self.instance.call(method, params)
         row = {**self._row(method, answer, params), "session": self.session}
-        recording_id = await anyio.to_thread.run_sync(lambda: store.record_call(**row))
-        recording = store.recording(recording_id)
-        assert recording is not None
+        await log.add([row])
         self.answered += 1
-        return recording
+        return pending_recording(store, row)
 
     def _row(self, method: str, answer: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
         """:meth:`Store.record_call`'s keyword arguments for an instance's answer (origin ``sandbox``)."""
@@ -168,7 +173,19 @@ class Binding:
             "latency_ms": answer.get("latency_ms"),
             "origin": Origin.SANDBOX,
             "notifications": answer.get("notifications") or None,
+            "recorded_at": utc_now(),
         }
+
+    def release(self, why: str) -> SandboxInstance | None:
+        """Give up the bound instance (the caller ends it), keeping the journal to rebuild from.
+
+        Returns:
+            The instance, or None when none was bound.
+        """
+        instance, self.instance, self.session = self.instance, None, None
+        if instance is not None:
+            self.released = why
+        return instance
 
     async def unbind(self) -> None:
         """Close the bound instance (its state is deleted) and forget it; idempotent."""

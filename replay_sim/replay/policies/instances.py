@@ -6,9 +6,10 @@ them here and never imports it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
-__all__ = ["SandboxInstance", "SandboxPool"]
+__all__ = ["Reclaim", "SandboxInstance", "SandboxPool"]
 
 
 class SandboxInstance(Protocol):
@@ -44,6 +45,11 @@ class SandboxInstance(Protocol):
         ...
 
 
+Reclaim = Callable[[str | None], Any]
+"""``reclaim(server)``: an idle instance (a :class:`SandboxInstance`) its owner gives back to make room
+— of ``server``, or of any server when None — or None when every instance is busy answering."""
+
+
 class SandboxPool(Protocol):
     """Where instances come from: started (or warm) at the initial state, capped in number."""
 
@@ -51,8 +57,13 @@ class SandboxPool(Protocol):
         """The recorded server names declared sandboxes."""
         ...
 
-    async def acquire(self, server: str, *, timeout: float) -> SandboxInstance:
+    async def acquire(
+        self, server: str, *, timeout: float, reclaim: Reclaim | None = None
+    ) -> SandboxInstance:
         """A fresh instance at the initial state, owned by the caller until ``close()``.
+
+        At the cap the pool asks ``reclaim`` for an idle instance to end instead of waiting; a
+        caller waits only while every instance is busy answering.
 
         Raises:
             SandboxUnavailable: None could be had within ``timeout`` (the message says why).
@@ -64,6 +75,10 @@ class SandboxPool(Protocol):
 
         Every session an instance records is marked with it (``replay-sim forget --fingerprint``).
         """
+        ...
+
+    def wake(self) -> None:
+        """An owner's instance turned idle: callers waiting for a place look again (and may reclaim it)."""
         ...
 
     def stats(self) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from replay_sim.replay.core.misses import Miss
+from replay_sim.replay.options import DEFAULT_SANDBOX_CALL_LIMIT, DEFAULT_SANDBOX_IDLE
 from replay_sim.replay.policies.instances import SandboxPool
 from replay_sim.resolve.lineage import StateLookup
 from replay_sim.resolve.resolution import Resolution, Tier
@@ -56,8 +57,17 @@ class MissSettings:
     pool, built from the recorder config by the caller)."""
     sandbox_timeout: float = 30.0
     """Seconds an episode may wait for a sandbox instance before its call is a miss saying so."""
-    sandbox_idle: float | None = 600.0
-    """Seconds after which the instance of an episode that made no call is closed (None: never)."""
+    sandbox_idle: float | None = DEFAULT_SANDBOX_IDLE
+    """Seconds after which the instance of an episode that made no call is given back (None: never);
+    the episode's next call rebuilds it."""
+    sandbox_call_limit: float | None = DEFAULT_SANDBOX_CALL_LIMIT
+    """Seconds one call to a sandbox instance may take at most, progress notifications or not (None:
+    no limit but the server's own timeout, which progress extends)."""
+    sandbox_shared: int = 2
+    """Initial-state instances per server shared by requests with no history."""
+    stored: Callable[[], None] | None = None
+    """Called from a worker thread after a policy wrote to the store: the resolver reads what was
+    appended then, off the answer path (the replay fills it in)."""
     lookup: StateLookup | None = None
     """The resolver's view of the recordings' states (the replay fills it in): what ``sandbox`` re-plays."""
 

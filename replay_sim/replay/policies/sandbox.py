@@ -13,21 +13,26 @@ cache only when a recording was made from exactly that state. Every answer is re
 read-only snapshot, they go to a side store next to the bundle (``<bundle>.sandbox.db``) and the
 episode's later calls are its instance's.
 
-The instance is closed when its episode ends (``DELETE``, idle expiry, the end of an MCP session for
-session-scoped histories: the history is freed, and with it the binding) or stays idle
-``sandbox_idle`` seconds. An instance that dies makes its episode **lost**
-(:class:`~replay_sim.errors.EpisodeLost`); no instance within ``sandbox_timeout`` is a miss saying
-why. The record side provides the pool (``replay_sim.record.instances``); the replay side declares
-only what it needs of it (:mod:`~replay_sim.replay.policies.instances`), and never imports it.
+An instance is a cache of its episode's state, not a lease (:mod:`~replay_sim.replay.policies.lifecycle`):
+it is given back when its MCP session ends (:meth:`SandboxPolicy.release`), after ``sandbox_idle``
+seconds without a call, or — at the pool's cap — when it is the least recently used idle one and
+another episode needs a place; the episode's next call rebuilds its state on a fresh instance
+(re-play of its journal) and goes on. A call waits for an instance only while every instance is
+busy answering (``sandbox_timeout`` at most, then a miss saying what to change). One call to an
+instance takes ``sandbox_call_limit`` seconds at most, progress or not; a call that exceeds it, or
+whose client left (its request cancelled), ends the instance, and the episode goes on without that
+call. Answers are recorded off the answer path (:mod:`~replay_sim.replay.policies.recording`).
+Requests with no history share a few initial-state instances (:mod:`~replay_sim.replay.policies.shared`).
+An instance that dies unasked makes its episode **lost** (:class:`~replay_sim.errors.EpisodeLost`):
+the call that killed it may be what the episode did. The record side provides the pool
+(``replay_sim.record.instances``); the replay side declares only what it needs of it
+(:mod:`~replay_sim.replay.policies.instances`), and never imports it.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
-import weakref
-from contextlib import AbstractAsyncContextManager, AsyncExitStack
-from pathlib import Path
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, nullcontext
 from typing import Any, Self
 
 import anyio
@@ -39,24 +44,16 @@ from replay_sim.replay.core.episodes import Episode, History
 from replay_sim.replay.core.misses import ErrorPolicy, Miss, MissPolicy
 from replay_sim.replay.policies.binding import Binding, Divergence, given_calls
 from replay_sim.replay.policies.canary import Canary
+from replay_sim.replay.policies.instances import SandboxInstance
+from replay_sim.replay.policies.lifecycle import Keeper, rebuild_calls
 from replay_sim.replay.policies.miss import MissSettings
+from replay_sim.replay.policies.recording import AnswerLog, sandbox_side_file
+from replay_sim.replay.policies.shared import Shared
 from replay_sim.resolve.lineage import DIVERGED, StateLookup, Trail
 from replay_sim.resolve.resolution import Resolution, Tier
 from replay_sim.store import Recording, Store
-from replay_sim.store.snapshot import STORE_FILE
 
-__all__ = ["SandboxPolicy", "sandbox_side_file"]
-
-
-def sandbox_side_file(store_path: str | Path) -> Path:
-    """Where a read-only store's sandbox answers are recorded: next to a snapshot bundle, or the file."""
-    path = Path(store_path)
-    if path.name == STORE_FILE:
-        return path.parent.with_name(f"{path.parent.name}.sandbox.db")
-    return path.with_name(f"{path.name}.sandbox.db")
-
-
-_REAP_EVERY = 5.0  # seconds between looks for idle instances (at most)
+__all__ = ["SandboxPolicy"]
 
 
 class SandboxPolicy:
@@ -89,84 +86,47 @@ class SandboxPolicy:
         self.store = settings.store
         self.timeout = settings.sandbox_timeout
         self.idle = settings.sandbox_idle
+        self.call_limit = settings.sandbox_call_limit
         self.fallback = fallback or ErrorPolicy()
         self.canary = Canary(self.lookup)
         self._side: Store | None = None
         self._sources: dict[str, tuple[str, dict[str, Any]] | None] = {}
-        self._bindings: dict[int, Binding] = {}  # id(trail) -> its binding, while the trail lives
         self._tg: anyio.abc.TaskGroup | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._closing: asyncio.Queue[Binding] | None = None  # bindings of ended trails, to unbind
         self._stack = AsyncExitStack()
         self.counts: dict[str, int] = {"instances": 0, "replayed": 0, "answers": 0, "lost": 0}
-        """Instances bound, calls re-played, calls answered, episodes lost — since the start."""
+        """Instances bound, calls re-played, calls answered, episodes lost — since the start; and
+        ``rebuilt`` (instances bound again after one was given back), ``released`` (given back idle or
+        at a session's end), ``reclaimed`` (given back to make room), ``cut`` (calls ended at the
+        call limit or when their client left)."""
+        # A read-only store's answers go to the side store, which the resolver does not read.
+        self.log = AnswerLog(
+            lambda: self.recordings, written=None if self.store.readonly else settings.stored
+        )
+        self.shared = Shared(
+            self.pool, self.log, self._end, settings.sandbox_shared, source=self._source, canary=self.canary
+        )
+        self.keeper = Keeper(self.shared, self.idle, self.counts, source=self._source)
 
     # -- lifetime ---------------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
-        self._loop = asyncio.get_running_loop()
         if isinstance(self.pool, AbstractAsyncContextManager):  # its instances live in its task group
             await self._stack.enter_async_context(self.pool)
+        await self._stack.enter_async_context(self.log)  # flushed when serving ends (SIGTERM, SIGHUP too)
         self._tg = await self._stack.enter_async_context(anyio.create_task_group())
-        self._closing = asyncio.Queue()
-        self._tg.start_soon(self._reap)
-        self._tg.start_soon(self._unbind_ended, self._closing)
+        self._tg.start_soon(self.keeper.run, self._tg)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         assert self._tg is not None
         self._tg.cancel_scope.cancel()  # the reaper
-        self._tg = self._loop = None
-        bindings, self._bindings = list(self._bindings.values()), {}
-        if self._closing is not None:  # ended trails whose instances were not closed yet
-            while not self._closing.empty():
-                bindings.append(self._closing.get_nowait())
-            self._closing = None
+        self._tg = None
+        await self.keeper.close()
         with anyio.CancelScope(shield=True):
-            for binding in bindings:
-                await binding.unbind()
             await self.pool.aclose()
         await self._stack.aclose()  # the pool's own task group: exited where it was entered
         if self._side is not None:
             self._side.close()
-
-    async def _reap(self) -> None:
-        """Close the instances of episodes idle ``sandbox_idle`` seconds (they are lost after)."""
-        if self.idle is None:
-            return
-        while True:
-            await anyio.sleep(min(_REAP_EVERY, self.idle / 4))
-            now = time.monotonic()
-            for binding in list(self._bindings.values()):
-                if (
-                    binding.instance is not None
-                    and not binding.lock.locked()
-                    and now - binding.used >= self.idle
-                ):
-                    binding.lost = (
-                        f"its sandbox instance of {binding.server!r} was closed after {self.idle:g} s idle "
-                        "(--episode-idle-timeout)"
-                    )
-                    await binding.unbind()
-
-    async def _unbind_ended(self, closing: asyncio.Queue[Binding]) -> None:
-        """Close the instances of ended trails, as :meth:`_ended` hands them over."""
-        while True:
-            binding = await closing.get()
-            await binding.unbind()
-
-    def _ended(self, key: int) -> None:
-        """A trail was freed (its episode ended or expired, its MCP session closed): close its instance."""
-        binding = self._bindings.pop(key, None)
-        if binding is None or binding.instance is None:
-            return
-        loop, closing = self._loop, self._closing
-        if loop is None or closing is None or loop.is_closed():
-            return
-        try:  # a bare callback, in no task: it may only hand the binding over (anyio needs a task)
-            loop.call_soon_threadsafe(closing.put_nowait, binding)
-        except RuntimeError:  # the loop closed meanwhile: __aexit__ closed the pool and its instances
-            return
 
     def _source(self, server: str) -> tuple[str, dict[str, Any]] | None:
         """The fingerprint each session the server's instances record is marked with (if the pool says)."""
@@ -175,12 +135,9 @@ class SandboxPolicy:
             self._sources[server] = None if fingerprint is None else fingerprint(server)
         return self._sources[server]
 
-    def _binding(self, trail: Trail, server: str) -> Binding:
-        found = self._bindings.get(id(trail))
-        if found is None:
-            found = self._bindings[id(trail)] = Binding(server, source=self._source(server))
-            weakref.finalize(trail, self._ended, id(trail))
-        return found
+    def release(self, owner: History) -> int:
+        """Give back the idle instances of a history whose MCP session ended (:meth:`Keeper.release`)."""
+        return self.keeper.release(owner)
 
     # -- answering ----------------------------------------------------------------------------
 
@@ -195,7 +152,7 @@ class SandboxPolicy:
         instance's state must stay the episode's: a tool only *learned* effect-free is asked too),
         or when the episode is lost there (it gets the error).
         """
-        binding = self._bindings.get(id(trail))
+        binding = self.keeper.bindings.get(id(trail))
         if binding is None or binding.server != server:
             return False
         if binding.lost is not None:
@@ -207,10 +164,10 @@ class SandboxPolicy:
         )
 
     async def answer(self, miss: Miss) -> Resolution:
-        """Answer from the episode's instance (taking and re-playing one first), and record the answer.
+        """Answer from the episode's instance (taking, or rebuilding, one first), and record the answer.
 
         Raises:
-            EpisodeLost: The episode's instance died (or was closed idle): its state is gone.
+            EpisodeLost: The episode's instance died: its state is gone.
         """
         if miss.server not in self.servers:
             return await self.fallback.answer(miss)
@@ -218,40 +175,51 @@ class SandboxPolicy:
             return self._missed(miss, self.canary.refused[miss.server])
         if miss.trail is None:
             return await self._once(miss)
-        binding = self._binding(miss.trail, miss.server)
-        async with binding.lock:
-            binding.used = time.monotonic()
-            if binding.lost is not None:
-                raise EpisodeLost(
-                    f"{_whose(miss.owner)} is lost: {binding.lost}; restart it under a new episode id"
-                )
-            if binding.refused is not None:
-                return self._missed(miss, binding.refused)
-            replayed = 0
-            if binding.instance is None:
-                if miss.trail.diverged:  # a state no recording shows: nothing to re-play it from
-                    return miss.resolution
-                bound = await self._bind(binding, miss)
-                if isinstance(bound, Resolution):
-                    return bound
-                replayed = bound
-            return await self._ask(binding, miss, replayed)
+        binding = self.keeper.binding(miss.trail, miss.server)
+        try:
+            async with binding.lock:
+                binding.used = time.monotonic()
+                if binding.lost is not None:
+                    raise EpisodeLost(
+                        f"{_whose(miss.owner)} is lost: {binding.lost}; restart it under a new episode id"
+                    )
+                if binding.refused is not None:
+                    return self._missed(miss, binding.refused)
+                replayed = 0
+                if binding.instance is None:
+                    if miss.trail.diverged and not binding.journal:  # a state no recording shows
+                        return miss.resolution
+                    bound = await self._bind(binding, miss)
+                    if isinstance(bound, Resolution):
+                        return bound
+                    replayed = bound
+                resolution = await self._ask(binding, miss, replayed)
+                self.keeper.used(binding)
+                return resolution
+        finally:
+            self.pool.wake()  # its instance is idle now: a caller waiting for a place may reclaim it
 
     async def _bind(self, binding: Binding, miss: Miss) -> Resolution | int:
         """Take an instance and re-play the episode's state on it; the calls re-played, or the miss."""
         assert miss.trail is not None
-        given = given_calls(self.lookup, miss.trail)
+        rebuilding = binding.instances > 0
+        if binding.journal:
+            await self.log.flush()  # the calls the cache answered since may be its own answers
+            given = rebuild_calls(self.lookup, miss.trail, binding.journal)
+        else:
+            given = given_calls(self.lookup, miss.trail)
         if isinstance(given, str):
             return self._missed(miss, f"the episode's state cannot be re-played on a sandbox: {given}")
         try:
-            instance = await self.pool.acquire(miss.server, timeout=self.timeout)
+            instance = await self.pool.acquire(miss.server, timeout=self.timeout, reclaim=self.keeper.reclaim)
         except SandboxUnavailable as exc:
-            return self._missed(miss, f"no sandbox instance of {miss.server!r} could be had: {exc}")
+            why = f"no sandbox instance of {miss.server!r} could be had: {exc}"
+            return self._missed(miss, why, unmade=True)
         try:
             refused = await self.canary.check(miss.server, instance)
             if refused is not None:
                 raise Divergence(refused)
-            await binding.replay(instance, given, self.recordings)
+            await binding.replay(instance, given, self.log)
         except Divergence as exc:
             binding.refused = str(exc)
             with anyio.CancelScope(shield=True):
@@ -267,7 +235,12 @@ class SandboxPolicy:
             return self._missed(
                 miss, f"re-playing the episode on sandbox instance {instance.id} failed: {exc}"
             )
-        self._count(miss.owner, instances=1, replayed=len(given))
+        except BaseException:  # cancelled (its client left): the instance's state is unknown
+            with anyio.CancelScope(shield=True):
+                await instance.close()
+            raise
+        self.keeper.used(binding)
+        self._count(miss.owner, instances=1, replayed=len(given), rebuilt=int(rebuilding))
         return len(given)
 
     async def _ask(self, binding: Binding, miss: Miss, replayed: int) -> Resolution:
@@ -276,42 +249,73 @@ class SandboxPolicy:
         try:
             if not instance.alive:
                 raise InstanceLost(f"sandbox instance {instance.id} of {miss.server!r} has exited")
-            recording = await binding.ask(miss.method, miss.params, self.recordings)
+            with anyio.fail_after(self.call_limit) if self.call_limit is not None else nullcontext():
+                recording = await binding.ask(miss.method, miss.params, self.recordings, self.log)
         except InstanceLost as exc:
             binding.lost = f"its sandbox instance {instance.id} died ({exc})"
             self._count(miss.owner, lost=1)
+            self.keeper.holders.forget(binding)
             await binding.unbind()
             raise EpisodeLost(
                 f"{_whose(miss.owner)} is lost: {binding.lost}, and the state it held with it; "
                 "restart it under a new episode id"
             ) from exc
+        except TimeoutError:  # the call limit: what it did to the instance's state is unknown
+            self._cut(binding)
+            return self._missed(
+                miss,
+                f"sandbox instance {instance.id} did not answer within {self.call_limit:g}s "
+                "(--sandbox-call-limit; progress notifications do not extend it): the instance was "
+                "ended and the episode goes on without this call",
+                unmade=True,
+            )
         except ReplaySimError as exc:  # a timeout: what state the instance is in now is unknown
-            await binding.unbind()
-            return self._missed(miss, f"sandbox instance {instance.id} failed: {exc}")
+            self._cut(binding)
+            return self._missed(
+                miss, f"sandbox instance {instance.id} failed: {exc}; the episode goes on without this call",
+                unmade=True,
+            )  # fmt: skip
+        except BaseException:  # cancelled: its client left (or its session ended) mid-call
+            self._cut(binding)
+            raise
+        if self.lookup.changed_by(recording):
+            binding.journal.append(recording)
         self._count(miss.owner, answers=1)
         return self._answered(miss, recording, instance.id, replayed)
 
+    def _cut(self, binding: Binding) -> None:
+        """End the instance of a call that did not finish (its state is unknown); the episode rebuilds it."""
+        self.keeper.give_back(binding, "a call to it did not finish", counted="cut")
+
+    def _end(self, instance: SandboxInstance) -> None:
+        self.keeper.end(instance)
+
     async def _once(self, miss: Miss) -> Resolution:
-        """A request with no history (answered from the initial state): a fresh instance, then closed."""
+        """A request with no history (answered from the initial state): one of the shared instances."""
         try:
-            instance = await self.pool.acquire(miss.server, timeout=self.timeout)
+            binding = await self.shared.take(miss.server, self.timeout, self.keeper.reclaim)
         except SandboxUnavailable as exc:
-            return self._missed(miss, f"no sandbox instance of {miss.server!r} could be had: {exc}")
-        binding = Binding(miss.server, source=self._source(miss.server))
+            why = f"no sandbox instance of {miss.server!r} could be had: {exc}"
+            return self._missed(miss, why, unmade=True)
+        assert binding.instance is not None
+        instance, changed = binding.instance.id, True
         try:
-            refused = await self.canary.check(miss.server, instance)
-            if refused is not None:
-                with anyio.CancelScope(shield=True):
-                    await instance.close()
-                return self._missed(miss, refused)
-            await binding.replay(instance, [], self.recordings)
-            recording = await binding.ask(miss.method, miss.params, self.recordings)
+            with anyio.fail_after(self.call_limit) if self.call_limit is not None else nullcontext():
+                recording = await binding.ask(miss.method, miss.params, self.recordings, self.log)
+            changed = self.lookup.changed_by(recording)
+        except TimeoutError:
+            return self._missed(
+                miss,
+                f"sandbox instance {instance} did not answer within {self.call_limit:g}s "
+                "(--sandbox-call-limit)",
+            )
         except ReplaySimError as exc:
-            return self._missed(miss, f"sandbox instance {instance.id} failed: {exc}")
+            return self._missed(miss, f"sandbox instance {instance} failed: {exc}")
         finally:
-            await binding.unbind()
-        self._count(None, instances=1, answers=1)
-        return self._answered(miss, recording, instance.id, 0)
+            self.shared.give_back(binding, changed=changed)
+            self.pool.wake()
+        self._count(None, answers=1)
+        return self._answered(miss, recording, instance, 0)
 
     # -- what is recorded and served --------------------------------------------------------------
 
@@ -341,8 +345,12 @@ class SandboxPolicy:
             sandbox={"instance": instance, "latency_ms": recording.latency_ms, "replayed": replayed},
         )
 
-    def _missed(self, miss: Miss, why: str) -> Resolution:
-        """The miss to serve instead: the resolver's (its state-changing step marked), saying why."""
+    def _missed(self, miss: Miss, why: str, *, unmade: bool = False) -> Resolution:
+        """The miss to serve instead: the resolver's (its state-changing step marked), saying why.
+
+        ``unmade``: the call reached no instance the episode keeps (none could be had, or the one
+        that took it was ended), so it changed nothing of the episode's state: no step is taken.
+        """
         resolution = miss.resolution
         step = resolution.step or resolution.key
         if resolution.hit:  # a call claimed from the cache: it was not made, so what state follows is unknown
@@ -353,8 +361,18 @@ class SandboxPolicy:
             else:
                 step = resolution.key
         reason = f"{resolution.reason}; {why}".lstrip("; ") if not resolution.hit else why
+        if unmade:
+            step = ""
         return Resolution(
-            Tier.MISS, 0.0, None, resolution.candidates, reason, resolution.key, resolution.problem, step
+            Tier.MISS,
+            0.0,
+            None,
+            resolution.candidates,
+            reason,
+            resolution.key,
+            resolution.problem,
+            step,
+            sandbox={"answered": False},  # the real server was to answer: its miss says why, not "go live"
         )
 
     def _count(self, owner: History | None, **counts: int) -> None:
@@ -364,9 +382,11 @@ class SandboxPolicy:
             owner.count_sandbox(**counts)
 
     def stats(self) -> dict[str, Any]:
-        """What the policy did (instances, re-played calls, answers, lost episodes) and the pool's figures."""
+        """What the policy did (instances, re-played calls, answers, lost episodes…), its log and pool."""
+        log = {"waiting": self.log.waiting, "written": self.log.written, "batches": self.log.batches,
+               "failure": self.log.failure}  # fmt: skip
         return {**self.counts, "canaries": self.canary.asked, "refused": sorted(self.canary.refused),
-                "bound": sum(b.instance is not None for b in self._bindings.values()),
+                "bound": len(self.keeper.holders), "shared": self.shared.counts(), "log": log,
                 "pool": self.pool.stats()}  # fmt: skip
 
 

@@ -57,7 +57,7 @@ async def test_the_cap_of_live_instances_refuses_within_the_timeout_and_says_wha
             held = await pool.acquire("memory", timeout=30)
             with pytest.raises(SandboxUnavailable) as caught:
                 await pool.acquire("memory", timeout=0.2)
-            assert "all 1 sandbox instances are live (max_instances)" in str(caught.value)
+            assert "all 1 sandbox instances (max_instances) were busy answering" in str(caught.value)
             assert "--max-sandboxes" in str(caught.value)
             await held.close()
             assert (await pool.acquire("memory", timeout=30)).alive
@@ -74,6 +74,31 @@ async def test_at_the_cap_a_warm_instance_of_another_server_is_ended_to_make_roo
             assert (
                 stats["first"]["ended"] == 1 and stats["first"]["live"] == 0 and stats["second"]["live"] == 1
             )
+
+
+async def test_at_the_cap_an_idle_instance_its_owner_gives_back_is_ended_instead_of_waiting(
+    tmp_path: Path,
+) -> None:
+    with anyio.fail_after(60):
+        async with InstancePool(sandboxes(memory=memory(tmp_path)), pool=0, max_instances=1) as pool:
+            held = await pool.acquire("memory", timeout=30)
+            asked: list[str | None] = []
+
+            def busy(server: str | None) -> Instance | None:
+                asked.append(server)
+                return None  # every instance is busy answering: the caller waits, then is told so
+
+            with pytest.raises(SandboxUnavailable, match="busy answering"):
+                await pool.acquire("memory", timeout=0.2, reclaim=busy)
+            assert asked == [None]
+
+            def idle(server: str | None) -> Instance | None:
+                return held  # its owner gives it back
+
+            second = await pool.acquire("memory", timeout=0.5, reclaim=idle)  # no waiting for a close
+            assert second.alive and not held.alive
+            stats = pool.stats()["memory"]
+            assert stats["reclaimed"] == 1 and stats["live"] == 1
 
 
 async def test_an_instance_left_without_calls_past_the_idle_timeout_is_ended_and_its_place_freed(

@@ -1,0 +1,286 @@
+"""Sandboxes at RL scale: replay-sim against the real server started per episode, in one run.
+
+The real ``@modelcontextprotocol/server-memory`` is what a trainer would otherwise start for each
+episode. Each episode creates an entity nobody recorded, adds an observation, opens it and reads
+the graph (four calls); ``CONCURRENCY`` episodes run at a time. Measured side by side:
+
+1. **direct**: one real server process per episode over stdio (a fresh graph each) — the baseline,
+   and the truth every replay-sim answer is checked against (the same episode's direct answers);
+2. **pass 1**: ``replay-sim serve --miss sandbox`` (its own process, as a trainer runs it) with
+   every option at its default, on episode URLs (each episode created by ``POST /api/episodes``
+   and ended by ``DELETE``): every call is a sandbox answer, recorded;
+3. **pass 2**: the same episodes again (new episode ids): every call from the cache.
+
+Then **waves** of episodes whose clients only close their MCP sessions (handshake-era sessions on
+episode URLs, never ``DELETE /api/episodes``), with every ``serve`` option at its default:
+misses, wrong answers, the slowest call. And the answer path: a warm sandbox answer's round trip
+against the instance's own latency (what the answer's ``_meta`` reports) and a cache hit's round
+trip, medians over one run.
+
+Run with ``python -m bench sandbox_scale`` (or ``python -m bench.sandbox_scale [EPISODES ...]``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+from bench._peers import free_port
+from replay_sim import MATCH_META_KEY
+
+ROOT = Path(__file__).resolve().parent.parent
+MEMORY = ROOT / "fixtures" / "node_modules" / ".bin" / "mcp-server-memory"
+REPLAY_SIM = str(Path(sys.executable).parent / "replay-sim")
+SIZES = (64,)
+CONCURRENCY = 16
+WAVES, WAVE_SIZE, WAVE_CONCURRENCY = 3, 40, 20
+WARM_CALLS = 40
+
+
+def entity(run: str, episode: int) -> str:
+    """The entity an episode writes (unique per run and episode, always 11 characters)."""
+    return f"{run}-e{episode:05d}"
+
+
+def calls(name: str) -> list[tuple[str, dict[str, Any]]]:
+    """One episode's calls: a write nobody recorded, another, and two reads of what it wrote."""
+    return [
+        ("create_entities", {"entities": [{"name": name, "entityType": "probe",
+                                           "observations": [f"written by {name}"]}]}),
+        ("add_observations", {"observations": [{"entityName": name, "contents": [f"then {name}"]}]}),
+        ("open_nodes", {"names": [name]}),
+        ("read_graph", {}),
+    ]  # fmt: skip
+
+
+def answer(result: Any) -> str:
+    """What is compared: content, structured content and ``isError``, as canonical JSON."""
+    dumped = result.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return json.dumps({k: dumped.get(k) for k in ("content", "structuredContent", "isError")}, sort_keys=True)
+
+
+def status(result: Any) -> str:
+    return str((result.meta or {}).get(MATCH_META_KEY, {}).get("status"))
+
+
+async def limited(count: int, concurrency: int, run: Any) -> float:
+    """Run ``run(i)`` for ``i < count``, ``concurrency`` at a time; the wall time in seconds."""
+    limit = anyio.Semaphore(concurrency)
+
+    async def one(i: int) -> None:
+        async with limit:
+            await run(i)
+
+    started = time.perf_counter()
+    async with anyio.create_task_group() as tg:
+        for i in range(count):
+            tg.start_soon(one, i)
+    return time.perf_counter() - started
+
+
+async def direct(size: int, run: str, tmp: Path) -> tuple[float, dict[int, list[str]]]:
+    """Each episode on its own real server process over stdio: the wall time and every answer."""
+    truth: dict[int, list[str]] = {}
+
+    async def episode(i: int) -> None:
+        state = tmp / f"direct-{run}-{i}"
+        state.mkdir(parents=True)
+        env = {**os.environ, "MEMORY_FILE_PATH": str(state / "memory.jsonl")}
+        async with Client(StdioServerParameters(command=str(MEMORY), env=env), mode="legacy") as client:
+            truth[i] = [answer(await client.call_tool(t, a)) for t, a in calls(entity(run, i))]
+
+    return await limited(size, CONCURRENCY, episode), truth
+
+
+class Served:
+    """A ``replay-sim serve`` process (every option at its default but the address) and its URL."""
+
+    def __init__(self, url: str, http: httpx2.AsyncClient) -> None:
+        self.url = url
+        self.http = http
+
+    @contextlib.asynccontextmanager
+    async def episode(self) -> AsyncIterator[str]:
+        """A new episode's MCP URL on server-memory, ended (``DELETE``) at the end."""
+        created = (await self.http.post(f"{self.url}/api/episodes", json={})).json()
+        try:
+            yield f"{self.url}/episodes/{created['id']}/mcp/memory"
+        finally:
+            await self.http.delete(f"{self.url}/api/episodes/{created['id']}")
+
+    async def stats(self) -> dict[str, Any]:
+        return dict((await self.http.get(f"{self.url}/api/stats")).json()["sandbox"])
+
+
+@contextlib.asynccontextmanager
+async def served(db: Path, config: Path, tmp: Path) -> AsyncIterator[Served]:
+    """``replay-sim serve --miss sandbox`` in its own process, until the block ends (SIGTERM)."""
+    port = free_port()
+    command = [REPLAY_SIM, "serve", "--db", str(db), "--miss", "sandbox", "--config", str(config),
+               "--port", str(port), "--index-dir", str(tmp / "index")]  # fmt: skip
+    log = (tmp / f"serve-{port}.log").open("w")
+    process = subprocess.Popen(command, stdout=log, stderr=log, env=dict(os.environ))
+    url = f"http://127.0.0.1:{port}"
+    try:
+        async with httpx2.AsyncClient(timeout=120) as http:
+            with anyio.fail_after(300):
+                while True:
+                    with contextlib.suppress(httpx2.HTTPError):
+                        if (await http.get(f"{url}/api/ready")).status_code == 200:
+                            break
+                    await anyio.sleep(0.2)
+            yield Served(url, http)
+    finally:
+        process.terminate()
+        await anyio.to_thread.run_sync(process.wait)
+        log.close()
+
+
+async def replayed(
+    sim: Served, size: int, run: str, truth: dict[int, list[str]], tally: Counter[str], slowest: list[float]
+) -> float:
+    """Each episode on an episode URL of the replay (created, then ended): the wall time."""
+
+    async def episode(i: int) -> None:
+        async with sim.episode() as url, Client(url) as client:
+            for (tool, arguments), want in zip(calls(entity(run, i)), truth[i], strict=True):
+                started = time.perf_counter()
+                result = await client.call_tool(tool, arguments)
+                slowest.append(time.perf_counter() - started)
+                tally[status(result)] += 1
+                tally["wrong"] += answer(result) != want and status(result) != "miss"
+
+    return await limited(size, CONCURRENCY, episode)
+
+
+async def waves(sim: Served, template: list[str]) -> dict[str, Any]:
+    """Episodes whose clients only close their MCP sessions: misses, wrong answers, slowest call."""
+    tally: Counter[str] = Counter()
+    slowest: list[float] = []
+    for wave in range(WAVES):
+
+        async def episode(i: int, wave: int = wave) -> None:
+            name = entity(f"w{wave:04d}", i)
+            url = f"{sim.url}/episodes/wave{wave}-{i}/mcp/memory"  # never ended: only its session closes
+            async with Client(url, mode="legacy") as client:
+                for (tool, arguments), want in zip(calls(name), template, strict=True):
+                    started = time.perf_counter()
+                    result = await client.call_tool(tool, arguments)
+                    slowest.append(time.perf_counter() - started)
+                    tally[status(result)] += 1
+                    expected = want.replace(entity("tmpl", 0), name)
+                    tally["wrong"] += answer(result) != expected and status(result) != "miss"
+
+        await limited(WAVE_SIZE, WAVE_CONCURRENCY, episode)
+    return {"tally": dict(tally), "slowest_s": max(slowest), "calls": len(slowest)}
+
+
+async def answer_path(sim: Served) -> dict[str, float]:
+    """Medians: a warm sandbox answer's round trip, the instance's own latency, a cache hit's round trip."""
+    warm: list[float] = []
+    own: list[float] = []
+    hits: list[float] = []
+    async with sim.episode() as url, Client(url) as client:
+        await client.call_tool(*calls(entity("path", 0))[0])  # binds (and re-plays nothing)
+        for n in range(WARM_CALLS):
+            started = time.perf_counter()
+            result = await client.call_tool("open_nodes", {"names": [f"absent-{n}"]})
+            warm.append((time.perf_counter() - started) * 1000)
+            assert status(result) == "sandbox", status(result)
+            own.append(float((result.meta or {})[MATCH_META_KEY]["sandbox"]["latency_ms"]))
+    await anyio.sleep(0.2)  # the answers are recorded off the answer path: a batch every 50 ms
+    async with sim.episode() as url, Client(url) as client:
+        await client.call_tool(*calls(entity("path", 0))[0])
+        for n in range(WARM_CALLS):
+            started = time.perf_counter()
+            result = await client.call_tool("open_nodes", {"names": [f"absent-{n}"]})
+            hits.append((time.perf_counter() - started) * 1000)
+            assert status(result) == "exact", status(result)
+    return {"warm_ms": statistics.median(warm), "own_ms": statistics.median(own),
+            "hit_ms": statistics.median(hits)}  # fmt: skip
+
+
+async def _record(db: Path, state: Path) -> None:
+    """One recorded session through the real recorder CLI: ``read_graph`` on the empty graph."""
+    params = StdioServerParameters(
+        command=REPLAY_SIM,
+        args=["record", "--db", str(db), "--name", "memory",
+              f"--env=MEMORY_FILE_PATH={state / 'memory.jsonl'}", "--", str(MEMORY)],
+        env=dict(os.environ),
+    )  # fmt: skip
+    async with Client(params, mode="legacy") as client:
+        await client.call_tool("read_graph", {})
+
+
+def _config(path: Path, pristine: Path) -> Path:
+    pristine.mkdir()
+    path.write_text(
+        f'[servers.memory]\ncommand = "{MEMORY}"\nenv = {{ MEMORY_FILE_PATH = "{{state}}/memory.jsonl" }}\n'
+        f'sandbox = true\nstate = "{pristine}"\n'
+    )
+    return path
+
+
+async def run(sizes: tuple[int, ...], tmp: Path) -> None:
+    db = tmp / "replay.db"
+    await _record(db, tmp / "record-state")
+    config = _config(tmp / "record.toml", tmp / "pristine")
+    _, template = await direct(1, "tmpl", tmp)
+    for size in sizes:
+        run_id = f"r{size:04d}"
+        direct_s, truth = await direct(size, run_id, tmp)
+        async with served(db, config, tmp) as sim:  # every option at its default
+            passes = []
+            for _ in range(2):
+                tally: Counter[str] = Counter()
+                slowest: list[float] = []
+                wall = await replayed(sim, size, run_id, truth, tally, slowest)
+                passes.append((wall, dict(tally), max(slowest)))
+            stats = await sim.stats()
+        print(f"{size} episodes x 4 calls, {CONCURRENCY} at a time:")
+        print(f"  the real server, one process per episode (stdio): {direct_s:.1f} s (1x)")
+        for label, (wall, tally, slow) in zip(("pass 1", "pass 2"), passes, strict=True):
+            print(f"  replay-sim {label}: {wall:.1f} s ({wall / direct_s:.2f}x); answers {tally}; "
+                  f"slowest call {slow:.2f} s")  # fmt: skip
+        pool_stats = stats["pool"]["memory"]
+        print(f"  instances started {pool_stats['started']}, reclaimed {stats.get('reclaimed', 0)}, "
+              f"released {stats.get('released', 0)}, rebuilt {stats.get('rebuilt', 0)}",
+              flush=True)  # fmt: skip
+    async with served(db, config, tmp) as sim:
+        figures = await waves(sim, template[0])
+        path = await answer_path(sim)
+    print(f"waves: {WAVES} x {WAVE_SIZE} episodes ({WAVE_CONCURRENCY} at a time) only closing their MCP "
+          f"sessions, defaults: {figures['calls']} calls, answers {figures['tally']}, "
+          f"slowest call {figures['slowest_s']:.2f} s")  # fmt: skip
+    print(f"answer path (medians of {WARM_CALLS}): warm sandbox answer {path['warm_ms']:.2f} ms round trip, "
+          f"the instance's own latency {path['own_ms']:.2f} ms, a cache hit {path['hit_ms']:.2f} ms "
+          f"round trip; sandbox - hit - own = "
+          f"{path['warm_ms'] - path['hit_ms'] - path['own_ms']:.2f} ms")  # fmt: skip
+
+
+def main() -> None:
+    """Print the table, the waves and the answer path."""
+    sizes = tuple(int(a) for a in sys.argv[1:] if a.isdigit()) or SIZES
+    print(f"load before: {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} cores", flush=True)
+    with tempfile.TemporaryDirectory() as folder:
+        anyio.run(run, sizes, Path(folder))
+    print(f"load after: {os.getloadavg()[0]:.2f} (1 min)")
+
+
+if __name__ == "__main__":
+    main()
