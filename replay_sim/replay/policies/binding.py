@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import anyio
 import anyio.to_thread
 
 from replay_sim.canonical import answer_text, call_identity, canonical_json
+from replay_sim.replay.policies.divergence import answer_difference
 from replay_sim.replay.policies.instances import SandboxInstance
+from replay_sim.replay.policies.timing import began, following, stamp
 from replay_sim.resolve.lineage import DIVERGED, StateLookup, Trail
 from replay_sim.store import Origin, Recording, Store
 
@@ -85,6 +88,8 @@ class Binding:
         instances: Instances bound so far.
         replayed: Calls re-played so far.
         answered: Calls the instances answered so far (re-play aside).
+        clock: When its next new call is sent on the instance's pinned clock
+            (:mod:`~replay_sim.replay.policies.timing`); None: the instance's own start.
     """
 
     server: str
@@ -97,6 +102,7 @@ class Binding:
     instances: int = 0
     replayed: int = 0
     answered: int = 0
+    clock: datetime | None = None
 
     async def replay(self, instance: SandboxInstance, given: list[Recording], store: Store) -> None:
         """Bring a fresh instance to the episode's state, then bind it; its answers are recorded.
@@ -113,12 +119,15 @@ class Binding:
         """
         answers: list[dict[str, Any]] = []
         for recording in given:
-            answer = await instance.call(recording.method, recording.params)
+            answer = await instance.call(recording.method, recording.params, at=began(recording))
             if not same_answer(recording, answer):
+                where = answer_difference(
+                    (recording.result, recording.error), (answer.get("result"), answer.get("error"))
+                )
                 raise Divergence(
                     f"{self.server} is not deterministic for {_what(recording.method, recording.params)}: "
                     f"re-play answered differently than recording #{recording.id} the episode was given, so "
-                    f"instance {instance.id} cannot be brought to the episode's state"
+                    f"instance {instance.id} cannot be brought to the episode's state ({where})"
                 )
             answers.append(self._row(recording.method, answer, recording.params))
         session = f"sandbox-{instance.id}-{time.time_ns():x}"
@@ -134,6 +143,7 @@ class Binding:
         self.instance = instance
         self.instances += 1
         self.replayed += len(given)
+        self.clock = following(given[-1]) if given else None
 
     async def ask(self, method: str, params: dict[str, Any], store: Store) -> Recording:
         """Send a call to the bound instance and record its answer at the end of this binding's session.
@@ -143,11 +153,12 @@ class Binding:
             UpstreamError: The call timed out.
         """
         assert self.instance is not None and self.session is not None
-        answer = await self.instance.call(method, params)
+        answer = await self.instance.call(method, params, at=self.clock)
         row = {**self._row(method, answer, params), "session": self.session}
         recording_id = await anyio.to_thread.run_sync(lambda: store.record_call(**row))
         recording = store.recording(recording_id)
         assert recording is not None
+        self.clock = following(recording)
         self.answered += 1
         return recording
 
@@ -162,6 +173,7 @@ class Binding:
             "latency_ms": answer.get("latency_ms"),
             "origin": Origin.SANDBOX,
             "notifications": answer.get("notifications") or None,
+            "recorded_at": stamp(answer),  # on the instance's clock: re-played at that time again
         }
 
     async def unbind(self) -> None:
