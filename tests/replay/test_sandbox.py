@@ -189,7 +189,8 @@ async def test_a_server_answering_a_replayed_call_otherwise_is_a_miss_naming_the
             assert 'echo is not deterministic for env({"name":"HOME"}): re-play answered differently' in said
             # ... and the first field that differed, with the recorded and the re-played value.
             recorded = os.environ.get("HOME", "/root")
-            assert f'first difference at content[0].text: recorded "{recorded}", re-played "{tmp_path}' in said
+            first = f'first difference at content[0].text: recorded "{recorded}", re-played "{tmp_path}'
+            assert first in said
         await until(lambda: live_instances(sim, "echo") == 0)  # the instance that diverged is closed
     with Store(db) as store:
         assert all(r.origin != Origin.SANDBOX for r in store.recordings())  # none from another state

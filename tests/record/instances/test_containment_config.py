@@ -78,7 +78,7 @@ def test_the_clock_follows_its_file_uncached_and_never_from_the_faketime_variabl
 
 def test_a_process_reads_each_time_its_clock_file_was_set_to(tmp_path: Path) -> None:
     clock = ClockFile(tmp_path / "faketime", datetime(2020, 1, 1, tzinfo=UTC))
-    script = "import sys, time; print(int(time.time()), flush=True); sys.stdin.readline(); print(int(time.time()))"
+    script = "import sys, time; print(int(time.time()), flush=True); input(); print(int(time.time()))"
     env = {**os.environ, **clock_env(clock.path)}
     argv = [sys.executable, "-c", script]
     with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True) as child:
