@@ -36,6 +36,7 @@ class Call:
     result: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
     latency_ms: float = 0.0
+    answered_at: str | None = None  # when its answer came (a sandbox re-plays it at that less latency)
     round: Round | None = None  # a 2026-era client's call: its questions go out as input_required
 
     @property

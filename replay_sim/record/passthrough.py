@@ -49,7 +49,7 @@ from replay_sim.record.inflight import Call
 from replay_sim.record.proxy import unrecorded
 from replay_sim.record.session import Session, recorded_what, split_params, upstream_params
 from replay_sim.stdio_transport import Opening, Writer, request_of
-from replay_sim.store import Origin
+from replay_sim.store import Origin, utc_now
 from replay_sim.store.writer import PreparedCall
 
 __all__ = ["PassThrough"]
@@ -181,6 +181,7 @@ class PassThrough:
     def _take(self, sent: _Sent, answer: dict[str, Any] | None) -> None:
         """The server's answer to a call (None: its output ended first), as its output is read."""
         sent.call.latency_ms = (time.perf_counter() - sent.started) * 1000
+        sent.call.answered_at = utc_now()
         sent.answer = answer
         self._sent.pop(sent.request_id, None)
         sent.session.upstream.deadlines.pop(sent.request_id, None)

@@ -32,7 +32,7 @@ from replay_sim.record.relay import Relay
 from replay_sim.record.upstream import Upstream
 from replay_sim.redaction import Redactor
 from replay_sim.schema import tool_schemas
-from replay_sim.store import Origin, Store
+from replay_sim.store import Origin, Store, utc_now
 from replay_sim.store.writer import PreparedCall
 
 __all__ = ["Session", "SessionHost", "recorded_what", "split_params", "upstream_params"]
@@ -226,6 +226,7 @@ class Session:
         finally:
             del self.inflight[request_id]
         call.result, call.error, call.latency_ms = answer.result, answer.error, answer.latency_ms
+        call.answered_at = utc_now()
         return call
 
     async def _record(self, method: str, params: dict[str, Any], call: Call, origin: Origin) -> None:
@@ -254,6 +255,7 @@ class Session:
             "error": redact(call.error),
             "session": self.store_session,
             "latency_ms": round(call.latency_ms, 3),
+            "recorded_at": call.answered_at,  # when the answer came, not when it was committed
             "origin": origin,
             "notifications": redact(call.notifications),
             "prepared": prepared,

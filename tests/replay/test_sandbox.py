@@ -187,6 +187,11 @@ async def test_a_server_answering_a_replayed_call_otherwise_is_a_miss_naming_the
             assert missed.is_error and match(missed)["status"] == "miss"
             said = text(missed)
             assert 'echo is not deterministic for env({"name":"HOME"}): re-play answered differently' in said
+            # ... and the first field that differed, with the recorded and the re-played value (the
+            # config's env values are redacted from what an instance answers, as the recorder does).
+            recorded = os.environ.get("HOME", "/root")
+            first = f'first difference at content[0].text: recorded "{recorded}", re-played "[REDACTED]"'
+            assert first in said
         await until(lambda: live_instances(sim, "echo") == 0)  # the instance that diverged is closed
     with Store(db) as store:
         assert all(r.origin != Origin.SANDBOX for r in store.recordings())  # none from another state

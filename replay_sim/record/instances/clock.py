@@ -1,17 +1,23 @@
-"""A sandbox instance's pinned clock: libfaketime, started at the time its recordings were made.
+"""A sandbox instance's pinned clock: libfaketime, set before each call to that call's recorded time.
 
 A server that stamps time (a git commit's hash, file times, "created at") answers a re-played call
 as it was recorded only if its clock reads what it read then. An instance of a server whose config
 keeps ``clock = "recorded"`` (the default) runs with Debian's libfaketime preloaded (``LD_PRELOAD``)
-and a clock that reads ``clock_start`` when the instance starts and advances as real time does:
+and its clock read from a *timestamp file* in its workspace (:class:`ClockFile`):
 
-- ``FAKETIME`` is an offset from real time (``"+N"`` / ``"-N"`` seconds), fixed when the instance is
-  launched, so every process it starts (which inherits the environment) reads the same clock —
-  libfaketime's ``@start`` form would restart the clock in each child unless told not to;
-- ``FAKETIME_DONT_FAKE_MONOTONIC=1``: monotonic clocks stay real, so event loops and timeouts work;
-- ``FAKETIME_DONT_RESET=1`` for good measure, should a start form ever be used.
+- ``FAKETIME_TIMESTAMP_FILE`` names the file; it holds an offset from real time (``"+N.NNNNNN"`` /
+  ``"-N.NNNNNN"`` seconds). Before each call the instance rewrites it (:meth:`ClockFile.set`) so
+  its clock reads that call's time at that moment and advances as real time does during the call —
+  as the recorded call's clock did; every process the server starts inherits the environment and
+  reads the same file, so a ``git`` child stamps with the same clock;
+- ``FAKETIME_NO_CACHE=1``: the file is read at every clock read (libfaketime otherwise caches it for
+  10 s, and its finest cache duration, 1 s, is longer than the gap between two calls);
+- ``FAKETIME`` stays unset: it would take priority over the file;
+- ``FAKETIME_DONT_FAKE_MONOTONIC=1``: monotonic clocks stay real, so event loops and timeouts work.
 
-libfaketime does not reach statically linked programs (Go binaries): they read the host's clock.
+The file is replaced whole (written aside, then renamed), so a clock read never sees half a line;
+a confined instance sees its directory read-only (:mod:`.confine`). libfaketime does not reach
+statically linked programs (Go binaries): they read the host's clock.
 :func:`recordings_began` reads when a session's recordings (or a server's) began from a store.
 """
 
@@ -19,13 +25,16 @@ from __future__ import annotations
 
 import functools
 import glob
+import os
+import time
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from replay_sim.store import Store
 
-__all__ = ["FAKETIME_GLOB", "clock_env", "faketime_library", "recordings_began"]
+__all__ = ["FAKETIME_GLOB", "ClockFile", "clock_env", "faketime_library", "offset_line", "recordings_began"]
 
 FAKETIME_GLOB = "/usr/lib/*/faketime/libfaketime.so.1"
 """Where Debian's libfaketime package puts the library (``apt-get install libfaketime``)."""
@@ -38,12 +47,24 @@ def faketime_library() -> str | None:
     return found[0] if found else None
 
 
-def clock_env(start: datetime, *, now: datetime | None = None) -> dict[str, str]:
-    """Environment variables that make a process's clock read ``start`` now and advance in real time.
+def utc(when: datetime) -> datetime:
+    """``when`` with a time zone (a naive time is taken as UTC)."""
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
+def offset_line(at: datetime, *, now: float | None = None) -> str:
+    """The timestamp file's line that makes a clock read ``at`` at real time ``now`` (default: now).
 
     Args:
-        start: What the clock reads at launch (a naive time is taken as UTC).
-        now: The real time of the launch (default: now).
+        at: What the clock reads at ``now`` (a naive time is taken as UTC).
+        now: Real time, seconds since the epoch.
+    """
+    offset = utc(at).timestamp() - (time.time() if now is None else now)
+    return f"{offset:+.6f}\n"  # libfaketime reads a fractional offset in seconds (the C locale's '.')
+
+
+def clock_env(file: Path) -> dict[str, str]:
+    """Environment variables that make a process's clock follow the timestamp file ``file``.
 
     Raises:
         FileNotFoundError: libfaketime is not installed here.
@@ -51,14 +72,41 @@ def clock_env(start: datetime, *, now: datetime | None = None) -> dict[str, str]
     library = faketime_library()
     if library is None:
         raise FileNotFoundError(f"libfaketime not found ({FAKETIME_GLOB}): apt-get install libfaketime")
-    start = start if start.tzinfo is not None else start.replace(tzinfo=UTC)
-    offset = round((start - (now or datetime.now(UTC))).total_seconds())
     return {
         "LD_PRELOAD": library,
-        "FAKETIME": f"{offset:+d}",
+        "FAKETIME_TIMESTAMP_FILE": str(file),
+        "FAKETIME_NO_CACHE": "1",
         "FAKETIME_DONT_FAKE_MONOTONIC": "1",
         "FAKETIME_DONT_RESET": "1",
     }
+
+
+class ClockFile:
+    """One instance's timestamp file: what its clock reads, set before each call.
+
+    Args:
+        path: The file (its directory exists; only this replay writes in it).
+        start: What the clock reads once made, advancing in real time until the first :meth:`set`.
+    """
+
+    def __init__(self, path: Path, start: datetime) -> None:
+        self.path = path
+        self.offset = 0.0
+        """Seconds its clock is ahead of real time (behind, when negative)."""
+        self.set(start)
+
+    def now(self) -> datetime:
+        """What its clock reads now."""
+        return datetime.fromtimestamp(time.time() + self.offset, UTC)
+
+    def set(self, at: datetime) -> None:
+        """Make the clock read ``at`` now, and advance in real time from there (atomic replace)."""
+        line = offset_line(at)
+        self.offset = float(line)
+        aside = self.path.with_name(f".{self.path.name}.new")
+        aside.write_text(line)
+        os.chmod(aside, 0o644)
+        os.replace(aside, self.path)
 
 
 def recordings_began(
@@ -76,5 +124,4 @@ def recordings_began(
     first = store.recordings(server, session=session, limit=1)
     if not first:
         return None
-    when = datetime.fromisoformat(first[0].recorded_at)
-    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+    return utc(datetime.fromisoformat(first[0].recorded_at))

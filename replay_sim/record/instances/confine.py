@@ -106,6 +106,8 @@ while [ "$1" != -- ]; do
       mount --bind "$2" "$M$3"; shift 3 ;;
     own) mkdir -p "$M$2"; chown "$uid:$uid" "$M$2"; shift 2 ;;
     reach) chmod o+x "$M$2"; shift 2 ;;
+    clock)
+      mkdir -p "$M$2"; mount --bind "$2" "$M$2"; mount -o remount,bind,ro "$M$2"; shift 2 ;;
     *) echo "replay-sim confine: unknown step $1" >&2; exit 70 ;;
   esac
 done
@@ -147,6 +149,7 @@ class Confinement:
             pyenv): copied up with ``o+x``, so its uid can reach the program.
         cwd: Its working directory.
         env: Variables added at the last step (the pinned clock's).
+        clock: The directory of its clock's timestamp file, bound read-only at the same path.
     """
 
     root: Path
@@ -160,6 +163,7 @@ class Confinement:
     reach: tuple[str, ...] = ()
     cwd: str = "/"
     env: tuple[tuple[str, str], ...] = ()
+    clock: str | None = None
 
 
 def instance_uids() -> Iterator[int]:
@@ -191,6 +195,8 @@ def confined_argv(command: list[str], confinement: Confinement) -> list[str]:
         steps += ["reach", path]
     for path in c.owned:
         steps += ["own", path]
+    if c.clock is not None:  # after the hidden paths: it lies in its (hidden) workspace
+        steps += ["clock", c.clock]
     prlimit = [
         "prlimit", f"--cpu={limits.cpu_seconds}:{limits.cpu_seconds + 1}",
         f"--nofile={limits.open_files}:{limits.open_files}",

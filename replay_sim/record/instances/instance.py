@@ -17,6 +17,7 @@ import os
 import signal
 from collections.abc import Callable, Mapping
 from contextlib import suppress
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +93,7 @@ class Instance:
         self._tail = ""
         self._starting: anyio.CancelScope | None = None
         self._calling = anyio.Lock()
+        self._clock_set = False  # whether a call has set its pinned clock yet
         self._closing = anyio.Event()
         self._done = anyio.Event()
 
@@ -213,14 +215,24 @@ class Instance:
 
     # -- calls ------------------------------------------------------------------------------
 
-    async def call(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    async def call(self, method: str, params: dict[str, Any], at: datetime | None = None) -> dict[str, Any]:
         """Send one MCP request and return its answer as the ``live`` policy's forward does.
 
         Calls to one instance are sent one at a time, so the notifications that arrive while one is
         in flight belong to it.
 
+        Args:
+            method: The MCP method.
+            params: Its params (wire JSON).
+            at: What its pinned clock reads when the call is sent (it advances in real time during
+                the call): a re-played call's recorded time. None: its clock goes on as it was
+                (for its first call: it reads its start, when its recordings began).
+                Ignored on the host's clock (``clock = "real"``, or nothing recorded to start from).
+
         Returns:
-            ``{"params", "result", "error", "notifications", "latency_ms"}``: wire JSON, redacted.
+            ``{"params", "result", "error", "notifications", "latency_ms", "clock"}``: wire JSON,
+            redacted; ``clock`` is what its clock read when the call was sent (ISO 8601), None on
+            the host's clock.
 
         Raises:
             InstanceLost: The instance had ended (crashed, killed, closed) or its connection broke
@@ -235,6 +247,13 @@ class Instance:
             self._notes = []
             if self._workspace is not None and self._workspace.confined and self.pid is not None:
                 rearm_cpu(self.pid, self.spec.containment.limits.cpu_seconds)  # CPU time per call
+            clock = None if self._workspace is None else self._workspace.clock
+            if clock is not None and at is None and not self._clock_set:
+                at = self.placement.clock_start  # its first call: when its recordings began
+            if clock is not None and at is not None:
+                clock.set(at)  # a few bytes renamed into place: at once, so it reads `at` when sent
+                self._clock_set = True
+            sent = None if clock is None else at or clock.now()
             request_id = upstream.next_request_id()
             out = {**params, "_meta": {"progressToken": request_id}}
             try:
@@ -252,6 +271,7 @@ class Instance:
                 "error": redact(answer.error),
                 "notifications": redact(list(self._notes)),
                 "latency_ms": round(answer.latency_ms, 3),
+                "clock": None if sent is None else sent.isoformat(),
             }
 
     def _lost(self, method: str) -> InstanceLost:

@@ -37,7 +37,7 @@ from replay_sim.errors import SandboxUnavailable, UpstreamError
 from replay_sim.record.config import UpstreamSpec
 from replay_sim.record.containment import Clock
 from replay_sim.record.instances.cgroups import make_cgroups, remove_cgroups, stale_cgroups
-from replay_sim.record.instances.clock import clock_env, faketime_library
+from replay_sim.record.instances.clock import ClockFile, clock_env, faketime_library
 from replay_sim.record.instances.confine import Placement, confined_argv, confinement_problem, plan
 from replay_sim.record.instances.procfs import started_at
 from replay_sim.record.isolation import STATE_PLACEHOLDER, Isolation
@@ -168,12 +168,14 @@ class Workspace:
         spec: The upstream to start: the server's command, wrapped and with ``{state}`` replaced.
         confined: Whether it is launched confined.
         cgroups: Its control groups (removed by :meth:`remove`).
+        clock: Its pinned clock's timestamp file (``clock = "recorded"``), or None: the host's clock.
     """
 
     root: Path
     spec: UpstreamSpec
     confined: bool = False
     cgroups: list[Path] = field(default_factory=list)
+    clock: ClockFile | None = None
 
     def remove(self) -> None:
         """Delete the instance's copies (its state) and its control groups (once its processes ended)."""
@@ -261,9 +263,12 @@ def _prepare(
             _copy(server, "mounts", Path(path), copy)
             binds.append((str(copy), os.path.normpath(path)))
     clock: dict[str, str] = {}
+    clock_file: ClockFile | None = None
     if spec.containment.clock is Clock.RECORDED and placement.clock_start is not None:
         try:
-            clock = clock_env(placement.clock_start)
+            (root / "clock").mkdir(mode=0o755)
+            clock_file = ClockFile(root / "clock" / "faketime", placement.clock_start)
+            clock = clock_env(clock_file.path)
         except FileNotFoundError as exc:
             raise UpstreamError(f'sandbox {server!r}: {exc}, or set clock = "real"') from None
     cgroups: list[Path] = []
@@ -274,7 +279,10 @@ def _prepare(
                 binds.insert(0, (str(root / "state"), str(root / "state")))
             named = [command, *args, *env.values()]
             confinement = plan(root, spec, placement, named, cwd, binds)
-            confinement = dataclasses.replace(confinement, cgroups=tuple(cgroups), env=tuple(clock.items()))
+            confinement = dataclasses.replace(
+                confinement, cgroups=tuple(cgroups), env=tuple(clock.items()),
+                clock=None if clock_file is None else str(clock_file.path.parent),
+            )  # fmt: skip
             argv = confined_argv([command, *args], confinement)
             argv = [launcher.setpriv, "--pdeathsig", "KILL", "--", *argv] if launcher.setpriv else argv
         else:
@@ -287,7 +295,7 @@ def _prepare(
         command=argv[0], args=tuple(argv[1:]), env=env, cwd=cwd, timeout=spec.timeout,
         startup_timeout=spec.startup_timeout, containment=spec.containment, shown=spec.describe(),
     )  # fmt: skip
-    return Workspace(root, launched, launcher.confined, cgroups)
+    return Workspace(root, launched, launcher.confined, cgroups, clock_file)
 
 
 def _cgroups(root: Path, spec: UpstreamSpec) -> list[Path]:

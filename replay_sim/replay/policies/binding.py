@@ -20,13 +20,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import anyio
 
 from replay_sim.canonical import answer_text, call_identity, canonical_json
+from replay_sim.replay.policies.divergence import answer_difference
 from replay_sim.replay.policies.instances import SandboxInstance
 from replay_sim.replay.policies.recording import AnswerLog, Source, pending_recording
+from replay_sim.replay.policies.timing import began, following, stamp
 from replay_sim.resolve.lineage import DIVERGED, StateLookup, Trail
 from replay_sim.store import Origin, Recording, Store
 from replay_sim.store.records import utc_now
@@ -97,6 +100,8 @@ class Binding:
         replayed: Calls re-played so far.
         answered: Calls the instances answered so far (re-play aside).
         source: The fingerprint of the sandbox config and code (and what it covers), or None.
+        clock: When its next new call is sent on the instance's pinned clock
+            (:mod:`~replay_sim.replay.policies.timing`); None: the instance's own start.
     """
 
     server: str
@@ -112,6 +117,7 @@ class Binding:
     replayed: int = 0
     answered: int = 0
     source: Source | None = None
+    clock: datetime | None = None
 
     async def replay(self, instance: SandboxInstance, given: list[Recording], log: AnswerLog) -> None:
         """Bring a fresh instance to the episode's state, then bind it; its answers are recorded.
@@ -128,12 +134,15 @@ class Binding:
         """
         answers: list[dict[str, Any]] = []
         for recording in given:
-            answer = await instance.call(recording.method, recording.params)
+            answer = await instance.call(recording.method, recording.params, at=began(recording))
             if not same_answer(recording, answer):
+                where = answer_difference(
+                    (recording.result, recording.error), (answer.get("result"), answer.get("error"))
+                )
                 raise Divergence(
                     f"{self.server} is not deterministic for {_what(recording.method, recording.params)}: "
                     f"re-play answered differently than recording #{recording.id} the episode was given, so "
-                    f"instance {instance.id} cannot be brought to the episode's state"
+                    f"instance {instance.id} cannot be brought to the episode's state ({where})"
                 )
             answers.append(self._row(recording.method, answer, recording.params))
         session = self.session = f"sandbox-{instance.id}-{time.time_ns():x}"
@@ -144,6 +153,7 @@ class Binding:
         self.released = None
         self.instances += 1
         self.replayed += len(given)
+        self.clock = following(given[-1]) if given else None
 
     async def ask(self, method: str, params: dict[str, Any], store: Store, log: AnswerLog) -> Recording:
         """Send a call to the bound instance; its answer is queued for recording at the end of its session.
@@ -156,11 +166,13 @@ class Binding:
             UpstreamError: The call timed out.
         """
         assert self.instance is not None and self.session is not None
-        answer = await self.instance.call(method, params)
+        answer = await self.instance.call(method, params, at=self.clock)
         row = {**self._row(method, answer, params), "session": self.session}
         await log.add([row])
+        recording = pending_recording(store, row)
+        self.clock = following(recording)
         self.answered += 1
-        return pending_recording(store, row)
+        return recording
 
     def _row(self, method: str, answer: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
         """:meth:`Store.record_call`'s keyword arguments for an instance's answer (origin ``sandbox``)."""
@@ -173,7 +185,7 @@ class Binding:
             "latency_ms": answer.get("latency_ms"),
             "origin": Origin.SANDBOX,
             "notifications": answer.get("notifications") or None,
-            "recorded_at": utc_now(),
+            "recorded_at": stamp(answer) or utc_now(),  # on the instance's clock: re-played at that time
         }
 
     def release(self, why: str) -> SandboxInstance | None:

@@ -7,6 +7,7 @@ them here and never imports it.
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any, Protocol
 
 __all__ = ["Reclaim", "SandboxInstance", "SandboxPool"]
@@ -25,10 +26,17 @@ class SandboxInstance(Protocol):
         """False once its process has exited or crashed."""
         ...
 
-    async def call(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    async def call(self, method: str, params: dict[str, Any], at: datetime | None = None) -> dict[str, Any]:
         """Send one MCP request; return ``{"params", "result", "error", "latency_ms", "notifications"}``.
 
-        Params, result and error are MCP wire JSON, redacted as the recorder would.
+        Params, result and error are MCP wire JSON, redacted as the recorder would. With a pinned
+        clock, ``clock`` too: what it read when the call was sent (ISO 8601).
+
+        Args:
+            method: The MCP method.
+            params: Its params.
+            at: What its pinned clock reads when the call is sent (a re-played call's recorded
+                time); None: it goes on as it was. Ignored by an instance on the host's clock.
 
         Raises:
             InstanceLost: The instance died before or during the call.

@@ -184,6 +184,21 @@ async def test_its_clock_starts_when_its_recordings_began_unless_its_config_says
         assert abs(read - datetime.now(UTC).timestamp()) < 60
 
 
+async def test_its_clock_reads_each_calls_time_set_from_outside_its_read_only_view(tmp_path: Path) -> None:
+    began = datetime(2021, 5, 1, 12, 0, tzinfo=UTC)
+    async with hostile(tmp_path, clocks={"hostile": began}) as (_, instance):
+        for at in (datetime(2023, 3, 4, 5, 6, 7, tzinfo=UTC), datetime(2019, 1, 1, tzinfo=UTC)):
+            answer = await instance.call(*tool("now"), at=at)
+            read = float(text(answer).split()[1])
+            assert 0 <= read - at.timestamp() < 30  # set when sent, then advancing in real time
+            assert answer["clock"] == at.isoformat()
+        assert instance.directory is not None
+        clock = instance.directory / "clock" / "faketime"
+        # Its clock file is where its config's server cannot change it.
+        assert (await attempt(instance, "write", path=str(clock))).startswith("refused")
+        assert (await attempt(instance, "read", path=str(clock))).startswith("ok")
+
+
 def _processes_of(uid: int) -> list[int]:
     """The host's processes running as ``uid``."""
     found = []

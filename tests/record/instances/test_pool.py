@@ -128,7 +128,7 @@ async def test_an_answer_has_the_forward_shape_redacted_with_its_notifications()
         async with InstancePool(config, pool=0) as pool:
             instance = await pool.acquire("echo", timeout=30)
             secret = await instance.call(*tool("env", name="RS_KEY"))
-            assert set(secret) == {"params", "result", "error", "notifications", "latency_ms"}
+            assert set(secret) == {"params", "result", "error", "notifications", "latency_ms", "clock"}
             assert text(secret) == "[REDACTED]"
             echoed = await instance.call(*tool("echo", text="Violet says k-4242"))
             assert text(echoed) == "[REDACTED] says [REDACTED]"
