@@ -60,6 +60,24 @@ def counter_db(counter_recording: Path, tmp_path: Path) -> Path:
     return Path(shutil.copy(counter_recording, tmp_path / "replay.db"))
 
 
+@pytest.mark.parametrize("unconfined", [False, True])
+async def test_readiness_and_the_dashboard_say_whether_sandbox_instances_run_confined(
+    counter_db: Path, tmp_path: Path, unconfined: bool
+) -> None:
+    config = write_config(tmp_path / "recorder.toml")
+    pool = sandbox_pool(load_config(config), pool=0, unconfined=unconfined)
+    async with (
+        replay_sim.serving(
+            db=counter_db, miss="sandbox", sandboxes=pool, index_dir=tmp_path / "index"
+        ) as sim,
+        httpx2.AsyncClient() as http,
+    ):
+        ready = (await http.get(f"{sim.url}/api/ready")).json()
+        page = (await http.get(f"{sim.url}/")).text
+    assert ready["sandboxes_confined"] is (not unconfined)
+    assert 'id="unconfined"' in page  # shown by the dashboard when the pool says so
+
+
 async def test_two_interleaved_episodes_writing_the_same_key_each_read_back_their_own_value(
     counter_db: Path, tmp_path: Path
 ) -> None:

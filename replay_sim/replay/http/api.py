@@ -141,7 +141,9 @@ def admin_api(
         ``waiting_for`` says what is still loading (or failed to load, and is being tried again);
         ``embedding_model`` whether the model semantic matches need is loaded yet (the first call
         that embeds a query loads it), ``tools_prepared`` for how many tools the matching state
-        of the canonical and semantic tiers is built (each tool's first call needing it builds it).
+        of the canonical and semantic tiers is built (each tool's first call needing it builds it);
+        ``sandboxes_confined`` whether sandbox instances run contained (None: no sandboxes; False:
+        ``--unconfined-sandboxes``).
         """
         ok = readiness.ready
         body = {
@@ -153,6 +155,7 @@ def admin_api(
             "problems": replay.problems(),
             "miss_policy": replay.miss_policy_name,
             "snapshot": replay.snapshot,
+            "sandboxes_confined": sandboxes_confined(replay.sandbox_stats()),
         }
         return JSONResponse(body, status_code=200 if ok else 503)
 
@@ -277,3 +280,10 @@ def _load_metrics(load: dict[str, Any]) -> str:
             f"replay_sim_episodes_refused_per_client_total {load.get('episodes_refused_per_client', 0)}",
         ]
     return "\n".join(lines) + "\n"
+
+
+def sandboxes_confined(stats: dict[str, Any] | None) -> bool | None:
+    """Whether every sandbox server's instances run contained (None: no sandbox pool serves)."""
+    if stats is None or not stats.get("pool"):
+        return None
+    return all(server.get("confined", True) for server in stats["pool"].values())

@@ -149,6 +149,9 @@ async function refresh() {
     const total = stats.calls.reduce((a, r) => a + r.count, 0);
     document.getElementById("summary").textContent =
       `${total} calls · miss policy ${stats.miss_policy}` + (stats.snapshot ? ` · snapshot ${stats.snapshot}` : "");
+    const pool = stats.sandbox ? Object.values(stats.sandbox.pool || {}) : [];
+    const unconfined = pool.some((server) => server.confined === false);
+    document.getElementById("unconfined").hidden = !unconfined;
     drawTimeline(stats.timeline);
     drawTools(stats.calls);
     drawEffects(stats.effects);
