@@ -231,7 +231,8 @@ def test_the_threshold_sits_above_the_closest_recorded_pair_with_different_resul
     call(store, "search", {"query": "how do I reset my password?", "repo_path": REPO}, "A different answer.")
     resolver = Resolver(store, embedder=embedder, index_dir=None)
     found = resolver.resolve("demo", "tools/call", search("how can I reset my password"), [])
-    state = resolver._states[("demo", "search")]
+    state = resolver.tool_states.kept("demo", "search")
+    assert state is not None
     assert state.conflict is not None and state.conflict > 0.95
     assert state.threshold(resolver.index()) > state.conflict
     assert found.tier is Tier.MISS or found.score > state.conflict
