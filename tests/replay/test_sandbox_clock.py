@@ -73,8 +73,7 @@ def recorded(tmp_path: Path) -> tuple[Path, Path, Path]:
     config = tmp_path / "recorder.toml"
     config.write_text(
         f"[servers.git]\ncommand = {json.dumps(GIT_SERVER)}\n"
-        f'args = ["--repository", {json.dumps(str(repo))}]\nsandbox = true\n'
-        f"mounts = [{json.dumps(str(repo))}]\n"  # its own copy, owned by its uid (git writes its index)
+        f'args = ["--repository", {json.dumps(str(repo))}]\nsandbox = true\n'  # nothing more
     )
     return db, repo, config
 

@@ -105,6 +105,7 @@ while [ "$1" != -- ]; do
       if [ -d "$2" ]; then mkdir -p "$M$3"; else mkdir -p "$(dirname "$M$3")"; touch "$M$3"; fi
       mount --bind "$2" "$M$3"; shift 3 ;;
     own) mkdir -p "$M$2"; chown "$uid:$uid" "$M$2"; shift 2 ;;
+    give) chown -R "$uid:$uid" "$M$2"; shift 2 ;;
     reach) chmod o+x "$M$2"; shift 2 ;;
     clock)
       mkdir -p "$M$2"; mount --bind "$2" "$M$2"; mount -o remount,bind,ro "$M$2"; shift 2 ;;
@@ -145,6 +146,8 @@ class Confinement:
         reveal: Directories under a private or hidden one that it sees copy-on-write all the same.
         binds: ``(copy, path)``: its own copies bound at the paths it knows them by.
         owned: Directories it is given (copied up, owned by its uid): its home and working directory.
+        given: Directories its command line names (a repository to serve), copied up whole and owned
+            by its uid, so a server that writes its state there works without ``state`` or ``mounts``.
         reach: Directories on the way to its program that others may not enter (``/root`` holding a
             pyenv): copied up with ``o+x``, so its uid can reach the program.
         cwd: Its working directory.
@@ -160,6 +163,7 @@ class Confinement:
     reveal: tuple[str, ...] = ()
     binds: tuple[tuple[str, str], ...] = ()
     owned: tuple[str, ...] = ()
+    given: tuple[str, ...] = ()
     reach: tuple[str, ...] = ()
     cwd: str = "/"
     env: tuple[tuple[str, str], ...] = ()
@@ -195,6 +199,8 @@ def confined_argv(command: list[str], confinement: Confinement) -> list[str]:
         steps += ["reach", path]
     for path in c.owned:
         steps += ["own", path]
+    for path in c.given:
+        steps += ["give", path]
     if c.clock is not None:  # after the hidden paths: it lies in its (hidden) workspace
         steps += ["clock", c.clock]
     prlimit = [
@@ -277,11 +283,38 @@ def plan(
             reveal = [r for r in reveal if not under(r, [path])] + [path]
     home = os.environ.get("HOME", "/root") if "HOME" not in spec.env else spec.env["HOME"]
     owned = [p for p in dict.fromkeys([home, workdir]) if p != "/" and not under(p, hidden)]
+    bound = [path for _, path in binds]
+    given = [p for p in _given(named) if not under(p, [*hidden, *bound, str(root)])]
     reach = [d for d in _closed_ancestors([*named, workdir]) if not under(d, hidden)]
     return Confinement(
         root, placement.uid, spec.containment, hidden=tuple(hidden), reveal=tuple(reveal),
-        binds=tuple(binds), owned=tuple(owned), reach=tuple(reach), cwd=workdir,
+        binds=tuple(binds), owned=tuple(owned), given=tuple(given), reach=tuple(reach), cwd=workdir,
     )  # fmt: skip
+
+
+_SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/proc", "/sys", "/dev", "/boot",
+           "/opt", "/var/lib", "/snap", "/root/.pyenv")  # fmt: skip
+_GIVEN_ENTRIES = 20_000  # a named directory holding more is not copied up (it stays the host's, read-only)
+
+
+def _given(named: list[str]) -> list[str]:
+    """The directories a command line names that its instance is given as its own (copied up whole):
+    existing, absolute, outside the system's directories, and of at most ``_GIVEN_ENTRIES`` entries."""
+    found: list[str] = []
+    for value in named:
+        path = os.path.normpath(value) if os.path.isabs(value) else ""
+        if not path or path == "/" or not os.path.isdir(path) or path in found:
+            continue
+        if any(path == s or path.startswith(s + "/") for s in _SYSTEM) or path.count("/") < 2:
+            continue  # a system directory, or a top-level one (/srv, /home): not the server's own data
+        entries = 0
+        for _, dirs, files in os.walk(path):
+            entries += len(dirs) + len(files)
+            if entries > _GIVEN_ENTRIES:
+                break
+        if entries <= _GIVEN_ENTRIES:
+            found.append(path)
+    return found
 
 
 def _closed_ancestors(named: list[str]) -> list[str]:

@@ -105,3 +105,19 @@ def test_recordings_began_is_the_first_recorded_call_of_a_session_or_a_server(tm
         assert recordings_began(store, session="b") == datetime(2024, 2, 1, 9, 0, 5, tzinfo=UTC)
         assert recordings_began(store, server="git") == datetime(2024, 3, 1, 10, 0, 5, tzinfo=UTC)
         assert recordings_began(store, server="none") is None
+
+
+def test_a_directory_the_command_line_names_is_given_whole_but_not_a_system_or_huge_one(
+    tmp_path: Path,
+) -> None:
+    from replay_sim.record.instances import confine
+
+    repo = tmp_path / "repo"
+    (repo / "sub").mkdir(parents=True)
+    (repo / "sub" / "file").write_text("x")
+    huge = tmp_path / "huge"
+    huge.mkdir()
+    for n in range(confine._GIVEN_ENTRIES + 1):
+        (huge / str(n)).touch()
+    named = ["/usr/bin/git", "--repository", str(repo), str(huge), "/usr/share", "/srv", "relative"]
+    assert confine._given(named) == [str(repo)]
