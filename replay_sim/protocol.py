@@ -74,6 +74,9 @@ EPISODE_HEADER = "x-replay-episode"
 """HTTP header naming the episode a request belongs to (several MCP sessions may share one)."""
 EPISODE_META_KEY = "replay-sim/episode"
 """``_meta`` key naming the episode, for clients that cannot set headers (stdio, 2026-era)."""
+MIN_CONFIDENCE_META_KEY = "replay-sim/min-confidence"
+"""``_meta`` key of a request's own operating point (a number in [0, 1]): its answer is served only
+when its learned confidence reaches it (evaluators who mix operating points)."""
 EPISODES_PATH = "/episodes/"
 """Prefix of the episode-scoped endpoints, ``/episodes/<id>/mcp/<server>``."""
 MAX_EPISODE_ID = 128
@@ -162,6 +165,9 @@ def plain_call_params(method: str, params: Any) -> bool:
     prompt."""
     if not isinstance(params, dict) or params.keys() - FAST_CALL_PARAMS[method]:
         return False
+    meta = params.get("_meta")
+    if isinstance(meta, dict) and MIN_CONFIDENCE_META_KEY in meta:
+        return False  # its own operating point: judged on the way the replay answers, not prepared
     if method == "resources/read":
         return isinstance(params.get("uri"), str)
     arguments = params.get("arguments")

@@ -239,9 +239,8 @@ class Resolver:
 
     # -- resolution ------------------------------------------------------------------------------
 
-    def resolve_now(
-        self, server: str, method: str, params: Any, history: Sequence[str] | Trail = ()
-    ) -> Resolution | None:
+    def resolve_now(self, server: str, method: str, params: Any, history: Sequence[str] | Trail = (),
+                    min_confidence: float | None = None) -> Resolution | None:  # fmt: skip
         """:meth:`resolve` of a call exact or canonical lookups settle, else None.
 
         An event loop answers those at once and hands every other call to a thread: one that needs
@@ -254,7 +253,7 @@ class Resolver:
         def inline() -> Resolution | None:
             try:
                 with self.tool_states.inline():
-                    return self.resolve(server, method, params, history)
+                    return self.resolve(server, method, params, history, min_confidence)
             except Deferred:
                 return None
 

@@ -176,3 +176,37 @@ def test_reliability_rows_count_every_answer_once() -> None:
     pairs = [(0.05, False), (0.55, True), (1.0, True), (0.99, False)]
     rows = reliability(pairs)
     assert sum(r[2] for r in rows) == len(pairs) and rows[-1][:3] == (0.9, 1.0, 2)
+
+
+def test_a_request_names_its_own_operating_point_in_meta_over_real_http(
+    learned: tuple[Path, Path], embedder: SentenceTransformerEmbedder, tmp_path: Path
+) -> None:
+    import shutil
+
+    import anyio
+    from mcp import Client
+    from mcp.shared.exceptions import MCPError
+
+    from replay_sim.listener import serving_in_thread
+    from replay_sim.protocol import MATCH_META_KEY, MIN_CONFIDENCE_META_KEY
+    from replay_sim.replay.core.replay import Replay
+    from replay_sim.replay.http.app import create_app
+    from replay_sim.store import ServerRecord, Store
+
+    db, index = learned
+    store = Store(shutil.copy(db, tmp_path / "served.db"))  # the same recordings, served: a server row
+    store.put_server(ServerRecord("srv", {"name": "srv", "version": "1"}, {"tools": {}}))
+    replay = Replay(store, resolver=Resolver(store, embedder=embedder, index_dir=index))
+
+    async def calls(url: str) -> tuple[dict[str, object], dict[str, object]]:
+        async with Client(f"{url}/episodes/e1/mcp/srv") as client:
+            plain = await client.call_tool("pure", {"x": 1})
+            strict = await client.call_tool("pure", {"x": 1}, meta={MIN_CONFIDENCE_META_KEY: 1.0})
+            with pytest.raises(MCPError, match="must be a number in"):
+                await client.call_tool("pure", {"x": 1}, meta={MIN_CONFIDENCE_META_KEY: "high"})
+            return plain.meta[MATCH_META_KEY], strict.meta[MATCH_META_KEY]  # type: ignore[index]
+
+    with serving_in_thread(create_app(replay)) as url:
+        plain, strict = anyio.run(calls, url)
+    assert plain["status"] == "exact"  # the strict tiers decide: its exact repeat is served
+    assert strict["status"] == "miss"  # below this request's own operating point (the fast path too)

@@ -24,7 +24,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from replay_sim import untrusted
 from replay_sim.canonical import call_identity, call_key
 from replay_sim.errors import EpisodeError, EpisodeLost, ReplaySimError, StoreError
-from replay_sim.protocol import LOST_CODE, MATCH_META_KEY, declared
+from replay_sim.protocol import LOST_CODE, MATCH_META_KEY, MIN_CONFIDENCE_META_KEY, declared
 from replay_sim.redaction import Redactor
 from replay_sim.replay.core.connections import connection_key, stream_now
 from replay_sim.replay.core.conversation import Rounds, bound_to, questions, reenact, suited
@@ -114,6 +114,7 @@ class Answering:
         started = time.perf_counter()
         untrusted.check_request(ctx.params)
         params = {k: v for k, v in (ctx.params or {}).items() if k != "_meta"}
+        point = operating_point((ctx.params or {}).get("_meta"))
         try:
             history = self.histories.history(self.scope(ctx))
         except EpisodeError as exc:
@@ -128,7 +129,9 @@ class Answering:
             answer = Answer(name, Resolution(Tier.MISS, 0.0, reason=why), reply, fault=fault)
         else:
             try:
-                answer = await self.resolve(server, method, params, trail, owner=history)
+                answer = await self.resolve(
+                    server, method, params, trail, owner=history, min_confidence=point
+                )
                 if answer.resolution.recording is not None:
                     answer = await self._converse(ctx, server, method, params, answer, trail or ())
             except EpisodeLost as exc:  # its sandbox instance died: no answer is faithful any more
@@ -169,6 +172,7 @@ class Answering:
         history: Sequence[str] | Trail | None = (),
         *,
         owner: History | None = None,
+        min_confidence: float | None = None,
     ) -> Answer:
         """Resolve a call and render its answer (usable without an MCP connection).
 
@@ -180,6 +184,7 @@ class Answering:
                 None when the request has no history at all (no episode, no session): a call
                 whose answer depends on the server's state is then a miss naming the fix.
             owner: The episode or connection history ``history`` belongs to (what a sandbox counts in).
+            min_confidence: The request's own operating point (``_meta``), if it gave one.
 
         Returns:
             The resolution and what to answer with.
@@ -194,12 +199,14 @@ class Answering:
         name, arguments = call_identity(method, redacted)
         steps = () if history is None else history
         # A sandbox server's calls are looked up exactly only (the resolver's lookup is strict for them).
-        resolution = self.resolver.resolve_now(server, method, redacted, steps)
+        resolution = self.resolver.resolve_now(server, method, redacted, steps, min_confidence)
         loading = False
         if resolution is None:
             # It needs an embedding (resolved in a thread: its cost grows with the call), or what
             # still loads (waited for off the event loop, a bounded time).
-            resolution, loading = await self._resolve_off_loop(server, method, redacted, steps)
+            resolution, loading = await self._resolve_off_loop(
+                server, method, redacted, steps, min_confidence
+            )
             # Still loading: the cache tiers that can answer now did not. A policy that asks the
             # real server still gives the faithful answer; any other serves this miss (nothing kept).
             if loading and not self.asks_real_server(server):
@@ -240,6 +247,7 @@ class Answering:
         method: str,
         params: dict[str, Any],
         steps: Sequence[str] | Trail,
+        min_confidence: float | None = None,
     ) -> tuple[Resolution, bool]:
         """:meth:`Resolver.resolve` in a worker thread, waiting at most :attr:`warm_wait` for what loads.
 
@@ -253,7 +261,7 @@ class Answering:
         warmup = self.resolver.warmup
         if warmup.warming and not await anyio.to_thread.run_sync(warmup.wait, self.warm_wait):
             return Resolution(Tier.MISS, 0.0, reason=still_loading(warmup, self.warm_wait)), True
-        resolve = functools.partial(self.resolver.resolve, server, method, params, steps)
+        resolve = functools.partial(self.resolver.resolve, server, method, params, steps, min_confidence)
         if self.resolver.model_loaded:
             return await anyio.to_thread.run_sync(resolve), False
         with anyio.move_on_after(self.warm_wait):  # the thread goes on loading the model
@@ -339,3 +347,17 @@ class Answering:
     def _reply(self, server: str, method: str, name: str, resolution: Resolution) -> Reply:
         """The reply for a resolution, citing this replay's snapshot in its provenance."""
         return render(server, method, name, resolution, self.snapshot, self.miss_detail)
+
+
+def operating_point(meta: Any) -> float | None:
+    """A request's own operating point (``_meta["replay-sim/min-confidence"]``), or None.
+
+    Raises:
+        MCPError: It is not a number in [0, 1] (``-32602``, naming the key).
+    """
+    point = meta.get(MIN_CONFIDENCE_META_KEY) if isinstance(meta, dict) else None
+    if point is None:
+        return None
+    if isinstance(point, bool) or not isinstance(point, int | float) or not 0.0 <= point <= 1.0:
+        raise MCPError(types.INVALID_PARAMS, f"_meta[{MIN_CONFIDENCE_META_KEY!r}] must be a number in [0, 1]")
+    return float(point)
