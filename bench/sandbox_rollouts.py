@@ -94,7 +94,7 @@ async def live_run(entity: str, state: Path) -> list[str]:
         return [answer(await client.call_tool(tool, arguments)) for tool, arguments in calls(entity)]
 
 
-async def _record(db: Path, state: Path) -> None:
+async def record_memory(db: Path, state: Path) -> None:
     """One recorded session through the real recorder CLI: ``read_graph`` on the empty graph."""
     params = StdioServerParameters(
         command=REPLAY_SIM,
@@ -106,7 +106,8 @@ async def _record(db: Path, state: Path) -> None:
         await client.call_tool("read_graph", {})
 
 
-def _config(path: Path, pristine: Path) -> Path:
+def memory_config(path: Path, pristine: Path) -> Path:
+    """A recorder config declaring server-memory a sandbox whose pristine state is ``pristine`` (made)."""
     pristine.mkdir()
     path.write_text(
         f'[servers.memory]\ncommand = "{MEMORY}"\nenv = {{ MEMORY_FILE_PATH = "{{state}}/memory.jsonl" }}\n'
@@ -200,8 +201,8 @@ def main() -> None:
         tmp = Path(folder)
         truth = _truth(tmp)
         db = tmp / "replay.db"
-        anyio.run(_record, db, tmp / "record-state")
-        config = _config(tmp / "record.toml", tmp / "pristine")
+        anyio.run(record_memory, db, tmp / "record-state")
+        config = memory_config(tmp / "record.toml", tmp / "pristine")
         for size in SIZES:
             fresh = Path(shutil.copy(db, tmp / f"run-{size}.db"))
             for label, figures in zip(

@@ -23,7 +23,6 @@ Run with ``python -m bench sandbox_scale`` (or ``python -m bench.sandbox_scale [
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import statistics
 import subprocess
@@ -41,11 +40,9 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from bench._peers import free_port
+from bench.sandbox_rollouts import MEMORY, REPLAY_SIM, answer, calls, memory_config, record_memory
 from replay_sim import MATCH_META_KEY
 
-ROOT = Path(__file__).resolve().parent.parent
-MEMORY = ROOT / "fixtures" / "node_modules" / ".bin" / "mcp-server-memory"
-REPLAY_SIM = str(Path(sys.executable).parent / "replay-sim")
 SIZES = (64,)
 CONCURRENCY = 16
 WAVES, WAVE_SIZE, WAVE_CONCURRENCY = 3, 40, 20
@@ -55,23 +52,6 @@ WARM_CALLS = 40
 def entity(run: str, episode: int) -> str:
     """The entity an episode writes (unique per run and episode, always 11 characters)."""
     return f"{run}-e{episode:05d}"
-
-
-def calls(name: str) -> list[tuple[str, dict[str, Any]]]:
-    """One episode's calls: a write nobody recorded, another, and two reads of what it wrote."""
-    return [
-        ("create_entities", {"entities": [{"name": name, "entityType": "probe",
-                                           "observations": [f"written by {name}"]}]}),
-        ("add_observations", {"observations": [{"entityName": name, "contents": [f"then {name}"]}]}),
-        ("open_nodes", {"names": [name]}),
-        ("read_graph", {}),
-    ]  # fmt: skip
-
-
-def answer(result: Any) -> str:
-    """What is compared: content, structured content and ``isError``, as canonical JSON."""
-    dumped = result.model_dump(mode="json", by_alias=True, exclude_none=True)
-    return json.dumps({k: dumped.get(k) for k in ("content", "structuredContent", "isError")}, sort_keys=True)
 
 
 def status(result: Any) -> str:
@@ -215,31 +195,10 @@ async def answer_path(sim: Served) -> dict[str, float]:
             "hit_ms": statistics.median(hits)}  # fmt: skip
 
 
-async def _record(db: Path, state: Path) -> None:
-    """One recorded session through the real recorder CLI: ``read_graph`` on the empty graph."""
-    params = StdioServerParameters(
-        command=REPLAY_SIM,
-        args=["record", "--db", str(db), "--name", "memory",
-              f"--env=MEMORY_FILE_PATH={state / 'memory.jsonl'}", "--", str(MEMORY)],
-        env=dict(os.environ),
-    )  # fmt: skip
-    async with Client(params, mode="legacy") as client:
-        await client.call_tool("read_graph", {})
-
-
-def _config(path: Path, pristine: Path) -> Path:
-    pristine.mkdir()
-    path.write_text(
-        f'[servers.memory]\ncommand = "{MEMORY}"\nenv = {{ MEMORY_FILE_PATH = "{{state}}/memory.jsonl" }}\n'
-        f'sandbox = true\nstate = "{pristine}"\n'
-    )
-    return path
-
-
 async def run(sizes: tuple[int, ...], tmp: Path) -> None:
     db = tmp / "replay.db"
-    await _record(db, tmp / "record-state")
-    config = _config(tmp / "record.toml", tmp / "pristine")
+    await record_memory(db, tmp / "record-state")
+    config = memory_config(tmp / "record.toml", tmp / "pristine")
     _, template = await direct(1, "tmpl", tmp)
     for size in sizes:
         run_id = f"r{size:04d}"
