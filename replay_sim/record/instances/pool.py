@@ -170,6 +170,11 @@ class InstancePool:
 
     # -- the SandboxPool interface ----------------------------------------------------------
 
+    @property
+    def confined(self) -> bool | None:
+        """Whether its instances run confined (None until the pool is entered and has probed)."""
+        return None if self._launcher is None else self._launcher.confined
+
     def servers(self) -> frozenset[str]:
         """The recorded server names this pool runs instances of."""
         return frozenset(self._specs)

@@ -146,6 +146,7 @@ def admin_api(
         ``--unconfined-sandboxes``).
         """
         ok = readiness.ready
+        confined = getattr(replay.policy, "confined", None)  # the sandbox policy's (a cheap look)
         body = {
             "ready": ok,
             "waiting_for": readiness.problems(),
@@ -155,7 +156,9 @@ def admin_api(
             "problems": replay.problems(),
             "miss_policy": replay.miss_policy_name,
             "snapshot": replay.snapshot,
-            "sandboxes_confined": sandboxes_confined(replay.sandbox_stats()),
+            "sandboxes_confined": confined()
+            if callable(confined := getattr(replay.policy, "confined", None))
+            else None,
         }
         return JSONResponse(body, status_code=200 if ok else 503)
 
@@ -280,10 +283,3 @@ def _load_metrics(load: dict[str, Any]) -> str:
             f"replay_sim_episodes_refused_per_client_total {load.get('episodes_refused_per_client', 0)}",
         ]
     return "\n".join(lines) + "\n"
-
-
-def sandboxes_confined(stats: dict[str, Any] | None) -> bool | None:
-    """Whether every sandbox server's instances run contained (None: no sandbox pool serves)."""
-    if stats is None or not stats.get("pool"):
-        return None
-    return all(server.get("confined", True) for server in stats["pool"].values())

@@ -381,6 +381,10 @@ class SandboxPolicy:
         if isinstance(owner, Episode):
             owner.count_sandbox(**counts)
 
+    def confined(self) -> bool | None:
+        """Whether the pool's instances run confined (None: the pool does not say)."""
+        return getattr(self.pool, "confined", None)
+
     def stats(self) -> dict[str, Any]:
         """What the policy did (instances, re-played calls, answers, lost episodes…), its log and pool."""
         log = {"waiting": self.log.waiting, "written": self.log.written, "batches": self.log.batches,
