@@ -32,6 +32,7 @@ HOSTILE: list[bytes] = [
     _ECHO % (10, b"NaN"),
     _ECHO % (11, b"Infinity"),
     _ECHO % (13, b"1e999"),
+    _ECHO.replace(b"echo", b"nope") % (12, b"-Infinity"),  # an unknown tool: the refusal must key it
     _ECHO % (14, b'"\\ud800"'),
     _ECHO % (15, b"1" * 5000),  # past the digits Python reads as an int
     _ECHO % (16, _DEEP),
@@ -89,6 +90,7 @@ def test_a_line_the_start_cannot_key_is_answered_as_without_a_table_and_the_proc
             answers = _answered(client, 1 + (line is not _BAD_VERSION))
             assert sorted(answers, key=json.dumps) == wanted, (line[:100], client.stderr[-2000:])
             assert client.process.poll() is None and "Traceback" not in client.stderr, client.stderr[-3000:]
+        assert bare.process.poll() is None and "Traceback" not in bare.stderr, bare.stderr[-3000:]
     finally:
         for client in [*starts, bare]:
             client.stop()
@@ -124,9 +126,10 @@ _NUMBERS = st.one_of(
     st.sampled_from(["NaN", "Infinity", "-Infinity", "1e999", "-1e999", "1E+400", "0.1e-999", "-0"]),
 )
 _STRINGS = st.one_of(
-    st.text(max_size=30),
+    st.text(max_size=30).map(json.dumps),
     st.sampled_from(['"\\ud800"', '"\\udfff x"', '"a\\u0000b"', '"\\ud83d\\ude00"']),
 )
+"""JSON string literals: arbitrary text, and escapes Python's decoder reads but UTF-8 cannot hold."""
 
 
 @st.composite
@@ -136,7 +139,7 @@ def _requests(draw: st.DrawFn) -> tuple[bytes, Any]:
     raw = draw(
         st.one_of(
             _NUMBERS.map(lambda v: v if isinstance(v, str) else json.dumps(v)),
-            _STRINGS.map(lambda v: v if v.startswith('"') else json.dumps(v)),
+            _STRINGS,
         )
     )
     name = draw(st.sampled_from(["echo", "counter", "nope", "\\ud800"]))

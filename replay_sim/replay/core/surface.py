@@ -161,7 +161,10 @@ class Surface:
         problem = self.problem(name, arguments)
         if problem is None:
             return None
-        key = call_key(self.record.name, method, name, arguments)
+        try:
+            key = call_key(self.record.name, method, name, arguments)
+        except ValueError:  # JSON cannot hold them (NaN, Infinity): the resolver's miss says so
+            return None
         if self.store.recordings(key=key, limit=1):
             return None  # the real server's own answer to this very call was recorded
         kind = Problem.UNKNOWN_TOOL if name not in self.tools else Problem.INVALID_ARGUMENTS
