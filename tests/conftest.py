@@ -6,9 +6,16 @@ import os
 import tempfile
 
 import pytest
+from hypothesis import settings
 
 from replay_sim.resolve.embedding import SentenceTransformerEmbedder, default_embedder
 from replay_sim.resolve.runtime import configure_runtime
+
+
+settings.register_profile("ci", derandomize=True, database=None)
+"""CI's property tests run the same examples every time (``HYPOTHESIS_PROFILE=ci``, set by ``.ci/run``):
+a gate that passed here passes there; exploring new examples is for the runs developers make."""
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
 def pytest_configure(config: pytest.Config) -> None:
