@@ -21,11 +21,11 @@ generator does: do not run it while the generator runs).
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import json
 import sys
 import tempfile
+import time
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
@@ -46,8 +46,6 @@ PROTOCOL = "2025-11-25"
 ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 CONCURRENT = 4
 """Probes played at once."""
-CAP = 8
-"""Live instances at most (``--max-sandboxes``)."""
 
 
 def _generator(folder: Path) -> Any:
@@ -67,30 +65,25 @@ def first_set() -> tuple[Any, RecorderConfig]:
         gen.build_git_template(gen.ROOT / "git" / "template")
     for server in ("git", "filesystem", "memory"):
         gen.reset(server)
-    mounts = {"git": (gen.GIT,), "filesystem": (gen.FS,), "memory": (gen.MEM.parent,)}
     servers = {}
     for name, params in gen.servers().items():
         # Through env(1), not `env`: the config's env values are secrets, redacted from every answer,
         # and these (HOME, the fixed git author) are no secrets but part of the answers.
         settings = [f"{k}={v}" for k, v in (params.env or {}).items()]
         servers[name] = UpstreamSpec(
-            command="/usr/bin/env", args=(*settings, params.command, *params.args), sandbox=True,
-            mounts=tuple(str(p) for p in mounts.get(name, ())),
-        )  # fmt: skip
+            command="/usr/bin/env", args=(*settings, params.command, *params.args), sandbox=True
+        )
     return gen, RecorderConfig(servers)
 
 
 def second_set() -> tuple[Any, RecorderConfig]:
-    """``fixtures/probes2``: its servers' venv and initial states; sqlite and the editor get mounts."""
+    """``fixtures/probes2``: its servers' venv and initial states; each server its command, nothing more."""
     gen = _generator(ROOT / "fixtures" / "probes2")
     gen.ensure_servers_venv()
     for server in ("sqlite", "editor"):
         gen.reset(server)
-    mounts = {"sqlite": (str(gen.DB.parent),), "editor": (str(gen.ED),)}
     servers = {
-        name: dataclasses.replace(spec, reset=None, isolation=None, mounts=mounts.get(name, ()))
-        if name in mounts
-        else spec
+        name: UpstreamSpec(command=spec.command, args=spec.args, env=spec.env, cwd=spec.cwd, sandbox=True)
         for name, spec in gen.upstreams(False).items()
     }
     return gen, RecorderConfig(servers)
@@ -136,12 +129,15 @@ async def _probe(
 async def _runs(
     db: Path, config: RecorderConfig, tmp: Path, probes: list[dict[str, Any]]
 ) -> list[list[tuple[Any, ...]]]:
-    pool = sandbox_pool(config, pool=0, max_instances=CAP)
+    # As `serve --miss sandbox --config` builds it: default sizes; the store's folder and the index
+    # hidden from the instances, their clocks started when the recordings began.
+    pool = sandbox_pool(config, store=db, hidden=[tmp / "index"])
     runs = []
     async with replay_sim.serving(
-        db, miss="sandbox", sandboxes=pool, sandbox_timeout=120, index_dir=tmp / "index"
+        db, miss="sandbox", sandboxes=pool, index_dir=tmp / "index"
     ) as sim, httpx2.AsyncClient(timeout=300) as http:  # fmt: skip
         for run in (1, 2):
+            started = time.perf_counter()
             out: list[tuple[Any, ...]] = []
             limit = anyio.Semaphore(CONCURRENT)
 
@@ -157,6 +153,7 @@ async def _runs(
             async with anyio.create_task_group() as group:
                 for probe in probes:
                     group.start_soon(one, probe)
+            print(f"run {run}: {len(probes)} probes in {time.perf_counter() - started:.0f} s", flush=True)
             runs.append(out)
         shown = ("started", "crashed", "failed", "last_failure")
         print("pool:", json.dumps({s: {k: f[k] for k in shown} for s, f in pool.stats().items()}))
@@ -182,9 +179,11 @@ def report(label: str, steps: list[tuple[Any, ...]]) -> None:
             print(f"  {s[4]}: {s[0]} step {s[1]} ({s[3]}, {s[2]}, {s[5]}): {s[6]}")
 
 
-def main() -> None:
-    """Per probe set: build its initial states, serve its recordings with sandboxes, play it twice."""
+def main(sets: tuple[str, ...] = ()) -> None:
+    """Per probe set (or only ``sets``): build its initial states, serve it with sandboxes, play it twice."""
     for folder, build in (("probes", first_set), ("probes2", second_set)):
+        if sets and folder not in sets:
+            continue
         probes_dir = ROOT / "fixtures" / folder
         _, config = build()
         probes = [json.loads(line) for line in (probes_dir / "probes.jsonl").read_text().splitlines() if line]
@@ -198,4 +197,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(tuple(sys.argv[1:]))  # python -m bench.sandbox_probes [probes2 ...]: only those sets

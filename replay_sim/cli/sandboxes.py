@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import os
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
 
@@ -18,8 +18,10 @@ from replay_sim.errors import ConfigError, StoreError
 from replay_sim.record.config import RecorderConfig, UpstreamSpec
 from replay_sim.record.instances import DEFAULT_MAX_INSTANCES, DEFAULT_POOL, InstancePool
 from replay_sim.record.instances.clock import recordings_began
+from replay_sim.record.instances.confine import private
 from replay_sim.record.isolation import STATE_PLACEHOLDER
 from replay_sim.store import Store
+from replay_sim.store.records import EPISODE_ORIGINS
 
 __all__ = ["check_sandboxes", "sandbox_pool"]
 
@@ -61,6 +63,7 @@ def sandbox_pool(
     return InstancePool(
         config, pool=pool, max_instances=max_instances, idle_timeout=idle_timeout, servers=servers,
         hidden=paths, clocks=_clocks(store, config) if store is not None else None, unconfined=unconfined,
+        recorded=_recorded_paths(store, config) if store is not None else None,
     )  # fmt: skip
 
 
@@ -74,6 +77,50 @@ def _clocks(store: str | Path, config: RecorderConfig) -> dict[str, datetime]:
     except StoreError:
         return {}  # the replay reports an unreadable store itself
     return {name: when for name, when in found.items() if when is not None}
+
+
+def _recorded_paths(store: str | Path, config: RecorderConfig) -> dict[str, tuple[str, ...]]:
+    """Per sandbox server, the paths under a private directory (``/tmp``) its recorded calls name.
+
+    A confined instance gets a fresh ``/tmp``; the state its server was recorded using there (a
+    repository or files its calls name by path) is shown to it copy-on-write. Only the real server's
+    recordings count: a path an episode's call named (a sandbox's answer) reveals nothing.
+    """
+    try:
+        with Store(store, readonly=True, create=False) as opened:
+            found = {name: _server_paths(opened, name) for name, s in config.servers.items() if s.sandbox}
+    except StoreError:
+        return {}  # the replay reports an unreadable store itself
+    return {name: paths for name, paths in found.items() if paths}
+
+
+def _server_paths(store: Store, server: str) -> tuple[str, ...]:
+    paths: dict[str, None] = {}
+    after = 0
+    while len(paths) < _RECORDED_PATHS and (page := store.recordings(server, after_id=after, limit=_PAGE)):
+        after = page[-1].id
+        for recording in page:
+            if recording.origin not in EPISODE_ORIGINS:
+                paths |= dict.fromkeys(_paths_in(recording.params))
+    return tuple(paths)[:_RECORDED_PATHS]
+
+
+_RECORDED_PATHS = 256  # paths per server at most: each is looked at when an instance starts
+_PAGE = 500
+
+
+def _paths_in(value: object) -> Iterator[str]:
+    """Absolute paths (or ``file://`` URIs) under a private directory among a JSON value's strings."""
+    if isinstance(value, dict):
+        for item in value.values():
+            yield from _paths_in(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _paths_in(item)
+    elif isinstance(value, str) and len(value) < 4096 and "\n" not in value:
+        path = os.path.normpath(value.removeprefix("file://")) if value.startswith(("/", "file:///")) else ""
+        if path and private(path):
+            yield path
 
 
 def _command_problem(spec: UpstreamSpec) -> str | None:

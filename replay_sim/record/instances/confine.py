@@ -126,11 +126,14 @@ class Placement:
         uid: The unprivileged uid it runs as when confined (one per live instance).
         hidden: Paths it must not see when confined (the replay's store, index, snapshots, config).
         clock_start: What its clock reads at launch (``clock = "recorded"``); None: the host's clock.
+        recorded: Paths under a private directory that its server's recorded calls name (a
+            repository, a file to edit): revealed copy-on-write and handed to it like its own.
     """
 
     uid: int = UID_BASE
     hidden: tuple[str, ...] = ()
     clock_start: datetime | None = None
+    recorded: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -264,6 +267,7 @@ def plan(
         cwd: Its working directory (None: the replay's), revealed and handed to it.
         binds: ``(copy, path)`` of its own copies.
     """
+    named = [_named_path(value) for value in named]
     workdir = os.path.abspath(cwd) if cwd else os.getcwd()
     hidden = list(dict.fromkeys(os.path.abspath(p) for p in (*placement.hidden, str(root.parent))))
     hidden = [p for p in hidden if p not in _PRIVATE and p != "/"]  # those are fresh already
@@ -272,7 +276,8 @@ def plan(
         return any(path == top or path.startswith(top.rstrip("/") + "/") for top in tops)
 
     reveal: list[str] = []
-    for value in [*named, workdir]:
+    recorded = [p if os.path.exists(p) else os.path.dirname(p) for p in placement.recorded]  # new: its folder
+    for value in [*named, workdir, *recorded]:
         path = os.path.normpath(value) if os.path.isabs(value) else ""
         if not path or not private(path) or under(path, [*hidden, str(root)]) or not os.path.exists(path):
             continue
@@ -284,12 +289,21 @@ def plan(
     home = os.environ.get("HOME", "/root") if "HOME" not in spec.env else spec.env["HOME"]
     owned = [p for p in dict.fromkeys([home, workdir]) if p != "/" and not under(p, hidden)]
     bound = [path for _, path in binds]
-    given = [p for p in _given(named) if not under(p, [*hidden, *bound, str(root)])]
+    # A directory revealed under /tmp holds the state the server was started with or recorded using
+    # (its state file's folder, a repository its calls name): it wrote there when recorded, so it may here.
+    given = [p for p in _given([*named, *reveal]) if not under(p, [*hidden, *bound, str(root)])]
     reach = [d for d in _closed_ancestors([*named, workdir]) if not under(d, hidden)]
     return Confinement(
         root, placement.uid, spec.containment, hidden=tuple(hidden), reveal=tuple(reveal),
         binds=tuple(binds), owned=tuple(owned), given=tuple(given), reach=tuple(reach), cwd=workdir,
     )  # fmt: skip
+
+
+def _named_path(value: str) -> str:
+    """The path an argument names: itself, or the absolute path after its first ``=`` (an option
+    ``--db-path=/srv/shop.db``, or a variable ``MEMORY_FILE_PATH=/tmp/m.jsonl`` for ``env(1)``)."""
+    _, equals, tail = value.partition("=")
+    return tail if equals and not os.path.isabs(value) and os.path.isabs(tail) else value
 
 
 _SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/proc", "/sys", "/dev", "/boot",

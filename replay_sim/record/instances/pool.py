@@ -70,6 +70,7 @@ class InstancePool:
         hidden: Paths no instance may see (the store's directory, the index's, the config file).
         clocks: Per server, when its recordings began: its instances' clocks start there
             (``clock = "recorded"``; a server not named reads the host's clock).
+        recorded: Per server, the paths under ``/tmp`` its recorded calls name (shown to its instances).
 
     Raises:
         ConfigError: A named server is not a sandbox of the config, or a count is out of range.
@@ -88,6 +89,7 @@ class InstancePool:
         unconfined: bool = False,
         hidden: Iterable[str | Path] = (),
         clocks: Mapping[str, datetime] | None = None,
+        recorded: Mapping[str, tuple[str, ...]] | None = None,
     ) -> None:
         sandboxes = {name: spec for name, spec in config.servers.items() if spec.sandbox}
         chosen = sorted(sandboxes) if servers is None else list(servers)
@@ -114,6 +116,7 @@ class InstancePool:
         self.unconfined = unconfined
         self._hidden = tuple(str(p) for p in hidden)
         self._clocks = {k: v for k, v in (clocks or {}).items() if self._specs.get(k) is not None}
+        self._recorded = dict(recorded or {})
         self._uids = instance_uids()
         self._warm: dict[str, deque[Instance]] = {name: deque() for name in self._specs}
         self._live: dict[str, set[Instance]] = {name: set() for name in self._specs}  # started or starting
@@ -320,7 +323,8 @@ class InstancePool:
                 self._start(server)
 
     def _start(self, server: str) -> None:
-        placement = Placement(next(self._uids), self._hidden, self._clocks.get(server))
+        recorded = self._recorded.get(server, ())
+        placement = Placement(next(self._uids), self._hidden, self._clocks.get(server), recorded)
         instance = Instance(
             server, f"{server}-{next(self._ids)}", self._specs[server], redactor=self.config.redactor,
             launcher=self._launcher or Launcher.detect(), capabilities=self._capabilities, base=self._base,
