@@ -1,22 +1,26 @@
-"""The first dev probe set served with ``--miss sandbox``: precision and recall against live truth.
+"""The dev probe sets served with ``--miss sandbox`` at its defaults: precision and recall against live truth.
 
 ``fixtures/probes/`` holds an exploration of five real servers (git, filesystem, memory, time,
-everything) and 238 probes (304 steps), each step with the real server's answer. ``replay-sim
-eval`` scores the resolver alone (a miss is a miss); this plays every probe as an episode over
-HTTP against ``serving(..., miss="sandbox")``, with each server declared a sandbox in a recorder
-config made from the generator's own launch settings (``fixtures/probes/generate.py``:
-``servers()``, the initial states it builds under ``/tmp/replay-sim-probes``). git, filesystem
-and memory keep their state at absolute paths, so they run with ``isolation = "mount"`` (each
-instance its own copy of the path, at the same path); time and everything hold theirs in the
-process.
+everything) and 238 probes (304 steps); ``fixtures/probes2/`` five others (sqlite, editor, math,
+calc, thinking) and 239 probes (328 steps); each step with the real server's answer. ``replay-sim
+eval`` scores the resolver alone (a miss is a miss); this plays every probe as an episode over HTTP
+against ``serving(..., miss="sandbox")``, each server declared a sandbox in a recorder config that
+holds nothing but ``sandbox = true`` and how the set's generator starts it for the truth (command,
+args, env, cwd: ``servers()`` / ``upstreams()``), its state at the fixed paths under ``/tmp`` the
+generator builds (``/tmp/replay-sim-probes``, ``/tmp/replay-sim-probes2``). No ``mounts``, no
+``isolation``, no ``reset``: confined instances find that state by the paths their command line and
+the recorded calls name (``docs/sandboxes-containment.md``). The pool and ``serving`` take every
+option at its default (the pool is built as ``serve --miss sandbox --config`` builds it: the store
+hidden from the instances and their clocks started from it); probes are played 4 at a time.
 
 Each step is graded against its ``truth`` (``replay_sim.canonical.answer_text``, ``_meta``
 aside): correct hit, wrong hit, or miss — and by where the answer came from (the cache's tiers or
-a sandbox). The same probes are then played a second time on the same replay: what the first run's
-instances answered is recorded, so the cache answers it.
+a sandbox). Every step is answerable by the real server: recall counts every step. The same
+probes are then played a second time on the same replay: what the first run's instances answered
+is recorded, so the cache answers it. Figures: ``docs/sandboxes-correctness.md``.
 
-Run with ``python -m bench sandbox_probes`` (it rebuilds ``/tmp/replay-sim-probes``, as the
-generator does: do not run it while the generator runs).
+Run with ``python -m bench sandbox_probes`` (``python -m bench.sandbox_probes probes2`` for one set;
+it rebuilds the sets' initial states, as the generators do: do not run it while a generator runs).
 """
 
 from __future__ import annotations
