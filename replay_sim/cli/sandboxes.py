@@ -95,10 +95,14 @@ def _recorded_paths(store: str | Path, config: RecorderConfig) -> dict[str, tupl
 
 
 def _server_paths(store: Store, server: str) -> tuple[str, ...]:
+    """The private paths ``server``'s first recordings (not an episode's) name, in recorded order."""
     paths: dict[str, None] = {}
-    after = 0
-    while len(paths) < _RECORDED_PATHS and (page := store.recordings(server, after_id=after, limit=_PAGE)):
-        after = page[-1].id
+    after, scanned = 0, 0
+    while len(paths) < _RECORDED_PATHS and scanned < _SCANNED:
+        page = store.recordings(server, after_id=after, limit=_PAGE)
+        if not page:
+            break
+        after, scanned = page[-1].id, scanned + len(page)
         for recording in page:
             if recording.origin not in EPISODE_ORIGINS:
                 paths |= dict.fromkeys(_paths_in(recording.params))
@@ -106,6 +110,7 @@ def _server_paths(store: Store, server: str) -> tuple[str, ...]:
 
 
 _RECORDED_PATHS = 256  # paths per server at most: each is looked at when an instance starts
+_SCANNED = 20_000  # recordings looked at per server, at most: the first (a store's own come first)
 _PAGE = 500
 
 

@@ -13,7 +13,7 @@ from replay_sim.cli import cli
 from replay_sim.cli.sandboxes import check_sandboxes, sandbox_pool
 from replay_sim.errors import ConfigError
 from replay_sim.record.config_file import parse_config
-from replay_sim.store import Store
+from replay_sim.store import Origin, Store
 
 
 def test_the_pool_serves_the_configs_sandboxes_with_the_limits_given() -> None:
@@ -88,3 +88,23 @@ def test_record_refuses_state_placeholders_it_cannot_fill(tmp_path: Path) -> Non
         result.exception
     )
     assert not (tmp_path / "r.db").exists()
+
+
+def test_only_the_real_servers_recordings_name_the_paths_under_tmp_shown_to_its_instances(
+    tmp_path: Path,
+) -> None:
+    from replay_sim.cli.sandboxes import _recorded_paths  # the rule itself: what a pool's instances are shown
+
+    config = parse_config({"servers": {"git": {"command": "g", "sandbox": True}, "other": {"command": "o"}}})
+    with Store(tmp_path / "replay.db") as store:
+        for origin, arguments in (
+            (Origin.LIVE, {"repo_path": "/tmp/recorded/repo", "files": ["/srv/not-private", "notes"]}),
+            (Origin.IMPORT, {"repo_path": "file:///tmp/imported/../imported/x.txt"}),
+            (Origin.SANDBOX, {"repo_path": "/tmp/an-episode-asked-this"}),  # an episode's: never shown
+        ):
+            params = {"name": "git_status", "arguments": arguments}
+            store.record_call("git", "tools/call", params, result={"content": []}, origin=origin)
+        store.record_call("other", "tools/call", {"name": "t", "arguments": {"p": "/tmp/o"}}, result={})
+    assert _recorded_paths(tmp_path / "replay.db", config) == {
+        "git": ("/tmp/recorded/repo", "/tmp/imported/x.txt")
+    }
