@@ -149,8 +149,9 @@ class Confinement:
         reveal: Directories under a private or hidden one that it sees copy-on-write all the same.
         binds: ``(copy, path)``: its own copies bound at the paths it knows them by.
         owned: Directories it is given (copied up, owned by its uid): its home and working directory.
-        given: Directories its command line names (a repository to serve), copied up whole and owned
-            by its uid, so a server that writes its state there works without ``state`` or ``mounts``.
+        given: Directories its command line names (a repository to serve) or that it is revealed,
+            copied up whole and owned by its uid, so a server that writes its state there works
+            without ``state`` or ``mounts``.
         reach: Directories on the way to its program that others may not enter (``/root`` holding a
             pyenv): copied up with ``o+x``, so its uid can reach the program.
         cwd: Its working directory.
@@ -261,9 +262,9 @@ def plan(
     Args:
         root: The instance's workspace (its parent, where every instance's workspace is, is hidden).
         spec: The server's spec.
-        placement: Its uid and the paths it must not see.
-        named: Its command, args and env values (absolute paths among them under a private
-            directory, such as ``/tmp``, are revealed copy-on-write).
+        placement: Its uid, the paths it must not see and those its recordings name.
+        named: Its command, args and env values (absolute paths among them, or after an ``=`` in
+            one, under a private directory such as ``/tmp`` are revealed copy-on-write and given).
         cwd: Its working directory (None: the replay's), revealed and handed to it.
         binds: ``(copy, path)`` of its own copies.
     """
