@@ -128,6 +128,17 @@ def _paths_in(value: object) -> Iterator[str]:
             yield path
 
 
+def _gone(paths: Iterable[str]) -> list[str]:
+    """The folders of the private paths the recordings name, when not one of them (nor a path) exists.
+
+    Instances are shown what is there; with nothing there, a server whose recordings offer no
+    canary would answer from an empty state (``File not found``) as if it were the recorded one.
+    """
+    paths = list(paths)
+    folders = sorted({os.path.dirname(p) for p in paths})
+    return [] if any(os.path.exists(p) for p in [*paths, *folders]) else folders
+
+
 def _command_problem(spec: UpstreamSpec) -> str | None:
     """Why a sandbox's command cannot be started, or None (a command using ``{state}`` is not checked)."""
     command = spec.command
@@ -147,9 +158,10 @@ def _command_problem(spec: UpstreamSpec) -> str | None:
 def check_sandboxes(config: RecorderConfig, servers: Iterable[str], store: Store) -> None:
     """Refuse to serve sandboxes that cannot answer faithfully, naming every problem at once.
 
-    Each served sandbox server's command exists, its ``state`` directory exists, and it was
-    recorded under that name (a recorded server named otherwise — the name ``record`` derived from
-    the command, a near spelling — is offered as a hint).
+    Each served sandbox server's command exists, its ``state`` directory exists, some folder
+    under ``/tmp`` its recordings name exists, and it was recorded under that name (a recorded
+    server named otherwise — the name ``record`` derived from the command, a near spelling — is
+    offered as a hint).
 
     Args:
         config: The recorder config.
@@ -168,6 +180,11 @@ def check_sandboxes(config: RecorderConfig, servers: Iterable[str], store: Store
             problems.append(f"sandbox {name!r}: {found}")
         if spec.state is not None and not Path(spec.state).is_dir():
             problems.append(f"sandbox {name!r}: its state directory {spec.state} does not exist")
+        if gone := _gone(_server_paths(store, name)):
+            problems.append(
+                f"sandbox {name!r}: its recordings name paths in {', '.join(gone[:3])}, none of which "
+                "exists here; restore the state it was recorded with there"
+            )
         if name not in known:
             near = [n for n in [spec.default_name()] if n in known] or difflib.get_close_matches(
                 name, known, 1

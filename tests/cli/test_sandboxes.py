@@ -108,3 +108,22 @@ def test_only_the_real_servers_recordings_name_the_paths_under_tmp_shown_to_its_
     assert _recorded_paths(tmp_path / "replay.db", config) == {
         "git": ("/tmp/recorded/repo", "/tmp/imported/x.txt")
     }
+
+
+def test_start_checks_name_the_folders_under_tmp_the_recordings_name_when_none_exists(tmp_path: Path) -> None:
+    gone = (
+        tmp_path / "wiped"
+    )  # as /tmp is after a reboot: the state the recordings were made from is not there
+    config = parse_config({"servers": {"editor": {"command": sys.executable, "sandbox": True}}})
+    with Store(tmp_path / "r.db") as store:
+        for name in ("notes.txt", "todo.md"):
+            params = {"name": "read", "arguments": {"file_path": f"{gone}/editor/{name}"}}
+            store.record_call("editor", "tools/call", params, result={"content": []})
+        with pytest.raises(ConfigError) as refused:
+            check_sandboxes(config, ["editor"], store)
+        said = str(refused.value)
+        assert (
+            f"sandbox 'editor': its recordings name paths in {gone}/editor, none of which exists here" in said
+        )
+        (gone / "editor").mkdir(parents=True)
+        check_sandboxes(config, ["editor"], store)  # there (its files may be new ones its calls write)
