@@ -11,7 +11,6 @@ from hypothesis import settings
 from replay_sim.resolve.embedding import SentenceTransformerEmbedder, default_embedder
 from replay_sim.resolve.runtime import configure_runtime
 
-
 settings.register_profile("ci", derandomize=True, database=None)
 """CI's property tests run the same examples every time (``HYPOTHESIS_PROFILE=ci``, set by ``.ci/run``):
 a gate that passed here passes there; exploring new examples is for the runs developers make."""
