@@ -5,19 +5,26 @@ as it was recorded only if its clock reads what it read then. An instance of a s
 keeps ``clock = "recorded"`` (the default) runs with Debian's libfaketime preloaded (``LD_PRELOAD``)
 and its clock read from a *timestamp file* in its workspace (:class:`ClockFile`):
 
-- ``FAKETIME_TIMESTAMP_FILE`` names the file; it holds an offset from real time (``"+N.NNNNNN"`` /
-  ``"-N.NNNNNN"`` seconds). Before each call the instance rewrites it (:meth:`ClockFile.set`) so
-  its clock reads that call's time at that moment and advances as real time does during the call —
-  as the recorded call's clock did; every process the server starts inherits the environment and
-  reads the same file, so a ``git`` child stamps with the same clock;
+- ``FAKETIME_TIMESTAMP_FILE`` names the file; it holds an absolute time, seconds since the epoch
+  to the microsecond (``FAKETIME_FMT=%s``: read the same whatever the instance's time zone). Before
+  each call the instance rewrites it (:meth:`ClockFile.set`), and the clock **stands at that time
+  for the whole call**: what a server stamps does not depend on how long it took to read its clock
+  (a loaded machine re-plays a commit with the hash it was recorded with), and a sub-second stamp
+  re-plays to the microsecond. Every process the server starts inherits the environment and reads
+  the same file, so a ``git`` child stamps with the same clock;
 - ``FAKETIME_NO_CACHE=1``: the file is read at every clock read (libfaketime otherwise caches it for
   10 s, and its finest cache duration, 1 s, is longer than the gap between two calls);
 - ``FAKETIME`` stays unset: it would take priority over the file;
-- ``FAKETIME_DONT_FAKE_MONOTONIC=1``: monotonic clocks stay real, so event loops and timeouts work.
+- ``FAKETIME_DONT_FAKE_MONOTONIC=1``: monotonic clocks stay real, so event loops, timers and
+  timeouts run (asyncio, Node's timers, ``select``, a thread's timed wait).
 
+Known limits (libfaketime 0.9.10, Debian's): Python 3.11+'s ``time.sleep`` fails with ``EINVAL``
+under it (libfaketime issue #426: its ``clock_nanosleep`` mishandles an absolute monotonic deadline
+it is told not to fake), and a server that waits for the *wall* clock to pass a time waits until its
+call limit, since that clock stands still during a call; such a server takes ``clock = "real"``.
+libfaketime does not reach statically linked programs (Go binaries): they read the host's clock.
 The file is replaced whole (written aside, then renamed), so a clock read never sees half a line;
-a confined instance sees its directory read-only (:mod:`.confine`). libfaketime does not reach
-statically linked programs (Go binaries): they read the host's clock.
+a confined instance sees its directory read-only (:mod:`.confine`).
 :func:`recordings_began` reads when a session's recordings (or a server's) began from a store.
 """
 
@@ -26,7 +33,6 @@ from __future__ import annotations
 import functools
 import glob
 import os
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -34,7 +40,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from replay_sim.store import Store
 
-__all__ = ["FAKETIME_GLOB", "ClockFile", "clock_env", "faketime_library", "offset_line", "recordings_began"]
+__all__ = ["FAKETIME_GLOB", "ClockFile", "clock_env", "clock_line", "faketime_library", "recordings_began"]
 
 FAKETIME_GLOB = "/usr/lib/*/faketime/libfaketime.so.1"
 """Where Debian's libfaketime package puts the library (``apt-get install libfaketime``)."""
@@ -52,15 +58,9 @@ def utc(when: datetime) -> datetime:
     return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
 
 
-def offset_line(at: datetime, *, now: float | None = None) -> str:
-    """The timestamp file's line that makes a clock read ``at`` at real time ``now`` (default: now).
-
-    Args:
-        at: What the clock reads at ``now`` (a naive time is taken as UTC).
-        now: Real time, seconds since the epoch.
-    """
-    offset = utc(at).timestamp() - (time.time() if now is None else now)
-    return f"{offset:+.6f}\n"  # libfaketime reads a fractional offset in seconds (the C locale's '.')
+def clock_line(at: datetime) -> str:
+    """The timestamp file's line that makes a clock stand at ``at`` (a naive time is taken as UTC)."""
+    return f"{utc(at).timestamp():.6f}\n"  # seconds since the epoch (FAKETIME_FMT=%s), to the microsecond
 
 
 def clock_env(file: Path) -> dict[str, str]:
@@ -75,6 +75,7 @@ def clock_env(file: Path) -> dict[str, str]:
     return {
         "LD_PRELOAD": library,
         "FAKETIME_TIMESTAMP_FILE": str(file),
+        "FAKETIME_FMT": "%s",
         "FAKETIME_NO_CACHE": "1",
         "FAKETIME_DONT_FAKE_MONOTONIC": "1",
         "FAKETIME_DONT_RESET": "1",
@@ -82,29 +83,28 @@ def clock_env(file: Path) -> dict[str, str]:
 
 
 class ClockFile:
-    """One instance's timestamp file: what its clock reads, set before each call.
+    """One instance's timestamp file: the time its clock stands at, set before each call.
 
     Args:
         path: The file (its directory exists; only this replay writes in it).
-        start: What the clock reads once made, advancing in real time until the first :meth:`set`.
+        start: What the clock reads once made, until the first :meth:`set`.
     """
 
     def __init__(self, path: Path, start: datetime) -> None:
         self.path = path
-        self.offset = 0.0
-        """Seconds its clock is ahead of real time (behind, when negative)."""
+        self.at = utc(start)
+        """What its clock reads."""
         self.set(start)
 
     def now(self) -> datetime:
         """What its clock reads now."""
-        return datetime.fromtimestamp(time.time() + self.offset, UTC)
+        return self.at
 
     def set(self, at: datetime) -> None:
-        """Make the clock read ``at`` now, and advance in real time from there (atomic replace)."""
-        line = offset_line(at)
-        self.offset = float(line)
+        """Make the clock read ``at`` from now until the next :meth:`set` (atomic replace)."""
+        self.at = utc(at)
         aside = self.path.with_name(f".{self.path.name}.new")
-        aside.write_text(line)
+        aside.write_text(clock_line(at))
         os.chmod(aside, 0o644)
         os.replace(aside, self.path)
 

@@ -1,8 +1,7 @@
 """When each call an episode's sandbox instance is asked happens, on its pinned clock.
 
-An instance of a server on a pinned clock (``clock = "recorded"``) reads, when a call is sent, the
-time this module gives it (:meth:`SandboxInstance.call`'s ``at``), and advances in real time during
-the call, as the recorded call's clock did:
+An instance of a server on a pinned clock (``clock = "recorded"``) reads, for the whole of a call,
+the time this module gives it when the call is sent (:meth:`SandboxInstance.call`'s ``at``):
 
 - a **re-played** call is sent at the time its recording was sent (:func:`began`: the recording's
   ``recorded_at``, stamped when its answer came, less its latency), so a server that stamps time
@@ -10,13 +9,15 @@ the call, as the recorded call's clock did:
 - a **new** call is sent at :func:`following` the episode's previous call: the whole second after
   that call's recorded end. It is a function of what is recorded only (never of this run's
   latencies), so the same episode played twice sends it at the same time and gets the same answer
-  — and a server stamping whole seconds (git, file times) stamps the same second, whatever the
-  call's own latency under a second;
+  — and a server stamping time stamps the same, however long the call takes;
 - what the instance answers is recorded with ``recorded_at`` on its clock (:func:`stamp`: the time
   it was sent plus its latency), so re-playing that recording later sends it at the same time again.
 
-Sub-second stamps (``created_at`` with microseconds) re-play identically only when the server reads
-its clock as soon after the call arrives as it did when it was recorded; they are not guaranteed.
+An answer a sandbox made re-plays to the microsecond. A real server's recorded stamp re-plays when
+the server read its clock within the time its clock showed when the call was sent, to the unit it
+stamps: a whole-second stamp (git, file times) in the same second; a sub-second stamp
+(``created_at`` with microseconds) is not guaranteed, since the real server read its clock a little
+after the call was sent.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import pytest
 from replay_sim.errors import ConfigError, SandboxUnavailable
 from replay_sim.record.config_file import parse_config
 from replay_sim.record.containment import Clock, Containment, Limits
-from replay_sim.record.instances.clock import ClockFile, clock_env, offset_line, recordings_began
+from replay_sim.record.instances.clock import ClockFile, clock_env, clock_line, recordings_began
 from replay_sim.record.instances.workspace import Launcher
 from replay_sim.store import Store
 
@@ -64,33 +64,41 @@ def test_the_confinement_probe_passes_on_this_machine() -> None:
     assert Launcher.detect().confinement_problem is None  # CI runs as root, with namespaces and cgroups
 
 
-def test_the_clock_file_reads_the_time_asked_whatever_the_offset_sign() -> None:
-    now = datetime(2026, 1, 1, tzinfo=UTC).timestamp()
-    assert offset_line(datetime(2025, 12, 31, tzinfo=UTC), now=now) == "-86400.000000\n"
-    assert offset_line(datetime(2026, 1, 1, 0, 1, 0, 250000), now=now) == "+60.250000\n"  # naive: UTC
+def test_the_clock_file_holds_the_time_asked_in_seconds_since_the_epoch() -> None:
+    assert clock_line(datetime(2025, 12, 31, tzinfo=UTC)) == "1767139200.000000\n"
+    assert clock_line(datetime(2026, 1, 1, 0, 1, 0, 250000)) == "1767225660.250000\n"  # naive: UTC
 
 
 def test_the_clock_follows_its_file_uncached_and_never_from_the_faketime_variable(tmp_path: Path) -> None:
     env = clock_env(tmp_path / "faketime")
     assert env["FAKETIME_TIMESTAMP_FILE"] == str(tmp_path / "faketime") and env["FAKETIME_NO_CACHE"] == "1"
+    assert env["FAKETIME_FMT"] == "%s"  # epoch seconds: the same instant in any time zone
     assert "FAKETIME" not in env and env["FAKETIME_DONT_FAKE_MONOTONIC"] == "1"
 
 
-def test_a_process_reads_each_time_its_clock_file_was_set_to(tmp_path: Path) -> None:
-    clock = ClockFile(tmp_path / "faketime", datetime(2020, 1, 1, tzinfo=UTC))
-    script = "import sys, time; print(int(time.time()), flush=True); input(); print(int(time.time()))"
-    env = {**os.environ, **clock_env(clock.path)}
+def test_a_process_reads_each_time_its_clock_file_was_set_to_standing_still_in_any_time_zone(
+    tmp_path: Path,
+) -> None:
+    began = datetime(2020, 1, 1, 0, 0, 0, 250000, tzinfo=UTC)
+    clock = ClockFile(tmp_path / "faketime", began)
+    # Two reads of the wall clock a monotonic 0.2 s apart (select: an event loop's wait), then one
+    # after the file is set anew; Node's and asyncio's timers run on the monotonic clock, still real.
+    script = (
+        "import select, time; a = time.time(); select.select([], [], [], 0.2); b = time.time();"
+        "print(repr(a), repr(b), flush=True); input(); print(repr(time.time()))"
+    )
+    env = {**os.environ, **clock_env(clock.path), "TZ": "America/New_York"}
     argv = [sys.executable, "-c", script]
     with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True) as child:
         assert child.stdout is not None and child.stdin is not None
-        first = int(child.stdout.readline())
-        clock.set(datetime(2024, 6, 1, 12, 0, 0, tzinfo=UTC))  # while it runs: read at its next clock read
+        first, still = (float(x) for x in child.stdout.readline().split())
+        clock.set(datetime(2024, 6, 1, 12, 0, 0, 500000, tzinfo=UTC))  # read at its next clock read
         child.stdin.write("\n")
         child.stdin.close()
-        second = int(child.stdout.readline())
-    began = int(datetime(2020, 1, 1, tzinfo=UTC).timestamp())
-    assert began <= first < began + 60
-    assert 0 <= second - int(datetime(2024, 6, 1, 12, tzinfo=UTC).timestamp()) < 60
+        second = float(child.stdout.readline())
+    assert first == still == pytest.approx(began.timestamp(), abs=1e-6)  # it stood during the wait
+    assert second == pytest.approx(datetime(2024, 6, 1, 12, 0, 0, 500000, tzinfo=UTC).timestamp(), abs=1e-6)
+    assert clock.now() == datetime(2024, 6, 1, 12, 0, 0, 500000, tzinfo=UTC)
 
 
 def test_recordings_began_is_the_first_recorded_call_of_a_session_or_a_server(tmp_path: Path) -> None:
