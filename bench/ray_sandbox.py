@@ -13,8 +13,11 @@ store): every call of an episode that wrote is its instance's answer, on each pa
 
 Reported per replica count: wall time (and its ratio to the direct run and to 1 replica), answers
 by tier and wrong ones; per replica: episodes' answers, instances started, peak live instances,
-median memory per instance (the resident set of its process group) and the replica process's own
-resident set (the actor: the replay, its index and the embedding model).
+median memory per instance (the resident set of its process group), the replica process's own
+resident set (the actor: the replay, its index; the embedding model loads only when a call needs a
+similarity lookup, which a sandbox answer does not) and its CPU per answer (from the moment it was
+first found, an instance's parent, to the end: starting instances and re-playing included); with
+1 replica, also its CPU per answer of an instance already bound (:data:`WARM_CALLS` reads).
 
 On a 2-core machine a second replica has no core of its own: the client, Serve's proxy, both
 replicas and every instance share the two, so 2 replicas are not expected to be faster here;
@@ -44,6 +47,7 @@ from bench.sandbox_rollouts import answer, calls, memory_config, record_memory
 from bench.sandbox_scale import CONCURRENCY, direct, entity, limited, status
 
 EPISODES = 64
+WARM_CALLS = 100
 DIRECT = "dir00"
 """The direct run's id (each run's entity names are one length: see :func:`bench.sandbox_scale.entity`)."""
 POLL = 1.0
@@ -58,6 +62,15 @@ def rss(pid: int) -> int | None:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
+    return None
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User and system CPU seconds one process has used, or None when it is gone."""
+    with contextlib.suppress(OSError):
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     return None
 
 
@@ -86,6 +99,8 @@ class Watch:
         self.peak: Counter[str] = Counter()
         self.memory: dict[str, list[int]] = {}
         self.process: dict[str, int] = {}
+        self.cpu: dict[str, tuple[float, float]] = {}
+        """Per replica: its process's CPU seconds when first found, and when last read."""
         self.last: dict[str, dict[str, Any]] = {}
 
     async def read(self) -> None:
@@ -101,6 +116,9 @@ class Watch:
                 found = replica_process(pid)
                 if found is not None:
                     self.process[replica] = found
+            used = cpu_seconds(self.process[replica]) if replica in self.process else None
+            if used is not None:
+                self.cpu[replica] = (self.cpu.get(replica, (used, used))[0], used)
 
     async def run(self, done: anyio.Event) -> None:
         while not done.is_set():
@@ -133,19 +151,39 @@ async def scaled(base: str, tag: str, truth: dict[int, list[str]]) -> dict[str, 
             wall = await limited(len(truth), CONCURRENCY, episode)
             done.set()
         await watch.read()  # the counters at the end
+        warm = await warm_answers(base, tag, watch) if len(watch.process) == 1 else None
     replicas = {}
     for replica, figures in watch.last.items():
         pool = figures["pool"]["memory"]
         memory = watch.memory.get(replica)
         process = watch.process.get(replica)
+        first, last = watch.cpu.get(replica, (0.0, 0.0))
         replicas[replica] = {
             "answers": figures["answers"],
             "instances_started": pool["started"],
             "peak_live": watch.peak[replica],
             "instance_mb": statistics.median(memory) / 2**20 if memory else None,
             "replica_rss_mb": (rss(process) or 0) / 2**20 if process else None,
+            "replica_cpu_ms_per_answer": (last - first) * 1000 / figures["answers"]
+            if figures["answers"]
+            else None,
         }
-    return {"wall_s": wall, "tally": dict(tally), "slowest_s": max(slowest), "replicas": replicas}
+    return {"wall_s": wall, "tally": dict(tally), "slowest_s": max(slowest), "replicas": replicas,
+            "warm_cpu_ms": warm}  # fmt: skip
+
+
+async def warm_answers(base: str, tag: str, watch: Watch) -> float | None:
+    """The replica's CPU per sandbox answer of an instance already bound (no start, no re-play), in ms:
+    one episode's :data:`WARM_CALLS` reads after its write, on a one-replica deployment."""
+    (process,) = watch.process.values()
+    async with Client(f"{base}/episodes/{tag}-warm/mcp/memory", mode="legacy") as client:
+        await client.call_tool(*calls(entity(tag, 99_999))[0])  # binds an instance
+        before = cpu_seconds(process)
+        for n in range(WARM_CALLS):
+            result = await client.call_tool("open_nodes", {"names": [f"absent-{n}"]})
+            assert status(result) == "sandbox", status(result)
+        after = cpu_seconds(process)
+    return None if before is None or after is None else (after - before) * 1000 / WARM_CALLS
 
 
 def deploy_and_run(snapshot: Path, config: Path, truth: dict[int, list[str]]) -> dict[int, dict[str, Any]]:
@@ -198,13 +236,18 @@ def main() -> dict[str, Any]:
         print(f"  {replicas} replica{'s' if replicas > 1 else ''}: {wall:.1f} s ({wall / direct_s:.2f}x the "
               f"direct run, {wall / runs[1]['wall_s']:.2f}x 1 replica); answers {figures['tally']}; "
               f"slowest call {figures['slowest_s']:.2f} s")  # fmt: skip
+        if figures["warm_cpu_ms"] is not None:
+            print(f"    the replica's CPU per answer of a bound instance: {figures['warm_cpu_ms']:.1f} ms "
+                  f"({WARM_CALLS} reads of one episode, averaged)")  # fmt: skip
         for replica, each in figures["replicas"].items():
             memory = each["instance_mb"]
             process = each["replica_rss_mb"]
+            cpu = each["replica_cpu_ms_per_answer"] if each["answers"] else None
             print(f"    replica {replica}: {each['answers']} answers, {each['instances_started']} "
                   f"instances started, peak live {each['peak_live']}, "
                   f"{memory and f'{memory:.0f}'} MB per instance, "
-                  f"replica process {process and f'{process:.0f}'} MB")  # fmt: skip
+                  f"replica process {process and f'{process:.0f}'} MB, "
+                  f"its CPU {cpu and f'{cpu:.1f}'} ms per answer")  # fmt: skip
     print(f"load after: {os.getloadavg()[0]:.2f} (1 min)", flush=True)
     return {"direct_s": direct_s, "runs": runs}
 
