@@ -17,7 +17,14 @@ misses, wrong answers, the slowest call. And the answer path: a warm sandbox ans
 against the instance's own latency (what the answer's ``_meta`` reports) and a cache hit's round
 trip, medians over one run.
 
-Run with ``python -m bench sandbox_scale`` (or ``python -m bench.sandbox_scale [EPISODES ...]``).
+And, with ``hold``, how many episodes the machine holds open **at once** at the default instance
+cap (32): all of them write, wait for the last to have written, then make their other calls (an
+instance given back meanwhile, or never held, is rebuilt), at each size until one has a miss or a
+wrong answer; with the peak of live instances, memory per instance and the replay process's.
+
+Run with ``python -m bench sandbox_scale`` (or ``python -m bench.sandbox_scale [EPISODES ...]``;
+``python -m bench.sandbox_scale hold [EPISODES ...]`` for the episodes held at once, 64, 256 and
+1,024 by default).
 """
 
 from __future__ import annotations
@@ -44,6 +51,8 @@ from bench.sandbox_rollouts import MEMORY, REPLAY_SIM, answer, calls, memory_con
 from replay_sim import MATCH_META_KEY
 
 SIZES = (64,)
+HOLD = (64, 256, 1024)
+"""Episodes held open at once (each level until one has a miss or a wrong answer)."""
 CONCURRENCY = 16
 WAVES, WAVE_SIZE, WAVE_CONCURRENCY = 3, 40, 20
 WARM_CALLS = 40
@@ -90,9 +99,10 @@ async def direct(size: int, run: str, tmp: Path) -> tuple[float, dict[int, list[
 class Served:
     """A ``replay-sim serve`` process (every option at its default but the address) and its URL."""
 
-    def __init__(self, url: str, http: httpx2.AsyncClient) -> None:
+    def __init__(self, url: str, http: httpx2.AsyncClient, pid: int) -> None:
         self.url = url
         self.http = http
+        self.pid = pid
 
     @contextlib.asynccontextmanager
     async def episode(self) -> AsyncIterator[str]:
@@ -124,7 +134,7 @@ async def served(db: Path, config: Path, tmp: Path) -> AsyncIterator[Served]:
                         if (await http.get(f"{url}/api/ready")).status_code == 200:
                             break
                     await anyio.sleep(0.2)
-            yield Served(url, http)
+            yield Served(url, http, process.pid)
     finally:
         process.terminate()
         await anyio.to_thread.run_sync(process.wait)
@@ -170,6 +180,85 @@ async def waves(sim: Served, template: list[str]) -> dict[str, Any]:
     return {"tally": dict(tally), "slowest_s": max(slowest), "calls": len(slowest)}
 
 
+async def hold(sim: Served, size: int, template: list[str]) -> dict[str, Any]:
+    """``size`` episodes open at once at the default cap: each writes, all wait for the last to have
+    written, then each makes its other calls (its instance given back meanwhile, or never held, is
+    rebuilt). Answers, the slowest call, peak live instances, memory per instance and of the replay."""
+    tally: Counter[str] = Counter()
+    slowest: list[float] = []
+    written = {"count": 0}
+    everyone = anyio.Event()
+    peak = {"live": 0, "replay": 0}
+    memory: list[int] = []
+
+    async def episode(i: int) -> None:
+        name = entity(f"h{size:04d}", i)
+        missed = False
+        async with Client(f"{sim.url}/episodes/hold{size}-{i}/mcp/memory", mode="legacy") as client:
+            for step, ((tool, arguments), want) in enumerate(zip(calls(name), template, strict=True)):
+                if step == 1:
+                    written["count"] += 1
+                    if written["count"] == size:
+                        everyone.set()
+                    await everyone.wait()
+                if missed:
+                    continue  # its later calls would be read after a write it did not make
+                started = time.perf_counter()
+                result = await client.call_tool(tool, arguments)
+                slowest.append(time.perf_counter() - started)
+                tally[status(result)] += 1
+                missed = status(result) == "miss"
+                tally["wrong"] += answer(result) != want.replace(entity("tmpl", 0), name) and not missed
+
+    async def watch(done: anyio.Event) -> None:
+        while not done.is_set():
+            with contextlib.suppress(httpx2.HTTPError):
+                pool = (await sim.stats())["pool"]["memory"]
+                peak["live"] = max(peak["live"], pool["live"])
+                memory.extend(m for m in pool["memory_bytes"].values() if m)
+                peak["replay"] = max(peak["replay"], resident(sim.pid))
+            with anyio.move_on_after(1.0):
+                await done.wait()
+
+    before = await sim.stats()
+    done = anyio.Event()
+    async with anyio.create_task_group() as group:
+        group.start_soon(watch, done)
+        wall = await limited(size, size, episode)
+        done.set()
+    after = await sim.stats()
+    return {"tally": dict(tally), "slowest_s": max(slowest), "wall_s": wall, "peak_live": peak["live"],
+            "instance_mb": statistics.median(memory) / 2**20 if memory else None,
+            "replay_mb": peak["replay"] / 2**20,
+            "rebuilt": after.get("rebuilt", 0) - before.get("rebuilt", 0),
+            "started": after["pool"]["memory"]["started"] - before["pool"]["memory"]["started"]}  # fmt: skip
+
+
+async def held_at_once(
+    sizes: tuple[int, ...], db: Path, config: Path, tmp: Path, template: list[str]
+) -> None:
+    """Each size in turn, on a fresh server, until one has a miss or a wrong answer."""
+    for size in sizes:
+        async with served(db, config, tmp) as sim:  # every option at its default: the cap is 32
+            held = await hold(sim, size, template)
+        print(f"held at once, the default cap (32): {size} episodes: answers {held['tally']}, slowest call "
+              f"{held['slowest_s']:.2f} s, {held['wall_s']:.1f} s; instances started {held['started']} "
+              f"(rebuilt {held['rebuilt']}), peak live {held['peak_live']}, "
+              f"{held['instance_mb'] and round(held['instance_mb'])} MB per instance, "
+              f"the replay process {held['replay_mb']:.0f} MB", flush=True)  # fmt: skip
+        if held["tally"].get("miss") or held["tally"]["wrong"]:
+            break  # the most this machine holds at the cap is below this size
+
+
+def resident(pid: int) -> int:
+    """Resident bytes of one process (0 when it is gone)."""
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
 async def answer_path(sim: Served) -> dict[str, float]:
     """Medians: a warm sandbox answer's round trip, the instance's own latency, a cache hit's round trip."""
     warm: list[float] = []
@@ -195,11 +284,14 @@ async def answer_path(sim: Served) -> dict[str, float]:
             "hit_ms": statistics.median(hits)}  # fmt: skip
 
 
-async def run(sizes: tuple[int, ...], tmp: Path) -> None:
+async def run(sizes: tuple[int, ...], tmp: Path, holding: bool) -> None:
     db = tmp / "replay.db"
     await record_memory(db, tmp / "record-state")
     config = memory_config(tmp / "record.toml", tmp / "pristine")
     _, template = await direct(1, "tmpl", tmp)
+    if holding:
+        await held_at_once(sizes, db, config, tmp, template[0])
+        return
     for size in sizes:
         run_id = f"r{size:04d}"
         direct_s, truth = await direct(size, run_id, tmp)
@@ -233,11 +325,12 @@ async def run(sizes: tuple[int, ...], tmp: Path) -> None:
 
 
 def main() -> None:
-    """Print the table, the waves and the answer path."""
-    sizes = tuple(int(a) for a in sys.argv[1:] if a.isdigit()) or SIZES
+    """Print the table, the waves and the answer path (with ``hold``: only the episodes held at once)."""
+    holding = "hold" in sys.argv[1:]
+    sizes = tuple(int(a) for a in sys.argv[1:] if a.isdigit()) or (HOLD if holding else SIZES)
     print(f"load before: {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} cores", flush=True)
     with tempfile.TemporaryDirectory() as folder:
-        anyio.run(run, sizes, Path(folder))
+        anyio.run(run, sizes, Path(folder), holding)
     print(f"load after: {os.getloadavg()[0]:.2f} (1 min)")
 
 

@@ -130,6 +130,10 @@ def serve_command(
             config=None if config is None else str(config),
             sandbox_pool=sandbox_pool,
             max_sandboxes=max_sandboxes,
+            sandbox_timeout=sandbox_timeout,
+            sandbox_idle=sandbox_idle,
+            sandbox_call_limit=sandbox_call_limit,
+            unconfined_sandboxes=unconfined_sandboxes,
             limits=limits,
         )
 

@@ -41,7 +41,13 @@ from starlette.types import Message
 from replay_sim.errors import ConfigError
 from replay_sim.httpserver import DEFAULT_KEEP_ALIVE
 from replay_sim.record.instances import DEFAULT_MAX_INSTANCES, DEFAULT_POOL
-from replay_sim.replay.options import Limits, MissDetail, MissPolicyName
+from replay_sim.replay.options import (
+    DEFAULT_SANDBOX_CALL_LIMIT,
+    DEFAULT_SANDBOX_IDLE,
+    Limits,
+    MissDetail,
+    MissPolicyName,
+)
 from replay_sim.resolve.runtime import configure_runtime
 from replay_sim.resolve.snapshot import open_snapshot
 from replay_sim.scale.gateway import DEFAULT_MAX_BODY, Gateway, ReplicaGone
@@ -89,6 +95,10 @@ class ScaleSettings:
             replica builds its own instance pool from it and owns the instances of its episodes.
         sandbox_pool: Started instances kept ready per sandbox server, per replica.
         max_sandboxes: Live instances at most per replica.
+        sandbox_timeout: Seconds a call may wait for an instance (``serve --sandbox-timeout``).
+        sandbox_idle: Seconds without a call before an episode's instance is given back.
+        sandbox_call_limit: Seconds one call to an instance may take at most.
+        unconfined_sandboxes: Run instances without containment (``--unconfined-sandboxes``).
         miss_detail: How much a miss tells the client (``full``, ``reason``, ``none``).
         min_confidence: The operating point (``serve --min-confidence``; None: strict tiers).
         keep_alive: Seconds Serve's HTTP proxy keeps an idle connection open (past every common
@@ -115,6 +125,10 @@ class ScaleSettings:
     config: str | None = None
     sandbox_pool: int = DEFAULT_POOL
     max_sandboxes: int = DEFAULT_MAX_INSTANCES
+    sandbox_timeout: float = 30.0
+    sandbox_idle: float = DEFAULT_SANDBOX_IDLE
+    sandbox_call_limit: float = DEFAULT_SANDBOX_CALL_LIMIT
+    unconfined_sandboxes: bool = False
     limits: Limits = field(default_factory=Limits)
     max_body: int = DEFAULT_MAX_BODY
 
@@ -241,8 +255,16 @@ def build_app(settings: ScaleSettings) -> serve.Application:
         if settings.config is None
         else {
             "config": str(Path(settings.config).resolve()),
-            "pool": settings.sandbox_pool,
-            "max_instances": settings.max_sandboxes,
+            "pool": {
+                "pool": settings.sandbox_pool,
+                "max_instances": settings.max_sandboxes,
+                "unconfined": settings.unconfined_sandboxes,
+            },
+            "policy": {
+                "sandbox_timeout": settings.sandbox_timeout,
+                "sandbox_idle": settings.sandbox_idle,
+                "sandbox_call_limit": settings.sandbox_call_limit,
+            },
         },
         "host": settings.host,
         "allowed_hosts": tuple(settings.allowed_hosts),

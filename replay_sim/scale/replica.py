@@ -32,13 +32,19 @@ from typing import Any
 from starlette.types import Message
 
 from replay_sim.errors import SnapshotError
+from replay_sim.record.config import RecorderConfig
 from replay_sim.record.config_file import load_config
 from replay_sim.record.instances import InstancePool
+from replay_sim.record.instances.clock import recordings_began
+from replay_sim.redaction import Redactor
 from replay_sim.replay.factory import open_replay
 from replay_sim.replay.http.app import create_app
+from replay_sim.replay.policies.recording import sandbox_side_file
 from replay_sim.scale.affinity import REPLICA_HEADER, SESSION_HEADER, session_id_for, split_session_id
 from replay_sim.scale.lost import lost
 from replay_sim.scale.wire import REDIRECT, Envelope, Lifespan, run_buffered
+from replay_sim.store import Store
+from replay_sim.store.snapshot import STORE_FILE
 
 __all__ = ["REPLICA_HEADER", "ReplayReplica", "replica_pool"]
 
@@ -83,7 +89,12 @@ class ReplayReplica:
         detail = options.pop("miss_detail", "full")
         point = options.pop("min_confidence", None)
         sandboxes = options.pop("sandboxes", None)  # this replica's own pool: its episodes' instances
-        pool = None if sandboxes is None else replica_pool(**sandboxes)
+        pool, wiring = None, {}
+        if sandboxes is not None:
+            config = load_config(sandboxes["config"])
+            where = (Path(snapshot), Path(sandboxes["config"]))
+            pool = await asyncio.to_thread(replica_pool, config, *where, **sandboxes["pool"])
+            wiring = {"redactor": recorded_with(config), **sandboxes["policy"]}
         replay = await asyncio.to_thread(
             open_replay,
             snapshot=Path(snapshot),
@@ -91,6 +102,7 @@ class ReplayReplica:
             miss_detail=detail,
             sandboxes=pool,
             min_confidence=point,
+            **wiring,
         )
         if replay.snapshot != snapshot_id:
             raise SnapshotError(
@@ -180,10 +192,34 @@ class ReplayReplica:
         return _SAMPLE.sub(add, text)
 
 
-def replica_pool(config: str, pool: int, max_instances: int) -> InstancePool:
+def replica_pool(
+    config: RecorderConfig,
+    snapshot: Path,
+    config_file: Path,
+    *,
+    pool: int,
+    max_instances: int,
+    unconfined: bool = False,
+) -> InstancePool:
     """A replica's own pool of sandbox instances, from the recorder config (``serve --ray --miss sandbox``).
 
     Each replica owns the instances of the episodes it holds (affinity sends an episode's every
-    request to it); a replica's death loses them with its episodes.
+    request to it); a replica's death loses them with its episodes. As ``replay-sim serve`` builds
+    it: the bundle, its side store and the config file are hidden from every instance, and each
+    server's instances start their clock when its recordings in the snapshot began.
     """
-    return InstancePool(load_config(config), pool=pool, max_instances=max_instances)
+    bundle = snapshot.resolve()  # verified by the replay, which opens it too
+    hidden = [bundle, sandbox_side_file(bundle / STORE_FILE), config_file.resolve()]
+    with Store(bundle / STORE_FILE, readonly=True, create=False) as store:
+        sandboxes = [name for name, spec in config.servers.items() if spec.sandbox]
+        began = {name: recordings_began(store, server=name) for name in sandboxes}
+    return InstancePool(
+        config, pool=pool, max_instances=max_instances, hidden=hidden, unconfined=unconfined,
+        clocks={name: when for name, when in began.items() if when is not None},
+    )  # fmt: skip
+
+
+def recorded_with(config: RecorderConfig) -> Redactor:
+    """The config's redaction rules with every upstream's secret values (what ``serve --config`` applies)."""
+    secrets = (secret for spec in config.servers.values() for secret in spec.secrets())
+    return config.redactor.with_secrets(secrets)
