@@ -96,6 +96,18 @@ def second_set() -> tuple[Any, RecorderConfig]:
     return gen, RecorderConfig(servers)
 
 
+def third_set() -> tuple[Any, RecorderConfig]:
+    """``fixtures/probes3``: its servers and initial states; each config is ``sandbox = true`` and the
+    command alone, as the generator recorded them."""
+    gen = _generator(ROOT / "fixtures" / "probes3")
+    gen.ensure_servers()
+    for server in ("duckdb", "tasks", "bank", "excel"):
+        gen.reset(server)
+    specs = gen.upstreams()
+    servers = {name: UpstreamSpec(command=s.command, args=s.args, sandbox=True) for name, s in specs.items()}
+    return gen, RecorderConfig(servers)
+
+
 def grade(step: dict[str, Any], response: dict[str, Any]) -> tuple[str, str]:
     """(grade, source) of one served step: ``correct``/``wrong``/``miss``, and the tier that answered."""
     truth = answer_text(step["truth"].get("result"), step["truth"].get("error"))
@@ -184,7 +196,7 @@ def report(label: str, steps: list[tuple[Any, ...]]) -> None:
 
 def main() -> None:
     """Per probe set: build its initial states, serve its recordings with sandboxes, play it twice."""
-    for folder, build in (("probes", first_set), ("probes2", second_set)):
+    for folder, build in (("probes", first_set), ("probes2", second_set), ("probes3", third_set)):
         probes_dir = ROOT / "fixtures" / folder
         _, config = build()
         probes = [json.loads(line) for line in (probes_dir / "probes.jsonl").read_text().splitlines() if line]
