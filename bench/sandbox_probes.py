@@ -2,12 +2,14 @@
 
 ``fixtures/probes/`` holds an exploration of five real servers (git, filesystem, memory, time,
 everything) and 238 probes (304 steps); ``fixtures/probes2/`` five others (sqlite, editor, math,
-calc, thinking) and 239 probes (328 steps); each step with the real server's answer. ``replay-sim
+calc, thinking) and 239 probes (328 steps); ``fixtures/probes3/`` five more nobody tuned on (duckdb,
+a task manager, a memory bank, excel workbooks, a Python REPL) and 202 probes (340 steps); each step
+with the real server's answer. ``replay-sim
 eval`` scores the resolver alone (a miss is a miss); this plays every probe as an episode over HTTP
 against ``serving(..., miss="sandbox")``, each server declared a sandbox in a recorder config that
 holds nothing but ``sandbox = true`` and how the set's generator starts it for the truth (command,
 args, env, cwd: ``servers()`` / ``upstreams()``), its state at the fixed paths under ``/tmp`` the
-generator builds (``/tmp/replay-sim-probes``, ``/tmp/replay-sim-probes2``). No ``mounts``, no
+generator builds (``/tmp/replay-sim-probes``, ``/tmp/replay-sim-probes2``, ``/tmp/replay-sim-probes3``). No ``mounts``, no
 ``isolation``, no ``reset``: confined instances find that state by the paths their command line and
 the recorded calls name (``docs/sandboxes-containment.md``). The pool and ``serving`` take every
 option at its default (the pool is built as ``serve --miss sandbox --config`` builds it: the store
@@ -90,6 +92,18 @@ def second_set() -> tuple[Any, RecorderConfig]:
         name: UpstreamSpec(command=spec.command, args=spec.args, env=spec.env, cwd=spec.cwd, sandbox=True)
         for name, spec in gen.upstreams(False).items()
     }
+    return gen, RecorderConfig(servers)
+
+
+def third_set() -> tuple[Any, RecorderConfig]:
+    """``fixtures/probes3``: its servers and initial states; each config is ``sandbox = true`` and the
+    command alone, as the generator recorded them."""
+    gen = _generator(ROOT / "fixtures" / "probes3")
+    gen.ensure_servers()
+    for server in ("duckdb", "tasks", "bank", "excel"):
+        gen.reset(server)
+    specs = gen.upstreams()
+    servers = {name: UpstreamSpec(command=s.command, args=s.args, sandbox=True) for name, s in specs.items()}
     return gen, RecorderConfig(servers)
 
 
@@ -185,7 +199,7 @@ def report(label: str, steps: list[tuple[Any, ...]]) -> None:
 
 def main(sets: tuple[str, ...] = ()) -> None:
     """Per probe set (or only ``sets``): build its initial states, serve it with sandboxes, play it twice."""
-    for folder, build in (("probes", first_set), ("probes2", second_set)):
+    for folder, build in (("probes", first_set), ("probes2", second_set), ("probes3", third_set)):
         if sets and folder not in sets:
             continue
         probes_dir = ROOT / "fixtures" / folder
