@@ -9,7 +9,7 @@ eval`` scores the resolver alone (a miss is a miss); this plays every probe as a
 against ``serving(..., miss="sandbox")``, each server declared a sandbox in a recorder config that
 holds nothing but ``sandbox = true`` and how the set's generator starts it for the truth (command,
 args, env, cwd: ``servers()`` / ``upstreams()``), its state at the fixed paths under ``/tmp`` the
-generator builds (``/tmp/replay-sim-probes``, ``/tmp/replay-sim-probes2``, ``/tmp/replay-sim-probes3``). No ``mounts``, no
+generator builds (``/tmp/replay-sim-probes``, ``-probes2``, ``-probes3``). No ``mounts``, no
 ``isolation``, no ``reset``: confined instances find that state by the paths their command line and
 the recorded calls name (``docs/sandboxes-containment.md``). The pool and ``serving`` take every
 option at its default (the pool is built as ``serve --miss sandbox --config`` builds it: the store
