@@ -25,8 +25,6 @@ from replay_sim.replay.options import Limits, MissPolicyName
 from replay_sim.replay.shaping.faults import Faults, Latency
 
 if TYPE_CHECKING:
-    from replay_sim.record.config import RecorderConfig
-    from replay_sim.redaction import Redactor
     from replay_sim.replay.stdio.start import Handover
     from replay_sim.resolve.calibration import MatchConfig
 
@@ -195,7 +193,7 @@ def serve_command(
         db,
         snapshot=snapshot,
         miss=miss,
-        redactor=None if recorder_config is None else _recorded_with(recorder_config),
+        redactor=None if recorder_config is None else recorder_config.recorded_redactor(),
         forward=forward,
         sandboxes=sandboxes,
         sandbox_timeout=sandbox_timeout,
@@ -301,10 +299,3 @@ def _listening(url: str) -> None:
     """The one line a script waits for (stdout): printed once the server is ready, never before."""
     click.echo(f"listening on {url}")
     sys.stdout.flush()
-
-
-def _recorded_with(config: RecorderConfig) -> Redactor:
-    """The config's redaction rules with every upstream's secret values, as the recorder applied them."""
-    return config.redactor.with_secrets(
-        secret for spec in config.servers.values() for secret in spec.secrets()
-    )

@@ -186,3 +186,9 @@ class RecorderConfig:
 
     servers: dict[str, UpstreamSpec]
     redactor: Redactor = field(default_factory=Redactor)
+
+    def recorded_redactor(self) -> Redactor:
+        """The redaction rules with every upstream's secret values: what the recorder applied."""
+        return self.redactor.with_secrets(
+            secret for spec in self.servers.values() for secret in spec.secrets()
+        )

@@ -36,7 +36,6 @@ from replay_sim.record.config import RecorderConfig
 from replay_sim.record.config_file import load_config
 from replay_sim.record.instances import InstancePool
 from replay_sim.record.instances.clock import recordings_began
-from replay_sim.redaction import Redactor
 from replay_sim.replay.factory import open_replay
 from replay_sim.replay.http.app import create_app
 from replay_sim.replay.policies.recording import sandbox_side_file
@@ -94,7 +93,7 @@ class ReplayReplica:
             config = load_config(sandboxes["config"])
             where = (Path(snapshot), Path(sandboxes["config"]))
             pool = await asyncio.to_thread(replica_pool, config, *where, **sandboxes["pool"])
-            wiring = {"redactor": recorded_with(config), **sandboxes["policy"]}
+            wiring = {"redactor": config.recorded_redactor(), **sandboxes["policy"]}
         replay = await asyncio.to_thread(
             open_replay,
             snapshot=Path(snapshot),
@@ -217,9 +216,3 @@ def replica_pool(
         config, pool=pool, max_instances=max_instances, hidden=hidden, unconfined=unconfined,
         clocks={name: when for name, when in began.items() if when is not None},
     )  # fmt: skip
-
-
-def recorded_with(config: RecorderConfig) -> Redactor:
-    """The config's redaction rules with every upstream's secret values (what ``serve --config`` applies)."""
-    secrets = (secret for spec in config.servers.values() for secret in spec.secrets())
-    return config.redactor.with_secrets(secrets)
