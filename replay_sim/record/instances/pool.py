@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Self
@@ -37,6 +37,7 @@ from replay_sim.record.instances.expiry import end_idle, expire_idle
 from replay_sim.record.instances.figures import pool_figures
 from replay_sim.record.instances.fingerprint import fingerprint_detail, sandbox_fingerprint
 from replay_sim.record.instances.instance import Instance
+from replay_sim.record.instances.places import Places, Reclaim
 from replay_sim.record.instances.snapshots import StateSnapshots
 from replay_sim.record.instances.unavailable import served, why_unavailable
 from replay_sim.record.instances.workspace import Launcher, sweep
@@ -47,11 +48,8 @@ __all__ = ["DEFAULT_MAX_INSTANCES", "DEFAULT_POOL", "InstancePool"]
 _CRASH_LOOP = 3
 """Warm instances of a server that may die unasked in a row before the pool stops refilling it."""
 
-Reclaim = Callable[[str | None], Instance | None]
-"""``reclaim(server)``: an idle instance (of ``server``, or any) its owner gives back, or None."""
 
-
-class InstancePool:
+class InstancePool(Places):
     """Warm, capped instances of a recorder config's sandbox servers (a ``SandboxPool``).
 
     Args:
@@ -246,7 +244,7 @@ class InstancePool:
 
     def wake(self) -> None:
         """An owner's instance turned idle (reclaimable): callers waiting for a place look again."""
-        if any(self._waiting.values()):
+        if any(self._waiting.values()) or any(self._seeding.values()):
             self._notify()
 
     def stats(self) -> dict[str, Any]:
@@ -257,73 +255,6 @@ class InstancePool:
         )
 
     # -- keeping instances ------------------------------------------------------------------
-
-    def _take(self, server: str, mine: list[Instance]) -> Instance | None:
-        """A warm, live instance of ``server`` (or ``mine``, started from a snapshot), now handed out."""
-        warm = deque(self._ready & set(mine)) if mine else self._warm[server]
-        while warm:
-            instance = warm.popleft()
-            self._ready.discard(instance)
-            if instance.alive:
-                self._crash_run[server] = 0
-                self._demand.took(server)
-                self._owned.add(instance)
-                instance.idle_since = anyio.current_time()
-                self._refill()
-                return instance
-        return None
-
-    def _start_for_waiters(
-        self,
-        server: str,
-        reclaim: Reclaim | None = None,
-        seed: Any = None,
-        mine: list[Instance] | None = None,
-    ) -> None:
-        """Start instances for the callers waiting on ``server`` that no starting instance will serve
-        (for a caller starting from a snapshot, ``seed``: its own, into ``mine``)."""
-        if seed is not None and mine is not None:
-            if not mine and self._room(server, reclaim):
-                self._seeding[server] -= 1
-                mine.append(self._start(server, seed))
-            return
-        needed = self._waiting[server] - self._starting[server] - len(self._warm[server])
-        for _ in range(needed):
-            if not self._room(server, reclaim):
-                return
-            self._start(server)
-
-    def _room(self, server: str, reclaim: Reclaim | None = None) -> bool:
-        """Whether one more instance of ``server`` may start now; if not, make room when one is idle.
-
-        One instance ends per caller no warm or starting instance serves: a spare warm one first,
-        else the least recently used idle one ``reclaim`` gives back.
-        """
-        if self._specs[server].isolation is Isolation.EXCLUSIVE and self._live[server]:
-            if reclaim is not None and not any(i.server == server for i in self._evicted):
-                given = reclaim(server)
-                if given is not None:
-                    self._end_to_make_room(given, reclaimed=True)
-            return False
-        if self._total() < self.max_instances:
-            return True
-        if len(self._evicted) < self._unserved():
-            for other, warm in self._warm.items():
-                if warm and len(warm) > self._waiting[other]:
-                    self._end_to_make_room(warm.pop(), reclaimed=False)
-                    return False
-            given = None if reclaim is None else reclaim(None)
-            if given is not None:
-                self._end_to_make_room(given, reclaimed=True)
-        return False
-
-    def _end_to_make_room(self, instance: Instance, *, reclaimed: bool) -> None:
-        """End ``instance`` (a spare warm one, or one given back): a waiting caller gets its place."""
-        if reclaimed:
-            self._owned.discard(instance)
-            self._counts[instance.server]["reclaimed"] += 1
-        self._evicted.add(instance)
-        self._spawn(Instance.close, instance)
 
     def _refill(self) -> None:
         """Start warm instances as demand asks (``pool`` at least), within the cap (no failing server)."""
@@ -401,16 +332,6 @@ class InstancePool:
     def _spawn(self, job: Any, instance: Instance) -> None:
         assert self._tg is not None
         self._tg.start_soon(job, instance, name=f"sandbox instance {instance.id}")
-
-    def _unserved(self) -> int:
-        """Callers waiting that no warm or starting instance will serve: a place freed goes to them first."""
-        return sum(
-            max(0, waiting - self._starting[server] - len(self._warm[server]))
-            for server, waiting in self._waiting.items()
-        ) + sum(self._seeding.values())
-
-    def _total(self) -> int:
-        return sum(len(live) for live in self._live.values())
 
     def _notify(self) -> None:
         self._changed.set()
