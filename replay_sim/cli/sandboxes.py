@@ -15,15 +15,16 @@ from datetime import datetime
 from pathlib import Path
 
 from replay_sim.errors import ConfigError, StoreError
-from replay_sim.record.config import RecorderConfig, UpstreamSpec
+from replay_sim.record.config import (
+    DEFAULT_SNAPSHOT_AFTER,
+    DEFAULT_SNAPSHOT_MB,
+    DEFAULT_SNAPSHOTS,
+    RecorderConfig,
+    UpstreamSpec,
+)
 from replay_sim.record.instances import DEFAULT_MAX_INSTANCES, DEFAULT_POOL, InstancePool
 from replay_sim.record.instances.clock import recordings_began
-from replay_sim.record.instances.snapshots import (
-    DEFAULT_SNAPSHOT_AFTER,
-    DEFAULT_SNAPSHOT_BYTES,
-    DEFAULT_SNAPSHOTS,
-    StateSnapshots,
-)
+from replay_sim.record.instances.snapshots import StateSnapshots
 from replay_sim.record.isolation import STATE_PLACEHOLDER
 from replay_sim.store import Store
 
@@ -41,7 +42,7 @@ def sandbox_pool(
     hidden: Iterable[str | Path] = (),
     unconfined: bool = False,
     snapshots: int = DEFAULT_SNAPSHOTS,
-    snapshot_bytes: int = DEFAULT_SNAPSHOT_BYTES,
+    snapshot_mb: int = DEFAULT_SNAPSHOT_MB,
     snapshot_after: int = DEFAULT_SNAPSHOT_AFTER,
 ) -> InstancePool:
     """The pool of instances of ``config``'s sandbox servers (enter it with ``async with`` while serving).
@@ -58,7 +59,7 @@ def sandbox_pool(
         hidden: More paths no instance may see (the index directory, the recorder config file).
         unconfined: Run instances unconfined (``--unconfined-sandboxes``): no state snapshots then.
         snapshots: State snapshots kept at most (``--sandbox-snapshots N``; 0: none).
-        snapshot_bytes: Their bytes at most (``--sandbox-snapshot-mb``).
+        snapshot_mb: Their megabytes at most (``--sandbox-snapshot-mb``).
         snapshot_after: State-changing calls a state holds at least before it is snapshotted.
 
     Raises:
@@ -73,7 +74,7 @@ def sandbox_pool(
     return InstancePool(
         config, pool=pool, max_instances=max_instances, idle_timeout=idle_timeout, servers=servers,
         hidden=paths, clocks=_clocks(store, config) if store is not None else None, unconfined=unconfined,
-        snapshots=StateSnapshots(snapshots, snapshot_bytes, snapshot_after),
+        snapshots=StateSnapshots(snapshots, snapshot_mb << 20, snapshot_after),
     )  # fmt: skip
 
 

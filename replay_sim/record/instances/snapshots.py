@@ -38,17 +38,14 @@ import anyio
 import anyio.to_thread
 
 from replay_sim.errors import ConfigError
+from replay_sim.record.config import DEFAULT_SNAPSHOT_AFTER, DEFAULT_SNAPSHOT_MB, DEFAULT_SNAPSHOTS
 from replay_sim.record.instances.instance import Instance
 from replay_sim.record.instances.workspace import claim
 
 __all__ = ["DEFAULT_SNAPSHOTS", "DEFAULT_SNAPSHOT_AFTER", "DEFAULT_SNAPSHOT_BYTES", "StateSnapshots"]
 
-DEFAULT_SNAPSHOTS = 64
-"""State snapshots kept at most (``--sandbox-snapshots``; 0: none)."""
-DEFAULT_SNAPSHOT_BYTES = 1 << 30
+DEFAULT_SNAPSHOT_BYTES = DEFAULT_SNAPSHOT_MB << 20
 """Bytes of state snapshots kept at most (``--sandbox-snapshot-mb``)."""
-DEFAULT_SNAPSHOT_AFTER = 4
-"""State-changing calls a state must hold before it is worth a snapshot (fewer are re-played)."""
 
 _LAYER = ("upper", "tmp", "run", "shm", "reveal")  # in an instance's layer: what it wrote (not work dirs)
 
