@@ -130,8 +130,12 @@ class StateSnapshots:
             self._kept.move_to_end(key)
             return True
         if self._root is None:
-            self._root = Path(tempfile.mkdtemp(prefix="replay-sim-snapshots-", dir=self.base))
-            claim(self._root)  # deleted by a later pool's sweep if this replay is killed outright
+            try:
+                self._root = Path(tempfile.mkdtemp(prefix="replay-sim-snapshots-", dir=self.base))
+                claim(self._root)  # deleted by a later pool's sweep if this replay is killed outright
+            except OSError:
+                self.counts["refused"] += 1
+                return False
         target = self._root / str(next(self._names))
         copied = await anyio.to_thread.run_sync(_copy_state, instance.pid, instance.directory, target)
         if copied is None or copied > self.max_bytes or not instance.alive:
