@@ -176,7 +176,7 @@ async def _measure_snapshots(db: Path, config: Path, tmp: Path, warm: int, kept:
                     with anyio.fail_after(60):
                         while sim.replay.policy.stats()["pool"]["memory"]["warm"] < warm:  # type: ignore[attr-defined]
                             await anyio.sleep(0.05)
-                then = [f"cold-{prefix}-{n}", *(f"warm-{i}" for i in range(WARM_CALLS // REPEATS))]
+                then = [f"cold-{prefix}-{n}", *(f"warm-{n}-{i}" for i in range(WARM_CALLS // REPEATS))]
                 (cold_ms, cold), *rest = await _episode(sim, prefix, then)
                 assert cold["status"] == "sandbox", cold
                 colds.append((cold_ms, cold["sandbox"]["replayed"]))

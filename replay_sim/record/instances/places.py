@@ -43,13 +43,17 @@ class Places:
     _evicted: set[Instance]  # being ended to make room
     _demand: Demand
 
+    # The pool's own (it keeps the instances' books):
     def _start(self, server: str, seed: tuple[Any, int] | None = None) -> Instance:
+        """Start an instance of ``server`` (from the state snapshot ``seed``: its path and uid)."""
         raise NotImplementedError
 
     def _refill(self) -> None:
+        """Start warm instances as demand asks."""
         raise NotImplementedError
 
     def _spawn(self, job: Any, instance: Instance) -> None:
+        """Run ``job(instance)`` in the pool's task group."""
         raise NotImplementedError
 
     def _take(self, server: str, mine: list[Instance]) -> Instance | None:
