@@ -56,9 +56,10 @@ class Places:
         """Run ``job(instance)`` in the pool's task group."""
         raise NotImplementedError
 
-    def _take(self, server: str, mine: list[Instance]) -> Instance | None:
-        """A warm, live instance of ``server`` (or ``mine``, started from a snapshot), now handed out."""
-        warm = deque(self._ready & set(mine)) if mine else self._warm[server]
+    def _take(self, server: str, mine: list[Instance] | None = None) -> Instance | None:
+        """A warm, live instance of ``server`` — or, for a caller starting from a snapshot, ``mine``
+        once it has started (never a warm one: that one is at the initial state) — now handed out."""
+        warm = deque(self._ready & set(mine)) if mine is not None else self._warm[server]
         while warm:
             instance = warm.popleft()
             self._ready.discard(instance)

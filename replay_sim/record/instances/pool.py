@@ -215,7 +215,7 @@ class InstancePool(Places):
                 while True:
                     if self._closed:
                         raise SandboxUnavailable(f"sandbox {server!r}: the instance pool is shutting down")
-                    if (instance := self._take(server, mine)) is not None:
+                    if (instance := self._take(server, None if seed is None else mine)) is not None:
                         return instance
                     failed = self._counts[server]["failed"] != failures and not self._starting[server]
                     if (mine[0] not in self._live[server]) if mine else (failed and not seed):

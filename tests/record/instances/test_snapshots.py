@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from instances_helpers import MEMORY, memory, sandboxes, text, tool
+from instances_helpers import MEMORY, memory, sandboxes, text, tool, until
 
 from replay_sim.errors import ConfigError, SandboxUnavailable
 from replay_sim.record.instances import InstancePool
@@ -42,17 +42,19 @@ def _layer_config() -> Any:
     return sandboxes(memory={"command": [MEMORY], "env": graph})
 
 
-@pytest.mark.parametrize("where", ["layer", "state"])
+@pytest.mark.parametrize(("where", "warm"), [("layer", 0), ("state", 1)])
 async def test_an_instance_started_from_a_snapshot_answers_from_its_state_as_its_own_uid(
-    tmp_path: Path, where: str
+    tmp_path: Path, where: str, warm: int
 ) -> None:
     config = _layer_config() if where == "layer" else sandboxes(memory=memory(tmp_path / "pristine"))
     snapshots = StateSnapshots(after=1)
-    async with InstancePool(config, pool=0, base=tmp_path / "base", snapshots=snapshots) as pool:
+    async with InstancePool(config, pool=warm, base=tmp_path / "base", snapshots=snapshots) as pool:
         first = await pool.acquire("memory", timeout=60)
         await first.call(*_entity("alpha"))
         assert await snapshots.take(first, "one", {"said": 1})
         await first.call(*_entity("beta"))  # after the snapshot: not in it
+        if warm:  # a warm instance (at the initial state) is at hand: never the one handed out for it
+            await until(lambda: pool.stats()["memory"]["warm"] == warm, timeout=60)
         started = await pool.acquire("memory", timeout=60, snapshot="one")
         assert _names(await started.call(*tool("read_graph"))) == ["alpha"]
         await started.call(*_entity("gamma"))  # it writes its files: they are its own uid's
