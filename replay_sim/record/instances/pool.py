@@ -216,6 +216,7 @@ class InstancePool(Places):
                     if self._closed:
                         raise SandboxUnavailable(f"sandbox {server!r}: the instance pool is shutting down")
                     if (instance := self._take(server, None if seed is None else mine)) is not None:
+                        self.snapshots.started(server, None, len(self._warm[server]))
                         return instance
                     failed = self._counts[server]["failed"] != failures and not self._starting[server]
                     if (mine[0] not in self._live[server]) if mine else (failed and not seed):
@@ -288,7 +289,7 @@ class InstancePool(Places):
 
     async def _hold(self, instance: Instance) -> None:
         """Run one instance for its whole life, keeping the books as it starts and ends."""
-        server, started = instance.server, False
+        server, started, began = instance.server, False, anyio.current_time()
 
         def ready() -> None:
             nonlocal started
@@ -302,6 +303,7 @@ class InstancePool(Places):
             else:
                 self._ready.add(instance)
                 self.snapshots.counts["started"] += 1
+            self.snapshots.started(server, anyio.current_time() - began, len(self._warm[server]))
             self._notify()
 
         try:

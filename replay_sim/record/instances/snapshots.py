@@ -91,6 +91,20 @@ class StateSnapshots:
         self._doomed: dict[Path, _Kept] = {}  # evicted while a start copies from them
         self._root: Path | None = None
         self._names = itertools.count(1)
+        self._start_s: dict[str, float] = {}  # how long the server's last instance took to start
+        self._warm: dict[str, int] = {}  # warm instances of it ready when last looked
+
+    def started(self, server: str, seconds: float | None, warm: int) -> None:
+        """The pool's news: an instance of ``server`` started in ``seconds`` (None: one was handed
+        out), and ``warm`` started instances of it are ready now."""
+        if seconds is not None:
+            self._start_s[server] = seconds
+        self._warm[server] = warm
+
+    def worth(self, server: str, saved: float) -> bool:
+        """Whether starting from a snapshot beats re-play that takes about ``saved`` seconds: a
+        process start is due anyway (no warm instance ready), or it took less than ``saved`` last time."""
+        return not self._warm.get(server) or self._start_s.get(server, 0.0) < saved
 
     def enabled(self, server: str) -> bool:
         """Whether ``server``'s instances are snapshotted (confined, started by a command, not off)."""

@@ -114,6 +114,11 @@ class SnapshotStore(Protocol):
         """Whether a snapshot is kept under ``key``."""
         ...
 
+    def worth(self, server: str, saved: float) -> bool:
+        """Whether a start from a snapshot beats a re-play taking about ``saved`` seconds (a warm
+        instance at hand re-plays a short prefix faster than a process starts)."""
+        ...
+
     def find(self, server: str, keys: list[str]) -> tuple[int, dict[str, Any]] | None:
         """The longest prefix of ``keys`` (``keys[i]``: after ``i + 1`` calls) with a snapshot: how many
         calls it covers and what was kept with it; None when none is kept."""

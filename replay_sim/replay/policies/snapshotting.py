@@ -19,6 +19,10 @@ state-changing calls (the pool's setting; fewer are cheaper re-played on a warm 
   finish), keyed by every call it was sent that is not declared read-only, in order — what a later
   episode's re-play would send.
 
+A snapshot is started from only where it is worth it: with a warm instance ready, only when the
+calls it holds took longer (their recorded latencies) than the server's last instance took to
+start (:meth:`~replay_sim.replay.policies.instances.SnapshotStore.worth`).
+
 **State held in the process is never restored from files.** A snapshot holds files only; whether a
 server keeps its state there is found out, not configured. When a snapshot is taken, the instance is
 asked the server's *probe* — its canary call (recorded from the initial state), when its tool is
@@ -190,6 +194,8 @@ class Snapshotting:
         n, meta = found
         if server not in self.trusted and not meta.get("telling"):
             return None  # not yet shown that the files carry its state: only a telling probe can
+        if not self.store.worth(server, sum(call.latency_ms or 0.0 for call in given[:n]) / 1000):
+            return None  # a warm instance re-plays it faster (by the recorded latencies)
         return probe, keys[n - 1], n, meta
 
     def _probe(self, server: str) -> Recording | None:
