@@ -210,7 +210,7 @@ def snapshots() -> None:
                 (plain, replayed), (started, restored) = runs[0]["cold"][prefix], runs[64]["cold"][prefix]
                 print(
                     f"  first unrecorded call after {prefix:>2} recorded writes: re-played ({replayed}) "
-                    f"{plain:.0f} ms ({plain / hit:.0f}x hit); from a snapshot ({restored} re-played) "
+                    f"{plain:.0f} ms ({plain / hit:.0f}x hit); snapshots on ({restored} re-played) "
                     f"{started:.0f} ms ({started / hit:.0f}x hit, {started / plain:.2f}x re-played)"
                 )
             for kept, figures in runs.items():

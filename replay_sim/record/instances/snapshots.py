@@ -158,13 +158,16 @@ class StateSnapshots:
             return False
         self._kept[key] = _Kept(instance.server, target, copied, instance.placement.uid, dict(meta))
         self.counts["taken"] += 1
+        evicted = []
         while len(self._kept) > self.count or self.bytes > self.max_bytes:
             _, oldest = self._kept.popitem(last=False)
             self.counts["evicted"] += 1
             if oldest.pins:
                 self._doomed[oldest.path] = oldest
             else:
-                shutil.rmtree(oldest.path, ignore_errors=True)
+                evicted.append(oldest.path)
+        for path in evicted:  # off the event loop: a layer may hold hundreds of megabytes
+            await anyio.to_thread.run_sync(shutil.rmtree, path, True)
         return key in self._kept
 
     def pin(self, key: str) -> tuple[Path, int] | None:
