@@ -15,10 +15,17 @@ from datetime import datetime
 from pathlib import Path
 
 from replay_sim.errors import ConfigError, StoreError
-from replay_sim.record.config import RecorderConfig, UpstreamSpec
+from replay_sim.record.config import (
+    DEFAULT_SNAPSHOT_AFTER,
+    DEFAULT_SNAPSHOT_MB,
+    DEFAULT_SNAPSHOTS,
+    RecorderConfig,
+    UpstreamSpec,
+)
 from replay_sim.record.instances import DEFAULT_MAX_INSTANCES, DEFAULT_POOL, InstancePool
 from replay_sim.record.instances.clock import recordings_began
 from replay_sim.record.instances.confine import private
+from replay_sim.record.instances.snapshots import StateSnapshots
 from replay_sim.record.isolation import STATE_PLACEHOLDER
 from replay_sim.store import Store
 from replay_sim.store.records import EPISODE_ORIGINS
@@ -36,6 +43,9 @@ def sandbox_pool(
     store: str | Path | None = None,
     hidden: Iterable[str | Path] = (),
     unconfined: bool = False,
+    snapshots: int = DEFAULT_SNAPSHOTS,
+    snapshot_mb: int = DEFAULT_SNAPSHOT_MB,
+    snapshot_after: int = DEFAULT_SNAPSHOT_AFTER,
 ) -> InstancePool:
     """The pool of instances of ``config``'s sandbox servers (enter it with ``async with`` while serving).
 
@@ -49,7 +59,10 @@ def sandbox_pool(
         store: The served store: its directory is hidden from every instance, and each server's
             instances start their clock when its recordings began.
         hidden: More paths no instance may see (the index directory, the recorder config file).
-        unconfined: Run instances unconfined (``--unconfined-sandboxes``).
+        unconfined: Run instances unconfined (``--unconfined-sandboxes``): no state snapshots then.
+        snapshots: State snapshots kept at most (``--sandbox-snapshots N``; 0: none).
+        snapshot_mb: Their megabytes at most (``--sandbox-snapshot-mb``).
+        snapshot_after: State-changing calls a state holds at least before it is snapshotted.
 
     Raises:
         ConfigError: The config declares no sandbox, a named server is not one, or a count is out of range.
@@ -64,6 +77,7 @@ def sandbox_pool(
         config, pool=pool, max_instances=max_instances, idle_timeout=idle_timeout, servers=servers,
         hidden=paths, clocks=_clocks(store, config) if store is not None else None, unconfined=unconfined,
         recorded=_recorded_paths(store, config) if store is not None else None,
+        snapshots=StateSnapshots(snapshots, snapshot_mb << 20, snapshot_after),
     )  # fmt: skip
 
 

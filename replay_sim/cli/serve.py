@@ -68,6 +68,8 @@ def serve_command(
     sandbox_timeout: float,
     sandbox_idle: float,
     sandbox_call_limit: float,
+    sandbox_snapshots: int,
+    sandbox_snapshot_mb: int,
     unconfined_sandboxes: bool,
     index_dir: Path | None,
     match_config: MatchConfig | None,
@@ -182,7 +184,7 @@ def serve_command(
         sandboxes = build_sandbox_pool(
             recorder_config, pool=sandbox_pool, max_instances=max_sandboxes, servers=servers,
             store=db, hidden=[p for p in (index_dir, config) if p is not None],  # hidden from instances
-            unconfined=unconfined_sandboxes,
+            unconfined=unconfined_sandboxes, snapshots=sandbox_snapshots, snapshot_mb=sandbox_snapshot_mb,
         )  # fmt: skip
         if unconfined_sandboxes:
             click.echo("replay-sim: WARNING: sandbox instances run UNCONFINED (--unconfined-sandboxes): "

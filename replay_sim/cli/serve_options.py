@@ -16,7 +16,12 @@ import click
 
 from replay_sim.cli import Seconds, db_option, match_config_option
 from replay_sim.httpserver import DEFAULT_KEEP_ALIVE, LOG_LEVELS
-from replay_sim.record.config import DEFAULT_MAX_INSTANCES, DEFAULT_POOL
+from replay_sim.record.config import (
+    DEFAULT_MAX_INSTANCES,
+    DEFAULT_POOL,
+    DEFAULT_SNAPSHOT_MB,
+    DEFAULT_SNAPSHOTS,
+)
 from replay_sim.replay.options import (
     DEFAULT_SANDBOX_CALL_LIMIT,
     DEFAULT_SANDBOX_IDLE,
@@ -257,6 +262,21 @@ SERVE_OPTIONS: list[Callable[[Any], Any]] = [
         "or not; past it the instance is ended and the call is a miss.",
     ),
     click.option(
+        "--sandbox-snapshots",
+        type=click.IntRange(0),
+        default=DEFAULT_SNAPSHOTS,
+        show_default=True,
+        help="--miss sandbox: state snapshots kept at most (an instance's files at a state, to start "
+        "later instances there instead of re-playing; least recently used evicted first; 0: none).",
+    ),
+    click.option(
+        "--sandbox-snapshot-mb",
+        type=click.IntRange(1),
+        default=DEFAULT_SNAPSHOT_MB,
+        show_default=True,
+        help="--miss sandbox: megabytes of state snapshots kept at most.",
+    ),
+    click.option(
         "--unconfined-sandboxes",
         is_flag=True,
         help="--miss sandbox: run instances without containment (no namespaces, copy-on-write layer, "
@@ -302,7 +322,8 @@ SERVE_GROUPS: dict[str, tuple[str, ...]] = {
                 "index_dir", "match_config", "strict"),
     "Misses and sandboxes": ("miss", "miss_detail", "min_confidence", "config", "llm_url", "llm_model",
                              "llm_api_key", "sandbox_pool", "max_sandboxes", "sandbox_timeout",
-                             "sandbox_idle", "sandbox_call_limit", "unconfined_sandboxes"),
+                             "sandbox_idle", "sandbox_call_limit", "sandbox_snapshots", "sandbox_snapshot_mb",
+                             "unconfined_sandboxes"),
     "Episodes, latency and faults": ("max_episodes", "episode_idle_timeout", "episode_rate",
                                      "episode_burst", "episode_client_share", "latency", "fault_specs",
                                      "fault_hold"),

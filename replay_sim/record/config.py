@@ -51,6 +51,9 @@ from replay_sim.redaction import Redactor
 __all__ = [
     "DEFAULT_MAX_INSTANCES",
     "DEFAULT_POOL",
+    "DEFAULT_SNAPSHOTS",
+    "DEFAULT_SNAPSHOT_AFTER",
+    "DEFAULT_SNAPSHOT_MB",
     "DEFAULT_TIMEOUT",
     "RecorderConfig",
     "UpstreamSpec",
@@ -65,6 +68,13 @@ DEFAULT_POOL = 1
 """Warm instances kept ready per sandbox server by default."""
 DEFAULT_MAX_INSTANCES = 32
 """Live instances across servers by default (warm ones included)."""
+DEFAULT_SNAPSHOTS = 64
+"""State snapshots of sandbox instances kept at most by default (``--sandbox-snapshots``; 0: none)."""
+DEFAULT_SNAPSHOT_MB = 1024
+"""Megabytes of state snapshots kept at most by default (``--sandbox-snapshot-mb``)."""
+DEFAULT_SNAPSHOT_AFTER = 4
+"""State-changing calls a state holds at least before it is snapshotted or started from (fewer are
+cheaper re-played on a warm instance)."""
 
 
 @dataclass(frozen=True)

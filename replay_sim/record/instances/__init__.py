@@ -8,6 +8,8 @@ this package; the CLI builds the pool (:func:`replay_sim.cli.sandboxes.sandbox_p
   (parent-death signal, PID and mount namespaces);
 - :mod:`.instance` — one instance: start, call, crash detection, close;
 - :mod:`.pool` — warm instances per server, the cap, acquire with a bound, stats;
+- :mod:`.places` — places under the cap: who gets one, which idle instance ends to make room;
+- :mod:`.snapshots` — state snapshots: an idle instance's files copied, to start later instances from;
 - :mod:`.procfs` — memory of an instance's process group.
 """
 

@@ -68,11 +68,14 @@ _TOOLS = ("unshare", "mount", "chroot", "setpriv", "prlimit", "env", "ip", "chow
 
 _SCRIPT = r"""
 set -eu
-root=$1 size=$2 uid=$3 net=$4; shift 4
+root=$1 size=$2 uid=$3 net=$4 seed=$5 was=$6; shift 6
 L=$root/layer M=$root/merged n=0
 base() {
   mkdir -p "$L" "$M"
   mount -t tmpfs -o "size=$size,mode=0755" replay-sim-layer "$L"
+  if [ -n "$seed" ]; then  # a state snapshot's layer: its files, given to this instance's uid
+    cp -a "$seed/." "$L/"; find "$L" -xdev -uid "$was" -exec chown -h "$uid:$uid" {} +
+  fi
   mkdir -p "$L/upper" "$L/work" "$L/tmp" "$L/run" "$L/shm" "$L/reveal"
   chmod 1777 "$L/tmp" "$L/shm"
   mount -t overlay replay-sim-root -o "lowerdir=/,upperdir=$L/upper,workdir=$L/work" "$M"
@@ -128,12 +131,17 @@ class Placement:
         clock_start: What its clock reads at launch (``clock = "recorded"``); None: the host's clock.
         recorded: Paths under a private directory that its server's recorded calls name (a
             repository, a file to edit): revealed copy-on-write and handed to it like its own.
+        seed: A state snapshot it starts from (:mod:`.snapshots`: ``layer``, ``state``, ``mounts``
+            copies of another instance's), or None: the initial state.
+        seed_uid: The uid of the instance the snapshot was taken from.
     """
 
     uid: int = UID_BASE
     hidden: tuple[str, ...] = ()
     clock_start: datetime | None = None
     recorded: tuple[str, ...] = ()
+    seed: Path | None = None
+    seed_uid: int = 0
 
 
 @dataclass(frozen=True)
@@ -157,6 +165,8 @@ class Confinement:
         cwd: Its working directory.
         env: Variables added at the last step (the pinned clock's).
         clock: The directory of its clock's timestamp file, bound read-only at the same path.
+        seed: A state snapshot's layer its own layer starts as a copy of (:mod:`.snapshots`), or None.
+        seed_uid: The uid that owned the snapshot's files (they are given to ``uid``).
     """
 
     root: Path
@@ -172,6 +182,8 @@ class Confinement:
     cwd: str = "/"
     env: tuple[tuple[str, str], ...] = ()
     clock: str | None = None
+    seed: str | None = None
+    seed_uid: int = 0
 
 
 def instance_uids() -> Iterator[int]:
@@ -220,7 +232,8 @@ def confined_argv(command: list[str], confinement: Confinement) -> list[str]:
     env = ["env", "-C", c.cwd, *(f"{k}={v}" for k, v in c.env)]
     size = str(limits.layer_bytes)
     net = "1" if c.containment.network else "0"
-    script = ["sh", "-c", _SCRIPT, "replay-sim-confine", str(c.root), size, str(c.uid), net]
+    seed = ["" if c.seed is None else c.seed, str(c.seed_uid)]
+    script = ["sh", "-c", _SCRIPT, "replay-sim-confine", str(c.root), size, str(c.uid), net, *seed]
     return [
         "unshare", *namespaces, "--", *script, *steps, "--", *prlimit, *setpriv, *env, *command,
     ]  # fmt: skip

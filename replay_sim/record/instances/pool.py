@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Self
@@ -28,7 +28,7 @@ from typing import Any, Self
 import anyio
 import anyio.abc
 
-from replay_sim.errors import ConfigError, SandboxUnavailable, UpstreamError
+from replay_sim.errors import SandboxUnavailable, UpstreamError
 from replay_sim.record.config import DEFAULT_MAX_INSTANCES, DEFAULT_POOL, RecorderConfig, UpstreamSpec
 from replay_sim.record.containment import Clock
 from replay_sim.record.instances.confine import Placement, instance_uids
@@ -37,7 +37,9 @@ from replay_sim.record.instances.expiry import end_idle, expire_idle
 from replay_sim.record.instances.figures import pool_figures
 from replay_sim.record.instances.fingerprint import fingerprint_detail, sandbox_fingerprint
 from replay_sim.record.instances.instance import Instance
-from replay_sim.record.instances.unavailable import why_unavailable
+from replay_sim.record.instances.places import Places, Reclaim
+from replay_sim.record.instances.snapshots import StateSnapshots
+from replay_sim.record.instances.unavailable import served, why_unavailable
 from replay_sim.record.instances.workspace import Launcher, sweep
 from replay_sim.record.isolation import Isolation
 
@@ -46,11 +48,8 @@ __all__ = ["DEFAULT_MAX_INSTANCES", "DEFAULT_POOL", "InstancePool"]
 _CRASH_LOOP = 3
 """Warm instances of a server that may die unasked in a row before the pool stops refilling it."""
 
-Reclaim = Callable[[str | None], Instance | None]
-"""``reclaim(server)``: an idle instance (of ``server``, or any) its owner gives back, or None."""
 
-
-class InstancePool:
+class InstancePool(Places):
     """Warm, capped instances of a recorder config's sandbox servers (a ``SandboxPool``).
 
     Args:
@@ -71,6 +70,8 @@ class InstancePool:
         clocks: Per server, when its recordings began: its instances' clocks start there
             (``clock = "recorded"``; a server not named reads the host's clock).
         recorded: Per server, the paths under ``/tmp`` its recorded calls name (shown to its instances).
+        snapshots: Its instances' state snapshots and their bounds (default: :class:`StateSnapshots`'s);
+            deleted when the pool closes. Confined instances only.
 
     Raises:
         ConfigError: A named server is not a sandbox of the config, or a count is out of range.
@@ -90,26 +91,13 @@ class InstancePool:
         hidden: Iterable[str | Path] = (),
         clocks: Mapping[str, datetime] | None = None,
         recorded: Mapping[str, tuple[str, ...]] | None = None,
+        snapshots: StateSnapshots | None = None,
     ) -> None:
-        sandboxes = {name: spec for name, spec in config.servers.items() if spec.sandbox}
-        chosen = sorted(sandboxes) if servers is None else list(servers)
-        for name in chosen:
-            if name not in sandboxes:
-                known = ", ".join(sorted(sandboxes)) or "none"
-                raise ConfigError(
-                    f"sandbox: {name!r} is not a sandbox in the recorder config (sandboxes: {known}); "
-                    f"set sandbox = true in its [servers.{name}] table"
-                )
-        if pool < 0 or max_instances < 1 or (idle_timeout is not None and idle_timeout <= 0):
-            raise ConfigError(
-                "sandbox pool: pool must be ≥ 0, max_instances ≥ 1 and idle_timeout > 0 seconds "
-                f"(got {pool}, {max_instances}, {idle_timeout})"
-            )
+        self._specs: dict[str, UpstreamSpec] = served(config, servers, pool, max_instances, idle_timeout)
         self.config = config
         self.pool = pool
         self.max_instances = max_instances
         self.idle_timeout = idle_timeout
-        self._specs: dict[str, UpstreamSpec] = {name: sandboxes[name] for name in chosen}
         self._capabilities = dict(capabilities or {})
         self._base = None if base is None else Path(base)
         self._launcher: Launcher | None = None
@@ -118,11 +106,14 @@ class InstancePool:
         self._clocks = {k: v for k, v in (clocks or {}).items() if self._specs.get(k) is not None}
         self._recorded = dict(recorded or {})
         self._uids = instance_uids()
+        self.snapshots = snapshots or StateSnapshots(base=self._base)
         self._warm: dict[str, deque[Instance]] = {name: deque() for name in self._specs}
+        self._ready: set[Instance] = set()  # started from a snapshot for a caller, not yet handed out
         self._live: dict[str, set[Instance]] = {name: set() for name in self._specs}  # started or starting
         self._owned: set[Instance] = set()  # handed out, not ended
         self._starting: Counter[str] = Counter()
         self._waiting: Counter[str] = Counter()
+        self._seeding: Counter[str] = Counter()  # callers waiting for a place to start from a snapshot
         self._counts: dict[str, Counter[str]] = {name: Counter() for name in self._specs}
         self._failure: dict[str, str] = {}
         self._crash_run: Counter[str] = Counter()
@@ -140,6 +131,9 @@ class InstancePool:
         pinned = any(self._specs[s].containment.clock is Clock.RECORDED for s in self._clocks)
         launcher.require(clocks=pinned)  # one line naming what is missing, before any instance
         self._launcher = launcher
+        exclusive = {s for s, spec in self._specs.items() if spec.isolation is Isolation.EXCLUSIVE}
+        self.snapshots.servers = frozenset(self._specs.keys() - exclusive if launcher.confined else ())
+        self.snapshots.base = self.snapshots.base or self._base  # hidden from instances with theirs
         await anyio.to_thread.run_sync(sweep, self._base)  # what replays killed outright left behind
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
@@ -168,6 +162,7 @@ class InstancePool:
         async with anyio.create_task_group() as closing:
             for instance in everything:
                 closing.start_soon(instance.close)
+        await anyio.to_thread.run_sync(self.snapshots.close)
         if self._tg is not None:
             self._tg.cancel_scope.cancel()  # instances still starting
 
@@ -187,7 +182,9 @@ class InstancePool:
         spec = self._specs[server]
         return sandbox_fingerprint(server, spec), fingerprint_detail(server, spec)
 
-    async def acquire(self, server: str, *, timeout: float, reclaim: Reclaim | None = None) -> Instance:
+    async def acquire(
+        self, server: str, *, timeout: float, reclaim: Reclaim | None = None, snapshot: str | None = None
+    ) -> Instance:
         """A fresh instance of ``server`` at its initial state, the caller's alone until it closes it.
 
         Args:
@@ -195,6 +192,8 @@ class InstancePool:
             timeout: Seconds to wait for a place (a start for the caller: its ``startup_timeout``).
             reclaim: At the cap (or an exclusive server's instance held), asked for an idle instance
                 its owner gives back, which the pool ends to make room; else the caller waits.
+            snapshot: Start it from this state snapshot (:attr:`snapshots`) instead: a new instance
+                for the caller alone (never a warm one), in the snapshot's state.
 
         Raises:
             SandboxUnavailable: None could be had within ``timeout`` seconds: the cap of live
@@ -208,28 +207,38 @@ class InstancePool:
             raise SandboxUnavailable(
                 f"sandbox {server!r}: the instance pool is not running (enter it, or it was shut down)"
             )
-        failures = self._counts[server]["failed"]
-        self._waiting[server] += 1
+        seed = None if snapshot is None else self.snapshots.pin(snapshot)
+        if snapshot is not None and seed is None:
+            raise SandboxUnavailable(f"sandbox {server!r}: state snapshot {snapshot[:12]} is no longer kept")
+        failures, mine = self._counts[server]["failed"], list[Instance]()  # mine: its start from `seed`
+        (self._seeding if seed else self._waiting)[server] += 1
         began = anyio.current_time()
         try:
             with anyio.CancelScope(deadline=began + max(timeout, 0)) as scope:
                 while True:
                     if self._closed:
                         raise SandboxUnavailable(f"sandbox {server!r}: the instance pool is shutting down")
-                    if (instance := self._take(server)) is not None:
+                    if (instance := self._take(server, None if seed is None else mine)) is not None:
+                        self.snapshots.started(server, None, len(self._warm[server]))
                         return instance
-                    if self._counts[server]["failed"] != failures and not self._starting[server]:
+                    failed = self._counts[server]["failed"] != failures and not self._starting[server]
+                    if (mine[0] not in self._live[server]) if mine else (failed and not seed):
                         why = self._failure.get(server, "it failed to start, then started for another caller")
                         raise SandboxUnavailable(
                             f"sandbox {server!r}: an instance could not be started: {why}"
                         )
-                    self._start_for_waiters(server, reclaim)
+                    self._start_for_waiters(server, reclaim, seed, mine)
                     if self._starting[server]:  # a place was had: its start is waited for, not the place
                         scope.deadline = max(scope.deadline, began + self._specs[server].startup_timeout)
                     changed = self._changed
                     await changed.wait()
         finally:
-            self._waiting[server] -= 1
+            (self._seeding if seed and not mine else self._waiting)[server] -= not mine
+            if seed is not None:
+                self.snapshots.unpin(str(snapshot), seed[0])
+            if mine and mine[0] in self._ready:  # started for a caller that gave up: ended
+                self._ready.discard(mine[0])
+                self._spawn(Instance.close, mine[0])
         spec, live = self._specs[server], self._live[server]
         raise SandboxUnavailable(why_unavailable(
             server, timeout, exclusive_held=spec.isolation is Isolation.EXCLUSIVE and bool(live),
@@ -239,7 +248,7 @@ class InstancePool:
 
     def wake(self) -> None:
         """An owner's instance turned idle (reclaimable): callers waiting for a place look again."""
-        if any(self._waiting.values()):
+        if any(self._waiting.values()) or any(self._seeding.values()):
             self._notify()
 
     def stats(self) -> dict[str, Any]:
@@ -250,60 +259,6 @@ class InstancePool:
         )
 
     # -- keeping instances ------------------------------------------------------------------
-
-    def _take(self, server: str) -> Instance | None:
-        """A warm, live instance of ``server``, now handed out (the pool refills behind it)."""
-        warm = self._warm[server]
-        while warm:
-            instance = warm.popleft()
-            if instance.alive:
-                self._crash_run[server] = 0
-                self._demand.took(server)
-                self._owned.add(instance)
-                instance.idle_since = anyio.current_time()
-                self._refill()
-                return instance
-        return None
-
-    def _start_for_waiters(self, server: str, reclaim: Reclaim | None = None) -> None:
-        """Start instances for the callers waiting on ``server`` that no starting instance will serve."""
-        needed = self._waiting[server] - self._starting[server] - len(self._warm[server])
-        for _ in range(needed):
-            if not self._room(server, reclaim):
-                return
-            self._start(server)
-
-    def _room(self, server: str, reclaim: Reclaim | None = None) -> bool:
-        """Whether one more instance of ``server`` may start now; if not, make room when one is idle.
-
-        One instance ends per caller no warm or starting instance serves: a spare warm one first,
-        else the least recently used idle one ``reclaim`` gives back.
-        """
-        if self._specs[server].isolation is Isolation.EXCLUSIVE and self._live[server]:
-            if reclaim is not None and not any(i.server == server for i in self._evicted):
-                given = reclaim(server)
-                if given is not None:
-                    self._end_to_make_room(given, reclaimed=True)
-            return False
-        if self._total() < self.max_instances:
-            return True
-        if len(self._evicted) < self._unserved():
-            for other, warm in self._warm.items():
-                if warm and len(warm) > self._waiting[other]:
-                    self._end_to_make_room(warm.pop(), reclaimed=False)
-                    return False
-            given = None if reclaim is None else reclaim(None)
-            if given is not None:
-                self._end_to_make_room(given, reclaimed=True)
-        return False
-
-    def _end_to_make_room(self, instance: Instance, *, reclaimed: bool) -> None:
-        """End ``instance`` (a spare warm one, or one given back): a waiting caller gets its place."""
-        if reclaimed:
-            self._owned.discard(instance)
-            self._counts[instance.server]["reclaimed"] += 1
-        self._evicted.add(instance)
-        self._spawn(Instance.close, instance)
 
     def _refill(self) -> None:
         """Start warm instances as demand asks (``pool`` at least), within the cap (no failing server)."""
@@ -322,9 +277,12 @@ class InstancePool:
                     break
                 self._start(server)
 
-    def _start(self, server: str) -> None:
-        recorded = self._recorded.get(server, ())
-        placement = Placement(next(self._uids), self._hidden, self._clocks.get(server), recorded)
+    def _start(self, server: str, seed: tuple[Path, int] | None = None) -> Instance:
+        seed_path, seed_uid = seed or (None, 0)
+        placement = Placement(
+            next(self._uids), self._hidden, self._clocks.get(server), self._recorded.get(server, ()),
+            seed=seed_path, seed_uid=seed_uid,
+        )  # fmt: skip
         instance = Instance(
             server, f"{server}-{next(self._ids)}", self._specs[server], redactor=self.config.redactor,
             launcher=self._launcher or Launcher.detect(), capabilities=self._capabilities, base=self._base,
@@ -334,10 +292,11 @@ class InstancePool:
         self._starting[server] += 1
         self._demand.begin(instance.id)
         self._spawn(self._hold, instance)
+        return instance
 
     async def _hold(self, instance: Instance) -> None:
         """Run one instance for its whole life, keeping the books as it starts and ends."""
-        server, started = instance.server, False
+        server, started, began = instance.server, False, anyio.current_time()
 
         def ready() -> None:
             nonlocal started
@@ -346,7 +305,12 @@ class InstancePool:
             self._starting[server] -= 1
             self._counts[server]["started"] += 1
             self._failure.pop(server, None)
-            self._warm[server].append(instance)
+            if instance.placement.seed is None:
+                self._warm[server].append(instance)
+            else:
+                self._ready.add(instance)
+                self.snapshots.counts["started"] += 1
+            self.snapshots.started(server, anyio.current_time() - began, len(self._warm[server]))
             self._notify()
 
         try:
@@ -369,6 +333,7 @@ class InstancePool:
             self._evicted.discard(instance)
             if instance in self._warm[server]:
                 self._warm[server].remove(instance)
+            self._ready.discard(instance)
             self._live[server].discard(instance)
             self._notify()
             self._refill()
@@ -376,16 +341,6 @@ class InstancePool:
     def _spawn(self, job: Any, instance: Instance) -> None:
         assert self._tg is not None
         self._tg.start_soon(job, instance, name=f"sandbox instance {instance.id}")
-
-    def _unserved(self) -> int:
-        """Callers waiting that no warm or starting instance will serve: a place freed goes to them first."""
-        return sum(
-            max(0, waiting - self._starting[server] - len(self._warm[server]))
-            for server, waiting in self._waiting.items()
-        )
-
-    def _total(self) -> int:
-        return sum(len(live) for live in self._live.values())
 
     def _notify(self) -> None:
         self._changed.set()

@@ -1,8 +1,42 @@
-"""Why no sandbox instance could be had, and what to change: the message of a pool's refusal."""
+"""A pool's refusals: a config it cannot serve, and why no sandbox instance could be had (what to change)."""
 
 from __future__ import annotations
 
-__all__ = ["why_unavailable"]
+from collections.abc import Iterable
+
+from replay_sim.errors import ConfigError
+from replay_sim.record.config import RecorderConfig, UpstreamSpec
+
+__all__ = ["served", "why_unavailable"]
+
+
+def served(
+    config: RecorderConfig,
+    servers: Iterable[str] | None,
+    pool: int,
+    max_instances: int,
+    idle_timeout: float | None,
+) -> dict[str, UpstreamSpec]:
+    """The sandbox servers a pool serves (``servers``, default all), once its counts are checked.
+
+    Raises:
+        ConfigError: A named server is not a sandbox of the config, or a count is out of range.
+    """
+    sandboxes = {name: spec for name, spec in config.servers.items() if spec.sandbox}
+    chosen = sorted(sandboxes) if servers is None else list(servers)
+    for name in chosen:
+        if name not in sandboxes:
+            known = ", ".join(sorted(sandboxes)) or "none"
+            raise ConfigError(
+                f"sandbox: {name!r} is not a sandbox in the recorder config (sandboxes: {known}); "
+                f"set sandbox = true in its [servers.{name}] table"
+            )
+    if pool < 0 or max_instances < 1 or (idle_timeout is not None and idle_timeout <= 0):
+        raise ConfigError(
+            "sandbox pool: pool must be ≥ 0, max_instances ≥ 1 and idle_timeout > 0 seconds "
+            f"(got {pool}, {max_instances}, {idle_timeout})"
+        )
+    return {name: sandboxes[name] for name in chosen}
 
 
 def why_unavailable(

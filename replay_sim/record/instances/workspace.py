@@ -42,7 +42,7 @@ from replay_sim.record.instances.confine import Placement, confined_argv, confin
 from replay_sim.record.instances.procfs import started_at
 from replay_sim.record.isolation import STATE_PLACEHOLDER, Isolation
 
-__all__ = ["Launcher", "Workspace", "prepare", "sweep"]
+__all__ = ["Launcher", "Workspace", "claim", "prepare", "sweep"]
 
 _OWNER = ".replay-sim-owner"  # in an instance directory: the replay that made it
 # Bind-mounts "$2"→"$3", "$4"→"$5", … (each copy over its path) until "--", enters "$1" (the cwd,
@@ -216,7 +216,7 @@ def prepare(
             f"sandbox {server!r}: cannot make an instance directory in {str(where)!r}: {exc.strerror or exc}"
         ) from None
     try:
-        (root / _OWNER).write_text(_owner(os.getpid()))
+        claim(root)
         return _prepare(server, root, spec, launcher, placement or Placement())
     except BaseException:
         shutil.rmtree(root, ignore_errors=True)
@@ -241,6 +241,12 @@ def sweep(base: Path | None) -> int:
     return swept + stale_cgroups()
 
 
+def claim(root: Path) -> None:
+    """Mark ``root`` (in a pool's base directory) as this replay's: :func:`sweep` deletes it when the
+    replay is gone."""
+    (root / _OWNER).write_text(_owner(os.getpid()))
+
+
 def _owner(pid: int) -> str:
     """``pid start-time``: names one process, not a later one given the same pid."""
     return f"{pid} {started_at(pid)}"
@@ -252,15 +258,16 @@ def _prepare(
     if spec.command is None:  # a URL, isolation "exclusive": nothing of its own to copy or wrap
         return Workspace(root, spec)
     command, args, env, cwd = spec.command, list(spec.args), dict(spec.env), spec.cwd
+    seed = placement.seed  # a state snapshot's copies (taken as this workspace lays them out), or None
     if spec.isolation is Isolation.STATE and spec.state is not None:
         state = root / "state"
-        _copy(server, "state", Path(spec.state), state)
+        _copy(server, "state", seed / "state" if seed else Path(spec.state), state)
         command, args, env, cwd = _substitute(str(state), command, args, env, cwd)
     binds: list[tuple[str, str]] = []
     if spec.isolation is Isolation.MOUNT:
         for number, path in enumerate(spec.mounts):
             copy = root / "mounts" / str(number) / (Path(path).name or "root")
-            _copy(server, "mounts", Path(path), copy)
+            _copy(server, "mounts", seed / copy.relative_to(root) if seed else Path(path), copy)
             binds.append((str(copy), os.path.normpath(path)))
     clock: dict[str, str] = {}
     clock_file: ClockFile | None = None
@@ -282,6 +289,7 @@ def _prepare(
             confinement = dataclasses.replace(
                 confinement, cgroups=tuple(cgroups), env=tuple(clock.items()),
                 clock=None if clock_file is None else str(clock_file.path.parent),
+                seed=None if seed is None else str(seed / "layer"), seed_uid=placement.seed_uid,
             )  # fmt: skip
             argv = confined_argv([command, *args], confinement)
             argv = [launcher.setpriv, "--pdeathsig", "KILL", "--", *argv] if launcher.setpriv else argv

@@ -74,6 +74,15 @@ def given_calls(lookup: StateLookup, trail: Trail) -> list[Recording] | str:
     return given
 
 
+def _given(recording: Recording) -> dict[str, Any]:
+    """A recording's answer in the shape of :meth:`SandboxInstance.call`'s (a call a snapshot holds)."""
+    return {
+        "params": recording.params, "result": recording.result, "error": recording.error,
+        "latency_ms": recording.latency_ms, "notifications": recording.notifications,
+        "clock": began(recording).isoformat(),  # stamped back to its recorded_at
+    }  # fmt: skip
+
+
 def _what(method: str, params: dict[str, Any]) -> str:
     name, arguments = call_identity(method, params)
     shown = canonical_json(arguments)
@@ -99,6 +108,9 @@ class Binding:
         instances: Instances bound so far.
         replayed: Calls re-played so far.
         answered: Calls the instances answered so far (re-play aside).
+        made: The calls its instance was sent, in order, since it was bound (the re-played ones,
+            those a snapshot it started from holds, then each asked one): what its state is made of
+            (:mod:`~replay_sim.replay.policies.snapshotting`).
         source: The fingerprint of the sandbox config and code (and what it covers), or None.
         clock: When its next new call is sent on the instance's pinned clock
             (:mod:`~replay_sim.replay.policies.timing`); None: the instance's own start.
@@ -112,6 +124,7 @@ class Binding:
     refused: str | None = None
     used: float = field(default_factory=time.monotonic)
     journal: list[Recording] = field(default_factory=list)
+    made: list[Recording] = field(default_factory=list)
     released: str | None = None
     instances: int = 0
     replayed: int = 0
@@ -119,21 +132,26 @@ class Binding:
     source: Source | None = None
     clock: datetime | None = None
 
-    async def replay(self, instance: SandboxInstance, given: list[Recording], log: AnswerLog) -> None:
+    async def replay(
+        self, instance: SandboxInstance, given: list[Recording], log: AnswerLog, restored: int = 0
+    ) -> None:
         """Bring a fresh instance to the episode's state, then bind it; its answers are recorded.
 
         Args:
-            instance: An instance at the initial state.
+            instance: An instance at the initial state, or at the state after ``given[:restored]``.
             given: :func:`given_calls`: the episode's state-changing calls and their answers.
             log: Where the re-played calls are queued for recording, as the head of this binding's session.
+            restored: How many of ``given`` the instance holds already (it started from a state
+                snapshot of an instance that made them): not sent; their answers head the session as
+                that instance gave them, so what is recorded there is made from the episode's state.
 
         Raises:
             Divergence: A call was answered otherwise (nothing is bound or recorded then).
             InstanceLost: The instance died meanwhile.
             UpstreamError: A call timed out.
         """
-        answers: list[dict[str, Any]] = []
-        for recording in given:
+        answers = [self._row(r.method, _given(r), r.params) for r in given[:restored]]
+        for recording in given[restored:]:
             answer = await instance.call(recording.method, recording.params, at=began(recording))
             if not same_answer(recording, answer):
                 where = answer_difference(
@@ -150,9 +168,10 @@ class Binding:
         await log.add([{**row, "session": session} for row in answers])
         self.instance = instance
         self.journal = list(given)
+        self.made = list(given)
         self.released = None
         self.instances += 1
-        self.replayed += len(given)
+        self.replayed += len(given) - restored
         self.clock = following(given[-1]) if given else None
 
     async def ask(self, method: str, params: dict[str, Any], store: Store, log: AnswerLog) -> Recording:
@@ -170,6 +189,7 @@ class Binding:
         row = {**self._row(method, answer, params), "session": self.session}
         await log.add([row])
         recording = pending_recording(store, row)
+        self.made.append(recording)
         self.clock = following(recording)
         self.answered += 1
         return recording

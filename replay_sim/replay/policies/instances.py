@@ -10,7 +10,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Protocol
 
-__all__ = ["Reclaim", "SandboxInstance", "SandboxPool"]
+__all__ = ["Reclaim", "SandboxInstance", "SandboxPool", "SnapshotStore"]
 
 
 class SandboxInstance(Protocol):
@@ -66,12 +66,13 @@ class SandboxPool(Protocol):
         ...
 
     async def acquire(
-        self, server: str, *, timeout: float, reclaim: Reclaim | None = None
+        self, server: str, *, timeout: float, reclaim: Reclaim | None = None, snapshot: str | None = None
     ) -> SandboxInstance:
         """A fresh instance at the initial state, owned by the caller until ``close()``.
 
         At the cap the pool asks ``reclaim`` for an idle instance to end instead of waiting; a
-        caller waits only while every instance is busy answering.
+        caller waits only while every instance is busy answering. With ``snapshot``: a new instance
+        started from that state snapshot (:class:`SnapshotStore`), at the state it holds.
 
         Raises:
             SandboxUnavailable: None could be had within ``timeout`` (the message says why).
@@ -95,4 +96,38 @@ class SandboxPool(Protocol):
 
     async def aclose(self) -> None:
         """End every instance (server shutdown)."""
+        ...
+
+
+class SnapshotStore(Protocol):
+    """A pool's state snapshots (its ``snapshots`` attribute, where it keeps any): an idle instance's
+    files at a state, kept under a key its owner chooses, to start later instances from."""
+
+    after: int
+    """State-changing calls a state holds at least before it is snapshotted or started from."""
+
+    def enabled(self, server: str) -> bool:
+        """Whether ``server``'s instances can be snapshotted here (confined ones, snapshots not off)."""
+        ...
+
+    def kept(self, key: str) -> bool:
+        """Whether a snapshot is kept under ``key``."""
+        ...
+
+    def worth(self, server: str, saved: float) -> bool:
+        """Whether a start from a snapshot beats a re-play taking about ``saved`` seconds (a warm
+        instance at hand re-plays a short prefix faster than a process starts)."""
+        ...
+
+    def find(self, server: str, keys: list[str]) -> tuple[int, dict[str, Any]] | None:
+        """The longest prefix of ``keys`` (``keys[i]``: after ``i + 1`` calls) with a snapshot: how many
+        calls it covers and what was kept with it; None when none is kept."""
+        ...
+
+    async def take(self, instance: Any, key: str, meta: dict[str, Any]) -> bool:
+        """Copy an idle instance's files as snapshot ``key`` (``meta`` kept with it); whether it is kept."""
+        ...
+
+    def stats(self) -> dict[str, Any]:
+        """Snapshots kept, their bytes and bounds, and what was taken, refused, evicted and started."""
         ...

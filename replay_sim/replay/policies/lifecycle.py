@@ -15,7 +15,7 @@ import asyncio
 import time
 import weakref
 from collections import Counter, OrderedDict, deque
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
 import anyio
 import anyio.abc
@@ -123,6 +123,8 @@ class Keeper:
         idle: Seconds without a call after which an instance is given back (None: never).
         counts: Where ``released``, ``reclaimed`` and ``cut`` are counted.
         source: The fingerprint each server's recorded sessions are marked with (None: unmarked).
+        keep: Called with an instance given back idle (or at its episode's end) and the calls it
+            was sent, before it is closed (a state snapshot of it may be taken).
     """
 
     def __init__(
@@ -132,8 +134,10 @@ class Keeper:
         counts: Counter[str] | dict[str, int],
         *,
         source: Callable[[str], Source | None] = lambda server: None,
+        keep: Callable[[SandboxInstance, list[Recording]], Awaitable[None]] | None = None,
     ) -> None:
         self.shared = shared
+        self.keep = keep
         self.source = source
         self.idle = idle
         self.counts = counts
@@ -204,7 +208,7 @@ class Keeper:
         self.holders.forget(binding)
         if instance is not None:
             self.counts[counted] = self.counts.get(counted, 0) + 1
-            self.end(instance)
+            self.end(instance, None if counted == "cut" else list(binding.made))  # cut: its state is unknown
 
     def reclaim(self, server: str | None) -> SandboxInstance | None:
         """The pool is at its cap: the least recently used idle instance (of ``server``, or any), or None."""
@@ -219,16 +223,20 @@ class Keeper:
             self.counts["reclaimed"] = self.counts.get("reclaimed", 0) + 1
         return instance
 
-    def end(self, instance: SandboxInstance) -> None:
-        """Close an instance in the background (its state is deleted)."""
+    def end(self, instance: SandboxInstance, made: list[Recording] | None = None) -> None:
+        """Close an instance in the background (its state is deleted), after :attr:`keep` when it
+        was given back idle (``made``: the calls it was sent)."""
         if self._tg is not None:
-            self._tg.start_soon(_close, instance, name=f"closing sandbox instance {instance.id}")
+            keep = None if made is None or self.keep is None else self.keep(instance, made)
+            self._tg.start_soon(_close, instance, keep, name=f"closing sandbox instance {instance.id}")
 
     async def _unbind_ended(self, closing: asyncio.Queue[Binding]) -> None:
         """Close the instances of freed trails, as :meth:`_ended` hands them over."""
         while True:
             binding = await closing.get()
             self.holders.forget(binding)
+            if self.keep is not None and binding.instance is not None and binding.lost is None:
+                await self.keep(binding.instance, list(binding.made))
             await binding.unbind()
 
     def _ended(self, key: int) -> None:
@@ -245,6 +253,8 @@ class Keeper:
             return
 
 
-async def _close(instance: SandboxInstance) -> None:
+async def _close(instance: SandboxInstance, keep: Awaitable[None] | None = None) -> None:
     with anyio.CancelScope(shield=True):
+        if keep is not None:
+            await keep
         await instance.close()

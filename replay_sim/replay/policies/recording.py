@@ -31,7 +31,10 @@ from replay_sim.store.records import utc_now
 from replay_sim.store.snapshot import STORE_FILE
 from replay_sim.store.sources import mark_session
 
-__all__ = ["BATCH", "BOUND", "FLUSH_EVERY", "AnswerLog", "Source", "pending_recording", "sandbox_side_file"]
+__all__ = [
+    "BATCH", "BOUND", "FLUSH_EVERY", "AnswerLog", "Source", "fingerprints", "pending_recording",
+    "sandbox_side_file",
+]  # fmt: skip
 
 Source = tuple[str, dict[str, Any]]
 """What made a recorded session's answers: the sandbox fingerprint, and what it was taken over."""
@@ -42,6 +45,20 @@ BATCH = 256
 """Rows that make a batch be written at once."""
 BOUND = 8192
 """Rows waiting at most; past it an answer waits for the write under way."""
+
+
+def fingerprints(pool: Any) -> Callable[[str], Source | None]:
+    """``source(server)``: the fingerprint each session a server's instances record is marked with
+    (``pool.fingerprint``, when the pool has one; read once per server: it reads the server's files)."""
+    found: dict[str, Source | None] = {}
+
+    def source(server: str) -> Source | None:
+        if server not in found:
+            fingerprint = getattr(pool, "fingerprint", None)
+            found[server] = None if fingerprint is None else fingerprint(server)
+        return found[server]
+
+    return source
 
 
 def pending_recording(store: Store, row: dict[str, Any]) -> Recording:

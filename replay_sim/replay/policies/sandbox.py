@@ -47,8 +47,9 @@ from replay_sim.replay.policies.canary import Canary
 from replay_sim.replay.policies.instances import SandboxInstance
 from replay_sim.replay.policies.lifecycle import Keeper, rebuild_calls
 from replay_sim.replay.policies.miss import MissSettings
-from replay_sim.replay.policies.recording import AnswerLog, sandbox_side_file
+from replay_sim.replay.policies.recording import AnswerLog, fingerprints, sandbox_side_file
 from replay_sim.replay.policies.shared import Shared
+from replay_sim.replay.policies.snapshotting import Snapshotting
 from replay_sim.resolve.lineage import DIVERGED, StateLookup, Trail
 from replay_sim.resolve.resolution import Resolution, Tier
 from replay_sim.store import Recording, Store
@@ -90,7 +91,7 @@ class SandboxPolicy:
         self.fallback = fallback or ErrorPolicy()
         self.canary = Canary(self.lookup)
         self._side: Store | None = None
-        self._sources: dict[str, tuple[str, dict[str, Any]] | None] = {}
+        self._source = fingerprints(self.pool)
         self._tg: anyio.abc.TaskGroup | None = None
         self._stack = AsyncExitStack()
         self.counts: dict[str, int] = {"instances": 0, "replayed": 0, "answers": 0, "lost": 0}
@@ -105,7 +106,8 @@ class SandboxPolicy:
         self.shared = Shared(
             self.pool, self.log, self._end, settings.sandbox_shared, source=self._source, canary=self.canary
         )
-        self.keeper = Keeper(self.shared, self.idle, self.counts, source=self._source)
+        self.states = Snapshotting(self.pool, self.lookup, self.canary, self._source)
+        self.keeper = Keeper(self.shared, self.idle, self.counts, source=self._source, keep=self.states.keep)
 
     # -- lifetime ---------------------------------------------------------------------------
 
@@ -127,13 +129,6 @@ class SandboxPolicy:
         await self._stack.aclose()  # the pool's own task group: exited where it was entered
         if self._side is not None:
             self._side.close()
-
-    def _source(self, server: str) -> tuple[str, dict[str, Any]] | None:
-        """The fingerprint each session the server's instances record is marked with (if the pool says)."""
-        if server not in self._sources:  # once per server: it reads the server's files
-            fingerprint = getattr(self.pool, "fingerprint", None)
-            self._sources[server] = None if fingerprint is None else fingerprint(server)
-        return self._sources[server]
 
     def release(self, owner: History) -> int:
         """Give back the idle instances of a history whose MCP session ended (:meth:`Keeper.release`)."""
@@ -210,16 +205,17 @@ class SandboxPolicy:
             given = given_calls(self.lookup, miss.trail)
         if isinstance(given, str):
             return self._missed(miss, f"the episode's state cannot be re-played on a sandbox: {given}")
-        try:
-            instance = await self.pool.acquire(miss.server, timeout=self.timeout, reclaim=self.keeper.reclaim)
+        try:  # from the longest state snapshot of a prefix of it (verified), else a fresh one
+            instance, held = await self.states.start(miss.server, given, self.timeout, self.keeper.reclaim)
         except SandboxUnavailable as exc:
             why = f"no sandbox instance of {miss.server!r} could be had: {exc}"
             return self._missed(miss, why, unmade=True)
         try:
-            refused = await self.canary.check(miss.server, instance)
+            refused = None if held else await self.canary.check(miss.server, instance)
             if refused is not None:
                 raise Divergence(refused)
-            await binding.replay(instance, given, self.log)
+            await binding.replay(instance, given, self.log, held)
+            await self.states.take(miss.server, instance, given)  # (when it holds enough calls)
         except Divergence as exc:
             binding.refused = str(exc)
             with anyio.CancelScope(shield=True):
@@ -240,8 +236,8 @@ class SandboxPolicy:
                 await instance.close()
             raise
         self.keeper.used(binding)
-        self._count(miss.owner, instances=1, replayed=len(given), rebuilt=int(rebuilding))
-        return len(given)
+        self._count(miss.owner, instances=1, replayed=len(given) - held, rebuilt=int(rebuilding))
+        return len(given) - held
 
     async def _ask(self, binding: Binding, miss: Miss, replayed: int) -> Resolution:
         instance = binding.instance
@@ -391,7 +387,7 @@ class SandboxPolicy:
                "failure": self.log.failure}  # fmt: skip
         return {**self.counts, "canaries": self.canary.asked, "refused": sorted(self.canary.refused),
                 "bound": len(self.keeper.holders), "shared": self.shared.counts(), "log": log,
-                "pool": self.pool.stats()}  # fmt: skip
+                "snapshots": self.states.stats(), "pool": self.pool.stats()}  # fmt: skip
 
 
 def _whose(owner: History | None) -> str:
