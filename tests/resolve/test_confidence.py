@@ -17,25 +17,9 @@ from replay_sim.resolve.confidence.reliability import ece, reliability
 from replay_sim.resolve.embedding import SentenceTransformerEmbedder
 from replay_sim.resolve.resolution import Resolution, Tier
 from replay_sim.resolve.resolver import Resolver
-from tests.resolver_helpers import record_x, x_tool
+from tests.resolver_helpers import confidence_store
 
 SESSIONS = 6
-
-
-def _store(path: Path) -> Path:
-    """``pure`` answers the same call alike after anything; ``counter`` counts its own calls."""
-    from replay_sim.store import Store
-
-    with Store(path) as store:
-        store.put_listing("srv", "tools/list", {"tools": [x_tool("pure"), x_tool("counter")]})
-        for i in range(1, SESSIONS + 1):
-            record_x(store, f"p{i}", "pure", i, str(i))
-            record_x(store, f"p{i}", "pure", 100, "100")
-            record_x(store, f"p{i}", "pure", 200, "200")
-        for i in range(1, SESSIONS + 1):
-            for n in range(1, i + 1):
-                record_x(store, f"c{i}", "counter", 0, str(n))
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +30,7 @@ def learned(
     from replay_sim.store import Store
 
     folder = tmp_path_factory.mktemp("confidence")
-    db = _store(folder / "r.db")
+    db = confidence_store(folder / "r.db", SESSIONS)
     with Store(db) as store:
         Resolver(store, embedder=embedder, index_dir=folder / "index").index()
         learn(store, folder / "index")
@@ -74,6 +58,11 @@ def test_index_build_keeps_the_learned_model_in_the_index_folder(learned: tuple[
     model = ConfidenceModel.load(index)
     assert (index / MODEL_FILE).is_file() and model is not None
     assert model.source == "learned" and model.examples > 0 and 0 < model.positives < model.examples
+    # Its own calibration, for the dashboard: one server, so each tool is scored by a model of the other.
+    summary = model.calibration
+    assert summary is not None and summary["validated"] == "by tool" and summary["folds"] == 2
+    assert sum(b[2] for b in summary["bins"]) == summary["examples"] == model.examples
+    assert 0.0 <= summary["ece"] <= 1.0
 
 
 def test_a_state_independent_tool_gets_a_high_confidence_and_a_disagreeing_one_a_low_one(
@@ -88,6 +77,28 @@ def test_a_state_independent_tool_gets_a_high_confidence_and_a_disagreeing_one_a
     assert pure.confidence >= 0.9, pure.drivers
     assert counter.confidence <= 0.5, counter.drivers
     assert "call_disagrees" in dict(counter.drivers) or "tool_inconsistent" in dict(counter.drivers)
+
+
+def test_a_stateful_tools_strict_hit_from_the_episodes_own_state_keeps_a_high_confidence(
+    learned: tuple[Path, Path], embedder: SentenceTransformerEmbedder
+) -> None:
+    """``counter(0)`` answers 1, 2, 3… across states, but every recording made after two calls of it
+    said 3: the strict resolver matched that state, so the other states' answers say nothing
+    against it, and an explicit operating point below the strict default must not refuse it."""
+    from replay_sim.store import Store
+
+    db, index = learned
+    history = [call_key("srv", "tools/call", "counter", {"x": 0})] * 2
+    params = {"name": "counter", "arguments": {"x": 0}}
+    for point in (None, 0.95, 0.9):
+        resolver = Resolver(Store(db), embedder=embedder, index_dir=index, min_confidence=point)
+        hit = resolver.resolve("srv", "tools/call", params, history)
+        assert hit.tier is Tier.EXACT and hit.recording is not None, (point, hit.reason)
+        assert "3" in str(hit.recording.result)
+        assert hit.confidence is not None and hit.confidence >= 0.95, hit.drivers
+        drivers = dict(hit.drivers)
+        assert "call_agrees" in drivers  # the recordings from this state agree: 3 each time
+        assert "call_disagrees" not in drivers and "tool_inconsistent" not in drivers
 
 
 def test_an_operating_point_serves_a_confident_candidate_and_refuses_a_doubtful_one(

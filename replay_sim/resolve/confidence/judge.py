@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from replay_sim.resolve.calibration import MatchConfig
-from replay_sim.resolve.confidence.features import Formed, describe, repeated_calls
+from replay_sim.resolve.confidence.features import Formed, bearing, describe, repeated_calls
 from replay_sim.resolve.confidence.forming import KIND_TIER, Resolver, form, from_hit
 from replay_sim.resolve.confidence.model import PRIOR, ConfidenceModel
 from replay_sim.resolve.lineage import DIVERGED, Trail
@@ -109,7 +109,8 @@ class Confidence:
         if found is None:
             effect = resolver.lookup.effect(rec.server, rec.name) if method == "tools/call" else None
             repeats = self._repeats(resolver, rec.server, method, rec.name)
-            x = describe(formed, resolver.lookup.by_key(rec.key), repeats, effect)
+            same_call = bearing(formed, resolver.lookup.by_key(rec.key), resolver.lookup.state_of)
+            x = describe(formed, same_call, repeats, effect)
             found = (round(self.model.predict(x), 4), self.model.explain(x))
             self._judged[cache] = found
         return found

@@ -44,6 +44,8 @@ class ConfidenceModel:
         tools: Per tool (``server\\ttool``), its repeated calls that agreed and disagreed, counted
             over the whole store when the model was learned (what serving reads first).
         source: ``learned`` or ``prior``.
+        calibration: How well it was calibrated on its own examples, cross-validated (the
+            reliability diagram the dashboard draws, :func:`~.leaveoneout.validated`), or None.
     """
 
     bias: float
@@ -52,6 +54,7 @@ class ConfidenceModel:
     positives: int = 0
     tools: dict[str, tuple[int, int]] | None = None
     source: str = "learned"
+    calibration: dict[str, Any] | None = None
 
     def predict(self, x: np.ndarray) -> float:
         """The confidence of one feature vector."""
@@ -78,6 +81,7 @@ class ConfidenceModel:
             "examples": self.examples,
             "positives": self.positives,
             "tools": {k: list(v) for k, v in sorted((self.tools or {}).items())},
+            "calibration": self.calibration,
         }
 
     def save(self, directory: Path) -> Path:
@@ -113,9 +117,10 @@ class ConfidenceModel:
                 return None
             weights = tuple(float(data["weights"].get(f.name, 0.0)) for f in FEATURES)
             tools = {k: (int(v[0]), int(v[1])) for k, v in data.get("tools", {}).items()}
+            calibration = data.get("calibration")
             return cls(
                 float(data["bias"]), weights, int(data["examples"]), int(data["positives"]), tools,
-                str(data.get("source", "learned")),
+                str(data.get("source", "learned")), calibration if isinstance(calibration, dict) else None,
             )  # fmt: skip
         except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError):
             return None
