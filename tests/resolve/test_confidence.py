@@ -17,7 +17,7 @@ from replay_sim.resolve.confidence.reliability import ece, reliability
 from replay_sim.resolve.embedding import SentenceTransformerEmbedder
 from replay_sim.resolve.resolution import Resolution, Tier
 from replay_sim.resolve.resolver import Resolver
-from tests.resolver_helpers import confidence_store
+from tests.resolver_helpers import confidence_store, record_x, x_tool
 
 SESSIONS = 6
 
@@ -221,3 +221,39 @@ def test_a_request_names_its_own_operating_point_in_meta_over_real_http(
         plain, strict = anyio.run(calls, url)
     assert plain["status"] == "exact"  # the strict tiers decide: its exact repeat is served
     assert strict["status"] == "miss"  # below this request's own operating point (the fast path too)
+
+
+def test_once_the_store_grows_a_tools_evidence_is_counted_from_the_store_not_the_model(
+    tmp_path: Path, embedder: SentenceTransformerEmbedder
+) -> None:
+    """The model keeps each tool's repeated-call counts for the store it was learned on; recordings
+    added while serving (sandbox answers, backfill, an import) must count at once."""
+    from replay_sim.store import Store
+
+    db, index = tmp_path / "r.db", tmp_path / "index"
+    with Store(db) as store:
+        store.put_listing(
+            "srv", "tools/list", {"tools": [x_tool("read", {"readOnlyHint": True}), x_tool("poke")]}
+        )
+        for i in range(1, 5):
+            record_x(store, f"s{i}", "poke", i, "ok")
+            record_x(store, f"s{i}", "read", 100, "100")
+            record_x(store, f"s{i}", "read", 200, "200")
+        Resolver(store, embedder=embedder, index_dir=index).index()
+        model = learn(store, index)
+    assert model.learned_on is not None and model.tools is not None
+    assert model.tools["srv\tread"] == (2, 0)  # read(100) and read(200), each recorded alike four times
+    params = {"name": "read", "arguments": {"x": 100}}
+    history = [call_key("srv", "tools/call", "poke", {"x": i}) for i in (1, 2)]  # a state never recorded
+    with Store(db) as store:
+        resolver = Resolver(store, embedder=embedder, index_dir=index)
+        before = resolver.resolve("srv", "tools/call", params, history)
+        # Later, read(300) is answered two ways from the initial state: the tool is not consistent.
+        record_x(store, "late-1", "read", 300, "300")
+        record_x(store, "late-2", "read", 300, "301")
+        after = resolver.resolve("srv", "tools/call", params, history)
+    assert before.tier is Tier.MISS and after.tier is Tier.MISS  # a candidate from another state
+    assert "tool_consistent" in dict(before.drivers), before.drivers
+    assert "tool_inconsistent" in dict(after.drivers), after.drivers
+    assert after.confidence is not None and before.confidence is not None
+    assert after.confidence < before.confidence

@@ -83,7 +83,9 @@ class Confidence:
         key = (server, method, name)
         found = self._repeated.get(key)
         if found is None:
-            kept = (self.model.tools or {}).get(f"{server}\t{name}") if method == "tools/call" else None
+            mark = resolver.version()
+            now = None if mark is None else (mark.calls, mark.last)
+            kept = self.model.counts(server, name, now) if method == "tools/call" else None
             found = kept or repeated_calls(resolver.store.recordings(server, method=method, name=name))
             self._repeated[key] = found
         return found

@@ -28,6 +28,7 @@ from replay_sim.resolve.confidence.forming import form, index_neighbours
 from replay_sim.resolve.confidence.model import PRIOR, ConfidenceModel, fit
 from replay_sim.resolve.toolstate import answer_of
 from replay_sim.store import Recording, Store
+from replay_sim.store.changes import changes_since
 
 if TYPE_CHECKING:
     from replay_sim.resolve.resolver import Resolver
@@ -193,7 +194,12 @@ def learn(
     from replay_sim.resolve.resolver import Resolver  # the resolver imports the judge
 
     resolver = Resolver(store, config=config, index_dir=directory, auto_index=False)
+    mark, _ = changes_since(store, None)
     found = examples(resolver, progress)
-    model = dataclasses.replace(learn_from(found, _tool_counts(store)), calibration=validated(found))
+    model = dataclasses.replace(
+        learn_from(found, _tool_counts(store)),
+        calibration=validated(found),
+        learned_on=(mark.calls, mark.last),
+    )
     model.save(directory)
     return model

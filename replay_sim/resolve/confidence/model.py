@@ -46,6 +46,8 @@ class ConfidenceModel:
         source: ``learned`` or ``prior``.
         calibration: How well it was calibrated on its own examples, cross-validated (the
             reliability diagram the dashboard draws, :func:`~.leaveoneout.validated`), or None.
+        learned_on: The store's ``(calls, highest call id)`` when it was learned: ``tools`` holds
+            for that store only (once it grew, serving counts the tool's recordings itself).
     """
 
     bias: float
@@ -55,6 +57,19 @@ class ConfidenceModel:
     tools: dict[str, tuple[int, int]] | None = None
     source: str = "learned"
     calibration: dict[str, Any] | None = None
+    learned_on: tuple[int, int] | None = None
+
+    def counts(self, server: str, tool: str, store: tuple[int, int] | None) -> tuple[int, int] | None:
+        """A tool's repeated calls that agreed and disagreed, if counted on the store as it is now.
+
+        Args:
+            server: The tool's server.
+            tool: The tool.
+            store: The store's ``(calls, highest call id)`` now (None: unknown).
+        """
+        if store is None or store != self.learned_on:
+            return None  # grown (sandbox answers, backfill, an import while serving): count again
+        return (self.tools or {}).get(f"{server}\t{tool}")
 
     def predict(self, x: np.ndarray) -> float:
         """The confidence of one feature vector."""
@@ -82,6 +97,7 @@ class ConfidenceModel:
             "positives": self.positives,
             "tools": {k: list(v) for k, v in sorted((self.tools or {}).items())},
             "calibration": self.calibration,
+            "learned_on": None if self.learned_on is None else list(self.learned_on),
         }
 
     def save(self, directory: Path) -> Path:
@@ -117,10 +133,11 @@ class ConfidenceModel:
                 return None
             weights = tuple(float(data["weights"].get(f.name, 0.0)) for f in FEATURES)
             tools = {k: (int(v[0]), int(v[1])) for k, v in data.get("tools", {}).items()}
-            calibration = data.get("calibration")
+            calibration, on = data.get("calibration"), data.get("learned_on")
             return cls(
                 float(data["bias"]), weights, int(data["examples"]), int(data["positives"]), tools,
                 str(data.get("source", "learned")), calibration if isinstance(calibration, dict) else None,
+                None if on is None else (int(on[0]), int(on[1])),
             )  # fmt: skip
         except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError):
             return None
