@@ -13,8 +13,9 @@ from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.confidence.features import FEATURES
 from replay_sim.resolve.confidence.leaveoneout import learn
 from replay_sim.resolve.confidence.model import MODEL_FILE, PRIOR, ConfidenceModel, fit
-from replay_sim.resolve.confidence.reliability import ece, reliability
+from replay_sim.resolve.confidence.reliability import Scored, ece, reliability, render_calibration
 from replay_sim.resolve.embedding import SentenceTransformerEmbedder
+from replay_sim.resolve.evaluate import Grade, Report
 from replay_sim.resolve.resolution import Resolution, Tier
 from replay_sim.resolve.resolver import Resolver
 from tests.resolver_helpers import confidence_store, record_x, x_tool
@@ -257,3 +258,36 @@ def test_once_the_store_grows_a_tools_evidence_is_counted_from_the_store_not_the
     assert "tool_inconsistent" in dict(after.drivers), after.drivers
     assert after.confidence is not None and before.confidence is not None
     assert after.confidence < before.confidence
+
+
+def test_the_calibration_table_shows_every_baseline_beside_the_operating_points() -> None:
+    cache, naive, strict = Report(), Report(), Report()
+    for grade, n in ((Grade.CORRECT_HIT, 3), (Grade.WRONG_HIT, 1)):
+        for _ in range(n):
+            cache.add("c", grade)
+            naive.add("c", Grade.WRONG_HIT if grade is Grade.CORRECT_HIT else grade)
+    strict.add("c", Grade.CORRECT_HIT)
+    scored = [Scored(None, strict, [(0.99, True)]), Scored(0.0, strict, [(0.99, True), (0.2, False)])]
+    table = render_calibration(scored, {"exact-only cache": cache, "naive NN @0.9": naive})
+    rows = table.splitlines()
+    assert rows[2] == "| exact-only cache | 3 | 1 | 0 | 75.0% | 100.0% | — |"
+    assert rows[3] == "| naive NN @0.9 | 0 | 4 | 0 | 0.0% | 100.0% | — |"
+    assert rows[4].startswith("| strict tiers (default) | 1 | 0 | 0 | 100.0% |")
+    assert "ECE 0.105, 2 answers" in table  # the reliability of the loosest point
+
+
+def test_the_base_stays_near_the_prior_when_no_example_is_an_exact_repeat_from_its_own_state() -> None:
+    """The base is the confidence of an exact repeat from the episode's state; a store recording each
+    call once per state holds no example of one, so the other candidates' outcomes must move their
+    own features' weights, not the base (which would refuse every strict hit at 0.99)."""
+    rng = np.random.default_rng(1)
+    names = [f.name for f in FEATURES]
+    rows = np.zeros((300, len(FEATURES)))
+    kinds = rng.integers(0, 3, size=300)  # canonical (all right), nearest (mostly wrong), other state
+    rows[kinds == 0, names.index("canonical")] = 1
+    rows[kinds == 1, names.index("nearest")] = 1
+    rows[kinds == 2, names.index("other_state")] = 1
+    labels = np.where(kinds == 0, 1.0, (rng.random(300) < 0.1).astype(float))
+    bias, weights = fit(rows, labels)
+    assert bias >= PRIOR.bias - 0.5, bias  # an exact repeat from this state stays near 0.998
+    assert weights[names.index("nearest")] < PRIOR.weights[names.index("nearest")]  # learned lower

@@ -158,7 +158,7 @@ PRIOR = _prior()
 
 
 def fit(
-    rows: np.ndarray, labels: np.ndarray, *, l2: float = 2.0, steps: int = 4000
+    rows: np.ndarray, labels: np.ndarray, *, l2: float = 2.0, base: float = 50.0, steps: int = 4000
 ) -> tuple[float, tuple[float, ...]]:
     """Fit ``bias`` and sign-constrained weights to leave-one-out examples.
 
@@ -169,6 +169,11 @@ def fit(
             stays near the prior's weight, the way Laplace smoothing keeps a rare bin near its prior;
             the bias says how certain an exact repeat from the episode's state is, which a store
             holding each call once cannot show.
+        base: The bias's own pull toward the prior, in examples. Every row shares the bias, but
+            only an exact repeat from the episode's state (no feature on) is evidence of it; held
+            firmly, the other candidates' outcomes move their own features' weights instead of
+            the base (a store of candidates often wrong would otherwise drag every strict hit's
+            confidence down with them, and an operating point of 0.99 refuse them all).
         steps: Gradient steps (the problem is convex and tiny; this is far past convergence).
 
     Returns:
@@ -182,8 +187,9 @@ def fit(
     y = labels.astype(float)
     prior = np.r_[PRIOR.bias, PRIOR.weights]
     theta = prior.copy()
-    rate = 1.0 / (float(np.max(np.sum(X * X, axis=1))) / 4 + l2 / n + 1e-9)  # 1/L, L = ||x||²/4
     penalty = np.full(d + 1, l2 / n)
+    penalty[0] = base / n
+    rate = 1.0 / (float(np.max(np.sum(X * X, axis=1))) / 4 + float(penalty.max()) + 1e-9)  # 1/L
     momentum = theta.copy()
     for step in range(steps):  # accelerated projected gradient (FISTA)
         p = 1.0 / (1.0 + np.exp(-(X @ momentum)))
