@@ -178,6 +178,10 @@ function drawCalibration(view) {
     label.textContent = t;
     svg.append(label);
   });
+  const axis = svgNode("text", { x: 10, y: size / 2, "font-size": 10, "text-anchor": "middle", fill: "#6b7385",
+    transform: `rotate(-90 10 ${size / 2})` });
+  axis.textContent = "accuracy";
+  svg.append(axis);
   const rows = bins.map(([low, high, n, mean, accuracy]) => el("tr", { "data-bin": low.toFixed(1) },
     el("td", {}, `${low.toFixed(1)}–${high.toFixed(1)}`), el("td", { class: "num" }, n),
     el("td", { class: "num" }, mean.toFixed(3)), el("td", { class: "num" }, accuracy.toFixed(3))));
