@@ -11,7 +11,7 @@ from replay_sim.canonical import call_key
 from replay_sim.replay.core.provenance import match_of, provenance
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.confidence.features import FEATURES
-from replay_sim.resolve.confidence.leaveoneout import learn
+from replay_sim.resolve.confidence.leaveoneout import Example, learn, validated
 from replay_sim.resolve.confidence.model import MODEL_FILE, PRIOR, ConfidenceModel, fit
 from replay_sim.resolve.confidence.reliability import Scored, ece, reliability, render_calibration
 from replay_sim.resolve.embedding import SentenceTransformerEmbedder
@@ -291,3 +291,19 @@ def test_the_base_stays_near_the_prior_when_no_example_is_an_exact_repeat_from_i
     bias, weights = fit(rows, labels)
     assert bias >= PRIOR.bias - 0.5, bias  # an exact repeat from this state stays near 0.998
     assert weights[names.index("nearest")] < PRIOR.weights[names.index("nearest")]  # learned lower
+
+
+def test_the_models_own_calibration_is_scored_on_a_fixed_sample_of_a_large_store() -> None:
+    rng = np.random.default_rng(2)
+    found = [
+        Example(
+            f"s{i % 3}", "t", i, "exact", False, rng.integers(0, 2, len(FEATURES)).astype(float), bool(i % 2)
+        )
+        for i in range(120)
+    ]
+    first, again = validated(found, sample=40), validated(found, sample=40)
+    assert first is not None and first == again  # the same store gives the same file (snapshot id)
+    assert first["examples"] == 40 and sum(b[2] for b in first["bins"]) == 40
+    assert first["validated"] == "by server" and first["folds"] == 3
+    whole = validated(found)
+    assert whole is not None and whole["examples"] == 120
