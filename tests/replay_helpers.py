@@ -6,6 +6,9 @@ A live server for them: :func:`replay_sim.listener.serving_in_thread`.
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -264,3 +267,30 @@ async def raw_session(http: httpx2.AsyncClient, url: str, episode: str | None = 
     headers |= {"Mcp-Session-Id": response.headers["mcp-session-id"], "MCP-Protocol-Version": "2025-11-25"}
     await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
     return headers
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+def render_dashboard(url: str) -> subprocess.CompletedProcess[str]:
+    """The dashboard's DOM once its fetches ran, as headless Chromium renders it."""
+    with tempfile.TemporaryDirectory() as profile:
+        return subprocess.run(
+            [
+                str(CHROMIUM),
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+                f"--user-data-dir={profile}",
+                "--virtual-time-budget=10000",  # run the page's fetches before dumping the DOM
+                "--dump-dom",
+                f"{url}/",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )

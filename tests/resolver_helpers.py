@@ -78,6 +78,21 @@ def record_x(store: Store, session: str, name: str, x: Any, answer: str) -> int:
     return store.record_call("srv", "tools/call", params, result=text(answer), session=session)
 
 
+def confidence_store(path: Path, sessions: int = 6) -> Path:
+    """A store on server ``srv``: ``pure`` answers the same call alike after anything (``sessions``
+    sessions of three calls); ``counter`` counts its own calls (session ``c<i>`` calls it ``i`` times)."""
+    with Store(path) as store:
+        store.put_listing("srv", "tools/list", {"tools": [x_tool("pure"), x_tool("counter")]})
+        for i in range(1, sessions + 1):
+            record_x(store, f"p{i}", "pure", i, str(i))
+            record_x(store, f"p{i}", "pure", 100, "100")
+            record_x(store, f"p{i}", "pure", 200, "200")
+        for i in range(1, sessions + 1):
+            for n in range(1, i + 1):
+                record_x(store, f"c{i}", "counter", 0, str(n))
+    return path
+
+
 def demo_store(path: Path) -> Store:
     """A store with the demo server's listing and a few recordings from the initial state and after writes."""
     store = Store(path)

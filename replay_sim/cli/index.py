@@ -160,7 +160,7 @@ def eval_command(
     if scored is not None:
         click.echo(
             "\nCalibration, cross-validated by server:\n\n"
-            + render_calibration(scored, reports["exact-only cache"])
+            + render_calibration(scored, {k: v for k, v in reports.items() if k != "replay-sim"})
         )
         if plot is not None:
             wrote = plot_reliability(scored, plot)

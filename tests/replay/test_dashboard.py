@@ -2,46 +2,16 @@
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import tempfile
-
 import anyio
 import pytest
 from recording_helpers import PYTHON, ROOT, proxy_stdio, run_script, step
-from replay_helpers import call_tools, make_replay
+from replay_helpers import CHROMIUM, call_tools, make_replay, render_dashboard
 
 from replay_sim.listener import serving_in_thread
 from replay_sim.replay.core.replay import Replay
 from replay_sim.replay.http.app import create_app
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.store import Store
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-
-
-def _render(url: str) -> subprocess.CompletedProcess[str]:
-    """The dashboard's DOM once its fetches ran, as headless Chromium renders it."""
-    with tempfile.TemporaryDirectory() as profile:
-        return subprocess.run(
-            [
-                str(CHROMIUM),
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--no-first-run",
-                f"--user-data-dir={profile}",
-                "--virtual-time-budget=10000",  # run the page's fetches before dumping the DOM
-                "--dump-dom",
-                f"{url}/",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (apt-get install chromium)")
@@ -50,7 +20,7 @@ def test_the_dashboard_shows_tiers_per_tool_and_recent_misses_with_diagnostics(t
     with serving_in_thread(create_app(replay)) as url:
         call_tools(f"{url}/mcp/demo", [("echo", {"message": "hello"}), ("echo", {"message": "hello world"})])
         assert replay.miss_log.flush()
-        done = _render(url)
+        done = render_dashboard(url)
     dom = done.stdout
     assert done.returncode == 0, done.stderr[-2000:]
     assert 'data-ready="1"' in dom, dom[:2000]
@@ -76,7 +46,7 @@ def test_the_dashboard_shows_a_sql_tools_effect_per_kind_of_statement_with_its_w
     with Store(db) as store:
         replay = Replay(store, resolver=Resolver(store, index_dir=None))
         with serving_in_thread(create_app(replay)) as url:
-            done = _render(url)
+            done = render_dashboard(url)
     dom = done.stdout
     assert done.returncode == 0, done.stderr[-2000:]
     assert '<tr data-tool="query" data-effect="changes">' in dom

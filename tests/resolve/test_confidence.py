@@ -11,31 +11,16 @@ from replay_sim.canonical import call_key
 from replay_sim.replay.core.provenance import match_of, provenance
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.confidence.features import FEATURES
-from replay_sim.resolve.confidence.leaveoneout import learn
+from replay_sim.resolve.confidence.leaveoneout import Example, learn, validated
 from replay_sim.resolve.confidence.model import MODEL_FILE, PRIOR, ConfidenceModel, fit
-from replay_sim.resolve.confidence.reliability import ece, reliability
+from replay_sim.resolve.confidence.reliability import Scored, ece, reliability, render_calibration
 from replay_sim.resolve.embedding import SentenceTransformerEmbedder
+from replay_sim.resolve.evaluate import Grade, Report
 from replay_sim.resolve.resolution import Resolution, Tier
 from replay_sim.resolve.resolver import Resolver
-from tests.resolver_helpers import record_x, x_tool
+from tests.resolver_helpers import confidence_store, record_x, x_tool
 
 SESSIONS = 6
-
-
-def _store(path: Path) -> Path:
-    """``pure`` answers the same call alike after anything; ``counter`` counts its own calls."""
-    from replay_sim.store import Store
-
-    with Store(path) as store:
-        store.put_listing("srv", "tools/list", {"tools": [x_tool("pure"), x_tool("counter")]})
-        for i in range(1, SESSIONS + 1):
-            record_x(store, f"p{i}", "pure", i, str(i))
-            record_x(store, f"p{i}", "pure", 100, "100")
-            record_x(store, f"p{i}", "pure", 200, "200")
-        for i in range(1, SESSIONS + 1):
-            for n in range(1, i + 1):
-                record_x(store, f"c{i}", "counter", 0, str(n))
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +31,7 @@ def learned(
     from replay_sim.store import Store
 
     folder = tmp_path_factory.mktemp("confidence")
-    db = _store(folder / "r.db")
+    db = confidence_store(folder / "r.db", SESSIONS)
     with Store(db) as store:
         Resolver(store, embedder=embedder, index_dir=folder / "index").index()
         learn(store, folder / "index")
@@ -74,6 +59,11 @@ def test_index_build_keeps_the_learned_model_in_the_index_folder(learned: tuple[
     model = ConfidenceModel.load(index)
     assert (index / MODEL_FILE).is_file() and model is not None
     assert model.source == "learned" and model.examples > 0 and 0 < model.positives < model.examples
+    # Its own calibration, for the dashboard: one server, so each tool is scored by a model of the other.
+    summary = model.calibration
+    assert summary is not None and summary["validated"] == "by tool" and summary["folds"] == 2
+    assert sum(b[2] for b in summary["bins"]) == summary["examples"] == model.examples
+    assert 0.0 <= summary["ece"] <= 1.0
 
 
 def test_a_state_independent_tool_gets_a_high_confidence_and_a_disagreeing_one_a_low_one(
@@ -88,6 +78,28 @@ def test_a_state_independent_tool_gets_a_high_confidence_and_a_disagreeing_one_a
     assert pure.confidence >= 0.9, pure.drivers
     assert counter.confidence <= 0.5, counter.drivers
     assert "call_disagrees" in dict(counter.drivers) or "tool_inconsistent" in dict(counter.drivers)
+
+
+def test_a_stateful_tools_strict_hit_from_the_episodes_own_state_keeps_a_high_confidence(
+    learned: tuple[Path, Path], embedder: SentenceTransformerEmbedder
+) -> None:
+    """``counter(0)`` answers 1, 2, 3… across states, but every recording made after two calls of it
+    said 3: the strict resolver matched that state, so the other states' answers say nothing
+    against it, and an explicit operating point below the strict default must not refuse it."""
+    from replay_sim.store import Store
+
+    db, index = learned
+    history = [call_key("srv", "tools/call", "counter", {"x": 0})] * 2
+    params = {"name": "counter", "arguments": {"x": 0}}
+    for point in (None, 0.95, 0.9):
+        resolver = Resolver(Store(db), embedder=embedder, index_dir=index, min_confidence=point)
+        hit = resolver.resolve("srv", "tools/call", params, history)
+        assert hit.tier is Tier.EXACT and hit.recording is not None, (point, hit.reason)
+        assert "3" in str(hit.recording.result)
+        assert hit.confidence is not None and hit.confidence >= 0.95, hit.drivers
+        drivers = dict(hit.drivers)
+        assert "call_agrees" in drivers  # the recordings from this state agree: 3 each time
+        assert "call_disagrees" not in drivers and "tool_inconsistent" not in drivers
 
 
 def test_an_operating_point_serves_a_confident_candidate_and_refuses_a_doubtful_one(
@@ -210,3 +222,88 @@ def test_a_request_names_its_own_operating_point_in_meta_over_real_http(
         plain, strict = anyio.run(calls, url)
     assert plain["status"] == "exact"  # the strict tiers decide: its exact repeat is served
     assert strict["status"] == "miss"  # below this request's own operating point (the fast path too)
+
+
+def test_once_the_store_grows_a_tools_evidence_is_counted_from_the_store_not_the_model(
+    tmp_path: Path, embedder: SentenceTransformerEmbedder
+) -> None:
+    """The model keeps each tool's repeated-call counts for the store it was learned on; recordings
+    added while serving (sandbox answers, backfill, an import) must count at once."""
+    from replay_sim.store import Store
+
+    db, index = tmp_path / "r.db", tmp_path / "index"
+    with Store(db) as store:
+        store.put_listing(
+            "srv", "tools/list", {"tools": [x_tool("read", {"readOnlyHint": True}), x_tool("poke")]}
+        )
+        for i in range(1, 5):
+            record_x(store, f"s{i}", "poke", i, "ok")
+            record_x(store, f"s{i}", "read", 100, "100")
+            record_x(store, f"s{i}", "read", 200, "200")
+        Resolver(store, embedder=embedder, index_dir=index).index()
+        model = learn(store, index)
+    assert model.learned_on is not None and model.tools is not None
+    assert model.tools["srv\tread"] == (2, 0)  # read(100) and read(200), each recorded alike four times
+    params = {"name": "read", "arguments": {"x": 100}}
+    history = [call_key("srv", "tools/call", "poke", {"x": i}) for i in (1, 2)]  # a state never recorded
+    with Store(db) as store:
+        resolver = Resolver(store, embedder=embedder, index_dir=index)
+        before = resolver.resolve("srv", "tools/call", params, history)
+        # Later, read(300) is answered two ways from the initial state: the tool is not consistent.
+        record_x(store, "late-1", "read", 300, "300")
+        record_x(store, "late-2", "read", 300, "301")
+        after = resolver.resolve("srv", "tools/call", params, history)
+    assert before.tier is Tier.MISS and after.tier is Tier.MISS  # a candidate from another state
+    assert "tool_consistent" in dict(before.drivers), before.drivers
+    assert "tool_inconsistent" in dict(after.drivers), after.drivers
+    assert after.confidence is not None and before.confidence is not None
+    assert after.confidence < before.confidence
+
+
+def test_the_calibration_table_shows_every_baseline_beside_the_operating_points() -> None:
+    cache, naive, strict = Report(), Report(), Report()
+    for grade, n in ((Grade.CORRECT_HIT, 3), (Grade.WRONG_HIT, 1)):
+        for _ in range(n):
+            cache.add("c", grade)
+            naive.add("c", Grade.WRONG_HIT if grade is Grade.CORRECT_HIT else grade)
+    strict.add("c", Grade.CORRECT_HIT)
+    scored = [Scored(None, strict, [(0.99, True)]), Scored(0.0, strict, [(0.99, True), (0.2, False)])]
+    table = render_calibration(scored, {"exact-only cache": cache, "naive NN @0.9": naive})
+    rows = table.splitlines()
+    assert rows[2] == "| exact-only cache | 3 | 1 | 0 | 75.0% | 100.0% | — |"
+    assert rows[3] == "| naive NN @0.9 | 0 | 4 | 0 | 0.0% | 100.0% | — |"
+    assert rows[4].startswith("| strict tiers (default) | 1 | 0 | 0 | 100.0% |")
+    assert "ECE 0.105, 2 answers" in table  # the reliability of the loosest point
+
+
+def test_the_base_stays_near_the_prior_when_no_example_is_an_exact_repeat_from_its_own_state() -> None:
+    """The base is the confidence of an exact repeat from the episode's state; a store recording each
+    call once per state holds no example of one, so the other candidates' outcomes must move their
+    own features' weights, not the base (which would refuse every strict hit at 0.99)."""
+    rng = np.random.default_rng(1)
+    names = [f.name for f in FEATURES]
+    rows = np.zeros((300, len(FEATURES)))
+    kinds = rng.integers(0, 3, size=300)  # canonical (all right), nearest (mostly wrong), other state
+    rows[kinds == 0, names.index("canonical")] = 1
+    rows[kinds == 1, names.index("nearest")] = 1
+    rows[kinds == 2, names.index("other_state")] = 1
+    labels = np.where(kinds == 0, 1.0, (rng.random(300) < 0.1).astype(float))
+    bias, weights = fit(rows, labels)
+    assert bias >= PRIOR.bias - 0.5, bias  # an exact repeat from this state stays near 0.998
+    assert weights[names.index("nearest")] < PRIOR.weights[names.index("nearest")]  # learned lower
+
+
+def test_the_models_own_calibration_is_scored_on_a_fixed_sample_of_a_large_store() -> None:
+    rng = np.random.default_rng(2)
+    found = [
+        Example(
+            f"s{i % 3}", "t", i, "exact", False, rng.integers(0, 2, len(FEATURES)).astype(float), bool(i % 2)
+        )
+        for i in range(120)
+    ]
+    first, again = validated(found, sample=40), validated(found, sample=40)
+    assert first is not None and first == again  # the same store gives the same file (snapshot id)
+    assert first["examples"] == 40 and sum(b[2] for b in first["bins"]) == 40
+    assert first["validated"] == "by server" and first["folds"] == 3
+    whole = validated(found)
+    assert whole is not None and whole["examples"] == 120

@@ -1,4 +1,5 @@
-"""The admin API of the replay server: health, readiness, stats, misses, recordings, episodes, metrics.
+"""The admin API of the replay server: health, readiness, stats, misses, coverage, calibration, recordings,
+episodes, metrics.
 
 Mounted under ``/api`` (and ``/metrics``) by :func:`~replay_sim.replay.http.app.create_app`; its OpenAPI
 description is served at ``/docs``. With a token, everything but health and readiness needs
@@ -21,6 +22,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from replay_sim.errors import ConfigError
 from replay_sim.replay.core.replay import Replay
+from replay_sim.replay.http.confidence_view import calibration
 from replay_sim.replay.http.coverage import coverage
 from replay_sim.replay.http.episodes_api import episodes_api
 from replay_sim.replay.http.fairness import ClientBuckets
@@ -208,6 +210,12 @@ def admin_api(
         missed calls (kept across restarts) with their nearest recordings and whether
         ``replay-sim backfill`` can take them."""
         return _json(coverage(replay, limit))
+
+    @guarded.get("/api/calibration")
+    def calibration_view() -> dict[str, Any]:
+        """The served confidence model: its source, operating points, weights and reliability diagram
+        (its leave-one-out examples cross-validated by server, with the expected calibration error)."""
+        return calibration(replay)
 
     @guarded.get("/api/recordings", response_model=list[dict[str, Any]])
     def recordings(

@@ -9,8 +9,11 @@ judge (:mod:`replay_sim.resolve.confidence.model`):
 - how it was matched (tier), and for a nearest recording whether its identifiers differ and how
   close its free text is (cumulative similarity bins: monotone by construction);
 - whether it was made from another state than the episode's;
-- whether other recordings of the same call agree with it or disagree (one call, several states
-  or sessions), and whether the tool's repeated calls ever disagreed;
+- whether other recordings of the same call agree with it or disagree, and whether the tool's
+  repeated calls ever disagreed. For a candidate made from the episode's state only recordings
+  from that same state bear on it (:func:`bearing`: a disagreement there is a server answering
+  one call two ways); recordings from other states show how the answer depends on state, which
+  is evidence against a candidate from another state and says nothing of one from this state;
 - the tool's effect, declared or learned (:mod:`replay_sim.effects`);
 - whether the recorded answer is a failure.
 
@@ -21,7 +24,7 @@ count: what a feature means in training is what it means when serving.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,7 +33,7 @@ from replay_sim.effects import Effect, Verdict, named
 from replay_sim.resolve.toolstate import answer_of
 from replay_sim.store import Recording
 
-__all__ = ["FEATURES", "Feature", "Formed", "describe", "repeated_calls"]
+__all__ = ["FEATURES", "Feature", "Formed", "bearing", "describe", "repeated_calls"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,10 +57,10 @@ FEATURES: tuple[Feature, ...] = (
     Feature("gap_same_tool", -1, "those state changes include calls of this very tool"),
     Feature("gap_names_shared", -1, "those state changes name a thing this call names (a path, a table)"),
     Feature("gap_names_nothing", 0, "those state changes name nothing (numbers and prose only)"),
-    Feature("call_agrees", 1, "other recordings of this call all gave this answer"),
-    Feature("call_disagrees", -1, "another recording of this call gave another answer"),
-    Feature("tool_consistent", 1, "every call of the tool recorded more than once got one answer"),
-    Feature("tool_inconsistent", -1, "some call of the tool recorded more than once got different answers"),
+    Feature("call_agrees", 1, "other recordings of this call that bear on it all gave this answer"),
+    Feature("call_disagrees", -1, "another recording of this call that bears on it gave another answer"),
+    Feature("tool_consistent", 1, "from another state: each call of the tool recorded twice got one answer"),
+    Feature("tool_inconsistent", -1, "from another state: a call of the tool recorded twice got two answers"),
     Feature("effect_free", 1, "the tool changes nothing (declared, or learned from the recordings)"),
     Feature("effect_learned", 1, "the tool was shown effect-free by recorded evidence"),
     Feature("changes_state", 0, "the tool is known to change state"),
@@ -108,6 +111,28 @@ def repeated_calls(recordings: Iterable[Recording], exclude: int | None = None) 
     return agreed, disagreed
 
 
+def bearing(
+    formed: Formed, same_call: Sequence[Recording], state_of: Callable[[Recording], Sequence[str]]
+) -> list[Recording]:
+    """The recordings of a candidate's own call that bear on it.
+
+    From the episode's state, those made from the candidate's own state: the strict resolver has
+    already matched the state, so another state's answer says nothing against it (a stateful
+    tool's reads differ across states by design), while two answers from one state show a server
+    answering one call two ways. From another state, all of them: how the call's answer varies
+    with state is exactly the risk of serving it.
+
+    Args:
+        formed: The candidate.
+        same_call: The recordings of the candidate's key.
+        state_of: The state-changing calls made before a recording (``StateLookup.state_of``).
+    """
+    if formed.other_state:
+        return list(same_call)
+    mine = state_of(formed.recording)
+    return [r for r in same_call if state_of(r) == mine]
+
+
 def describe(
     formed: Formed,
     same_call: Sequence[Recording],
@@ -119,7 +144,7 @@ def describe(
 
     Args:
         formed: The candidate.
-        same_call: The recordings of the candidate's own key (the candidate among them).
+        same_call: The recordings of the candidate's own key that bear on it (:func:`bearing`).
         repeated: Its tool's repeated calls that agreed and disagreed (:func:`repeated_calls`).
         effect: The tool's effect (None for resources, prompts, completions: effect-free reads).
         exclude: A recording to leave out of every count (the hidden one, in leave-one-out).
@@ -153,9 +178,10 @@ def describe(
         mine = answer_of(rec)
         on("call_agrees", all(a == mine for a in others))
         on("call_disagrees", any(a != mine for a in others))
-    agreed, disagreed = repeated
-    on("tool_consistent", agreed > 0 and disagreed == 0)
-    on("tool_inconsistent", disagreed > 0)
+    if formed.other_state:  # from this state, a tool's state dependence is what the state match settles
+        agreed, disagreed = repeated
+        on("tool_consistent", agreed > 0 and disagreed == 0)
+        on("tool_inconsistent", disagreed > 0)
     if effect is None or effect.effect is Effect.NONE:
         on("effect_free")
         on("effect_learned", effect is not None and effect.source == "evidence")

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from replay_sim.resolve.calibration import MatchConfig
-from replay_sim.resolve.confidence.features import Formed, describe, repeated_calls
+from replay_sim.resolve.confidence.features import Formed, bearing, describe, repeated_calls
 from replay_sim.resolve.confidence.forming import KIND_TIER, Resolver, form, from_hit
 from replay_sim.resolve.confidence.model import PRIOR, ConfidenceModel
 from replay_sim.resolve.lineage import DIVERGED, Trail
@@ -83,7 +83,9 @@ class Confidence:
         key = (server, method, name)
         found = self._repeated.get(key)
         if found is None:
-            kept = (self.model.tools or {}).get(f"{server}\t{name}") if method == "tools/call" else None
+            mark = resolver.version()
+            now = None if mark is None else (mark.calls, mark.last)
+            kept = self.model.counts(server, name, now) if method == "tools/call" else None
             found = kept or repeated_calls(resolver.store.recordings(server, method=method, name=name))
             self._repeated[key] = found
         return found
@@ -109,7 +111,8 @@ class Confidence:
         if found is None:
             effect = resolver.lookup.effect(rec.server, rec.name) if method == "tools/call" else None
             repeats = self._repeats(resolver, rec.server, method, rec.name)
-            x = describe(formed, resolver.lookup.by_key(rec.key), repeats, effect)
+            same_call = bearing(formed, resolver.lookup.by_key(rec.key), resolver.lookup.state_of)
+            x = describe(formed, same_call, repeats, effect)
             found = (round(self.model.predict(x), 4), self.model.explain(x))
             self._judged[cache] = found
         return found

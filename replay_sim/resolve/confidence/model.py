@@ -44,6 +44,10 @@ class ConfidenceModel:
         tools: Per tool (``server\\ttool``), its repeated calls that agreed and disagreed, counted
             over the whole store when the model was learned (what serving reads first).
         source: ``learned`` or ``prior``.
+        calibration: How well it was calibrated on its own examples, cross-validated (the
+            reliability diagram the dashboard draws, :func:`~.leaveoneout.validated`), or None.
+        learned_on: The store's ``(calls, highest call id)`` when it was learned: ``tools`` holds
+            for that store only (once it grew, serving counts the tool's recordings itself).
     """
 
     bias: float
@@ -52,6 +56,20 @@ class ConfidenceModel:
     positives: int = 0
     tools: dict[str, tuple[int, int]] | None = None
     source: str = "learned"
+    calibration: dict[str, Any] | None = None
+    learned_on: tuple[int, int] | None = None
+
+    def counts(self, server: str, tool: str, store: tuple[int, int] | None) -> tuple[int, int] | None:
+        """A tool's repeated calls that agreed and disagreed, if counted on the store as it is now.
+
+        Args:
+            server: The tool's server.
+            tool: The tool.
+            store: The store's ``(calls, highest call id)`` now (None: unknown).
+        """
+        if store is None or store != self.learned_on:
+            return None  # grown (sandbox answers, backfill, an import while serving): count again
+        return (self.tools or {}).get(f"{server}\t{tool}")
 
     def predict(self, x: np.ndarray) -> float:
         """The confidence of one feature vector."""
@@ -78,6 +96,8 @@ class ConfidenceModel:
             "examples": self.examples,
             "positives": self.positives,
             "tools": {k: list(v) for k, v in sorted((self.tools or {}).items())},
+            "calibration": self.calibration,
+            "learned_on": None if self.learned_on is None else list(self.learned_on),
         }
 
     def save(self, directory: Path) -> Path:
@@ -113,9 +133,11 @@ class ConfidenceModel:
                 return None
             weights = tuple(float(data["weights"].get(f.name, 0.0)) for f in FEATURES)
             tools = {k: (int(v[0]), int(v[1])) for k, v in data.get("tools", {}).items()}
+            calibration, on = data.get("calibration"), data.get("learned_on")
             return cls(
                 float(data["bias"]), weights, int(data["examples"]), int(data["positives"]), tools,
-                str(data.get("source", "learned")),
+                str(data.get("source", "learned")), calibration if isinstance(calibration, dict) else None,
+                None if on is None else (int(on[0]), int(on[1])),
             )  # fmt: skip
         except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError):
             return None
@@ -136,7 +158,7 @@ PRIOR = _prior()
 
 
 def fit(
-    rows: np.ndarray, labels: np.ndarray, *, l2: float = 2.0, steps: int = 4000
+    rows: np.ndarray, labels: np.ndarray, *, l2: float = 2.0, base: float = 50.0, steps: int = 4000
 ) -> tuple[float, tuple[float, ...]]:
     """Fit ``bias`` and sign-constrained weights to leave-one-out examples.
 
@@ -147,6 +169,11 @@ def fit(
             stays near the prior's weight, the way Laplace smoothing keeps a rare bin near its prior;
             the bias says how certain an exact repeat from the episode's state is, which a store
             holding each call once cannot show.
+        base: The bias's own pull toward the prior, in examples. Every row shares the bias, but
+            only an exact repeat from the episode's state (no feature on) is evidence of it; held
+            firmly, the other candidates' outcomes move their own features' weights instead of
+            the base (a store of candidates often wrong would otherwise drag every strict hit's
+            confidence down with them, and an operating point of 0.99 refuse them all).
         steps: Gradient steps (the problem is convex and tiny; this is far past convergence).
 
     Returns:
@@ -160,8 +187,9 @@ def fit(
     y = labels.astype(float)
     prior = np.r_[PRIOR.bias, PRIOR.weights]
     theta = prior.copy()
-    rate = 1.0 / (float(np.max(np.sum(X * X, axis=1))) / 4 + l2 / n + 1e-9)  # 1/L, L = ||x||²/4
     penalty = np.full(d + 1, l2 / n)
+    penalty[0] = base / n
+    rate = 1.0 / (float(np.max(np.sum(X * X, axis=1))) / 4 + float(penalty.max()) + 1e-9)  # 1/L
     momentum = theta.copy()
     for step in range(steps):  # accelerated projected gradient (FISTA)
         p = 1.0 / (1.0 + np.exp(-(X @ momentum)))

@@ -11,13 +11,12 @@ served answers' confidences are compared with whether they were right (ECE). At 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from replay_sim.resolve.confidence.diagram import ece, reliability
 from replay_sim.resolve.confidence.leaveoneout import Example, examples, learn_from
 from replay_sim.resolve.confidence.model import ConfidenceModel
 from replay_sim.resolve.evaluate import Grade, Probe, Report, evaluate, truth_of
@@ -46,35 +45,6 @@ class Scored:
     point: float | None
     report: Report
     served: list[tuple[float, bool]] = field(default_factory=list)
-
-
-def ece(pairs: Sequence[tuple[float, bool]], bins: int = 10) -> float:
-    """Expected calibration error: the served-weighted gap between confidence and accuracy per bin."""
-    if not pairs:
-        return 0.0
-    conf = np.array([c for c, _ in pairs])
-    right = np.array([r for _, r in pairs], dtype=float)
-    which = np.minimum((conf * bins).astype(int), bins - 1)
-    total = 0.0
-    for b in range(bins):
-        mask = which == b
-        if mask.any():
-            total += mask.sum() / len(pairs) * abs(right[mask].mean() - conf[mask].mean())
-    return float(total)
-
-
-def reliability(
-    pairs: Sequence[tuple[float, bool]], bins: int = 10
-) -> list[tuple[float, float, int, float, float]]:
-    """Rows ``(bin low, bin high, answers, mean confidence, accuracy)`` of the non-empty bins."""
-    rows = []
-    for b in range(bins):
-        low, high = b / bins, (b + 1) / bins
-        inside = [(c, r) for c, r in pairs if low <= c < high or (b == bins - 1 and c == 1.0)]
-        if inside:
-            mean = sum(c for c, _ in inside) / len(inside)
-            rows.append((low, high, len(inside), mean, sum(r for _, r in inside) / len(inside)))
-    return rows
 
 
 def cross_validated(
@@ -130,14 +100,20 @@ def _score(
     return Scored(point, report, served)
 
 
-def render_calibration(scored: Sequence[Scored], exact_cache: Report | None = None) -> str:
-    """Markdown: precision, recall and ECE per operating point, then the reliability diagram at 0."""
+def render_calibration(scored: Sequence[Scored], baselines: Mapping[str, Report] | None = None) -> str:
+    """Markdown: precision, recall and ECE per operating point, then the reliability diagram at 0.
+
+    Args:
+        scored: The operating points (:func:`cross_validated`).
+        baselines: Systems scored on the same probes (the exact cache, the nearest neighbour),
+            shown first by name.
+    """
     lines = [
         "| operating point | correct hit | wrong hit | needless miss | precision | truth recall | ECE |",
         "|---|---|---|---|---|---|---|",
     ]
-    if exact_cache is not None:
-        lines.append(_row("exact-only cache", exact_cache, None))
+    for name, report in (baselines or {}).items():
+        lines.append(_row(name, report, None))
     for s in scored:
         label = "strict tiers (default)" if s.point is None else f"--min-confidence {s.point}"
         lines.append(_row(label, s.report, ece(s.served)))

@@ -1,4 +1,4 @@
-// replay-sim dashboard: polls the admin API and draws tiers over time, per-tool stats and misses.
+// replay-sim dashboard: polls the admin API and draws tiers over time, per-tool stats, misses and calibration.
 "use strict";
 
 const TIERS = ["exact", "canonical", "semantic", "nearest", "live", "sandbox", "synthetic", "miss", "refused"];
@@ -139,12 +139,62 @@ function drawCoverage(view) {
   document.getElementById("missed").replaceChildren(...(items.length ? items : [el("li", {}, "no kept misses")]));
 }
 
+function svgNode(tag, attrs) {
+  const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
+  Object.entries(attrs).forEach(([k, v]) => node.setAttribute(k, v));
+  return node;
+}
+
+// The reliability diagram: per confidence bin, a bar as high as the share of candidates that were
+// right, a dot at (mean confidence, accuracy) sized by the bin's examples; the diagonal is perfect.
+function drawCalibration(view) {
+  const r = view.reliability;
+  const point = view.min_confidence === null ? "strict tiers (no --min-confidence)" : `--min-confidence ${view.min_confidence}`;
+  const tools = Object.entries(view.per_tool).map(([t, p]) => `${t} ${p}`).join(", ");
+  document.getElementById("calibration-summary").textContent =
+    `model ${view.model} from ${view.examples} leave-one-out examples (${view.positives} right) · ` +
+    `operating point ${point}` + (tools ? ` · per tool ${tools}` : "") +
+    (r ? ` · ECE ${r.ece.toFixed(3)} over ${r.examples} examples, validated ${r.validated} (${r.folds} folds)`
+       : " · no reliability measured (the prior, or a model learned before it was kept: run replay-sim index build)");
+  const svg = document.getElementById("reliability");
+  const size = 240, pad = 24, span = size - 2 * pad;
+  const x = (c) => pad + c * span, y = (a) => size - pad - a * span;
+  svg.replaceChildren(
+    svgNode("rect", { x: pad, y: pad, width: span, height: span, fill: "none", stroke: "#c5cad6" }),
+    svgNode("line", { x1: x(0), y1: y(0), x2: x(1), y2: y(1), stroke: "#9aa1b1", "stroke-dasharray": "4 3" }));
+  const bins = r ? r.bins : [];
+  const most = Math.max(1, ...bins.map((b) => b[2]));
+  bins.forEach(([low, high, n, mean, accuracy]) => {
+    const bar = svgNode("rect", { x: x(low) + 1, y: y(accuracy), width: span / 10 - 2, height: y(0) - y(accuracy),
+      fill: "#1565c0", "fill-opacity": 0.25, "data-bin": low.toFixed(1) });
+    const dot = svgNode("circle", { cx: x(mean), cy: y(accuracy), r: 2 + 5 * Math.sqrt(n / most), fill: "#1565c0" });
+    const title = svgNode("title", {});
+    title.textContent = `${low.toFixed(1)}-${high.toFixed(1)}: ${n} examples, mean confidence ${mean.toFixed(3)}, accuracy ${accuracy.toFixed(3)}`;
+    dot.append(title);
+    svg.append(bar, dot);
+  });
+  [["0", x(0), size - 8], ["1", x(1), size - 8], ["confidence", size / 2, size - 8]].forEach(([t, cx, cy]) => {
+    const label = svgNode("text", { x: cx, y: cy, "font-size": 10, "text-anchor": "middle", fill: "#6b7385" });
+    label.textContent = t;
+    svg.append(label);
+  });
+  const axis = svgNode("text", { x: 10, y: size / 2, "font-size": 10, "text-anchor": "middle", fill: "#6b7385",
+    transform: `rotate(-90 10 ${size / 2})` });
+  axis.textContent = "accuracy";
+  svg.append(axis);
+  const rows = bins.map(([low, high, n, mean, accuracy]) => el("tr", { "data-bin": low.toFixed(1) },
+    el("td", {}, `${low.toFixed(1)}–${high.toFixed(1)}`), el("td", { class: "num" }, n),
+    el("td", { class: "num" }, mean.toFixed(3)), el("td", { class: "num" }, accuracy.toFixed(3))));
+  document.querySelector("#reliability-bins tbody").replaceChildren(...rows);
+}
+
 async function refresh() {
   try {
-    const [stats, misses, coverage] = await Promise.all([
+    const [stats, misses, coverage, calibration] = await Promise.all([
       api("/api/stats"),
       api("/api/misses?limit=30"),
       api("/api/coverage?limit=20"),
+      api("/api/calibration"),
     ]);
     const total = stats.calls.reduce((a, r) => a + r.count, 0);
     document.getElementById("summary").textContent =
@@ -157,6 +207,7 @@ async function refresh() {
     drawEffects(stats.effects);
     drawMisses(misses);
     drawCoverage(coverage);
+    drawCalibration(calibration);
     document.body.dataset.ready = "1";
   } catch (err) {
     document.getElementById("summary").textContent = `admin API unreachable: ${err}`;

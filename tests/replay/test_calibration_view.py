@@ -1,0 +1,88 @@
+"""The calibration view (``/api/calibration``) and the dashboard's reliability diagram, over real HTTP."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx2
+import pytest
+from replay_helpers import CHROMIUM, render_dashboard
+from resolver_helpers import confidence_store
+
+from replay_sim.listener import serving_in_thread
+from replay_sim.replay.core.replay import Replay
+from replay_sim.replay.http.app import create_app
+from replay_sim.resolve.calibration import MatchConfig
+from replay_sim.resolve.confidence.leaveoneout import learn
+from replay_sim.resolve.embedding import SentenceTransformerEmbedder
+from replay_sim.resolve.resolver import Resolver
+from replay_sim.store import Store
+
+
+@pytest.fixture(scope="module")
+def learned(
+    tmp_path_factory: pytest.TempPathFactory, embedder: SentenceTransformerEmbedder
+) -> tuple[Path, Path]:
+    """A store and its index folder, the confidence model learned as ``index build`` learns it."""
+    folder = tmp_path_factory.mktemp("calibration-view")
+    db = confidence_store(folder / "r.db")
+    with Store(db) as store:
+        Resolver(store, embedder=embedder, index_dir=folder / "index").index()
+        learn(store, folder / "index")
+    return db, folder / "index"
+
+
+def _served(db: Path, index: Path | None, embedder: SentenceTransformerEmbedder, **options: object) -> Replay:
+    store = Store(db)
+    return Replay(store, resolver=Resolver(store, embedder=embedder, index_dir=index, **options))  # type: ignore[arg-type]
+
+
+def test_the_calibration_api_serves_the_models_reliability_diagram_and_the_operating_points(
+    learned: tuple[Path, Path], embedder: SentenceTransformerEmbedder
+) -> None:
+    db, index = learned
+    config = MatchConfig.from_dict({"tools": {"srv/counter": {"min_confidence": 0.99}}})
+    replay = _served(db, index, embedder, config=config, min_confidence=0.9)
+    with serving_in_thread(create_app(replay)) as url:
+        view = httpx2.get(f"{url}/api/calibration", timeout=30).json()
+        page = httpx2.get(f"{url}/", timeout=30).text
+        script = httpx2.get(f"{url}/static/dashboard.js", timeout=30).text
+    assert view["model"] == "learned" and view["examples"] > 0
+    assert view["min_confidence"] == 0.9 and view["per_tool"] == {"srv/counter": 0.99}
+    assert {w["feature"] for w in view["weights"]} >= {"other_state"}  # the learned weights, named
+    diagram = view["reliability"]
+    assert diagram["validated"] == "by tool" and diagram["examples"] == view["examples"]
+    assert diagram["bins"] and sum(b[2] for b in diagram["bins"]) == diagram["examples"]
+    for low, high, n, mean, accuracy in diagram["bins"]:
+        assert low <= mean <= high and 0.0 <= accuracy <= 1.0 and n > 0
+    assert 0.0 <= diagram["ece"] <= 1.0
+    assert 'id="reliability"' in page and "/api/calibration" in script  # the dashboard draws it
+
+
+def test_without_a_learned_model_the_calibration_api_says_it_serves_the_prior(
+    learned: tuple[Path, Path], embedder: SentenceTransformerEmbedder
+) -> None:
+    db, _ = learned
+    with serving_in_thread(create_app(_served(db, None, embedder))) as url:
+        view = httpx2.get(f"{url}/api/calibration", timeout=30).json()
+    assert view["model"] == "prior" and view["examples"] == 0
+    assert view["reliability"] is None and view["min_confidence"] is None
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (apt-get install chromium)")
+def test_the_dashboard_draws_the_reliability_diagram(
+    learned: tuple[Path, Path], embedder: SentenceTransformerEmbedder
+) -> None:
+    db, index = learned
+    replay = _served(db, index, embedder)
+    bins = replay.resolver.confidence.model.calibration["bins"]  # type: ignore[index]
+    with serving_in_thread(create_app(replay)) as url:
+        done = render_dashboard(url)
+    dom = done.stdout
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert 'data-ready="1"' in dom, dom[:2000]
+    assert "validated by tool" in dom and "ECE " in dom and "operating point strict tiers" in dom
+    for low, *_ in bins:  # a table row per bin
+        assert f'<tr data-bin="{low:.1f}">' in dom
+    assert dom.count("data-bin=") == 2 * len(bins)  # and a bar
+    assert dom.count("<circle") == len(bins)  # and a dot at (mean confidence, accuracy)
