@@ -39,8 +39,8 @@ from mcp.client.stdio import StdioServerParameters
 
 import replay_sim
 from replay_sim import MATCH_META_KEY
-from replay_sim.cli.sandboxes import sandbox_pool
 from replay_sim.record.config_file import load_config
+from replay_sim.record.instances.building import sandbox_pool
 
 ROOT = Path(__file__).resolve().parent.parent
 COUNTER = ROOT / "fixtures" / "counter_server.py"

@@ -42,8 +42,8 @@ import httpx2
 import replay_sim
 from bench.load import payload
 from replay_sim.canonical import answer_text
-from replay_sim.cli.sandboxes import sandbox_pool
 from replay_sim.record.config import RecorderConfig, UpstreamSpec
+from replay_sim.record.instances.building import sandbox_pool
 from replay_sim.store import Store
 from replay_sim.store.interchange import import_jsonl
 

@@ -239,7 +239,9 @@ def serving(
             raise ConfigError(
                 'serving(miss="sandbox") needs config=, the recorder config declaring sandboxes'
             )
-        from replay_sim.cli.sandboxes import sandbox_pool as build_sandbox_pool  # the CLI's wiring, on use
+        from replay_sim.record.instances.building import (
+            sandbox_pool as build_sandbox_pool,  # the CLI's wiring, on use
+        )
 
         recorder = config if isinstance(config, RecorderConfig) else load_config(config)
         hidden = [

@@ -14,8 +14,8 @@ import anyio
 from recording_helpers import PYTHON, ROOT, Script, proxy_stdio, run_script
 
 import replay_sim
-from replay_sim.cli.sandboxes import sandbox_pool
 from replay_sim.record.config_file import load_config
+from replay_sim.record.instances.building import sandbox_pool
 from replay_sim.replay.http.serving import ReplayServer
 
 COUNTER_SERVER = ROOT / "fixtures" / "counter_server.py"

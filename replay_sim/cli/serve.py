@@ -134,6 +134,8 @@ def serve_command(
             sandbox_idle=sandbox_idle,
             sandbox_call_limit=sandbox_call_limit,
             unconfined_sandboxes=unconfined_sandboxes,
+            sandbox_snapshots=sandbox_snapshots,
+            sandbox_snapshot_mb=sandbox_snapshot_mb,
             limits=limits,
         )
 
@@ -179,11 +181,15 @@ def serve_command(
     if recorder_config is not None and (miss == MissPolicyName.SANDBOX or own):
         # Every sandbox with --miss sandbox; else those whose config says miss = "sandbox".
         servers = None if miss == MissPolicyName.SANDBOX else own
-        from replay_sim.cli.sandboxes import sandbox_pool as build_sandbox_pool
+        from replay_sim.record.instances.building import sandbox_pool as build_sandbox_pool
+        from replay_sim.replay.policies.recording import sandbox_side_file
+        from replay_sim.store.snapshot import STORE_FILE
 
+        store = db if snapshot is None else snapshot / STORE_FILE  # its folder: hidden from instances
+        hidden = [p for p in (index_dir, config, sandbox_side_file(store)) if p is not None]
         sandboxes = build_sandbox_pool(
             recorder_config, pool=sandbox_pool, max_instances=max_sandboxes, servers=servers,
-            store=db, hidden=[p for p in (index_dir, config) if p is not None],  # hidden from instances
+            store=store, hidden=hidden,
             unconfined=unconfined_sandboxes, snapshots=sandbox_snapshots, snapshot_mb=sandbox_snapshot_mb,
         )  # fmt: skip
         if unconfined_sandboxes:

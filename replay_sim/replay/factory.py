@@ -67,7 +67,7 @@ def open_replay(
         forward: How the ``live`` miss policy reaches the real servers. When it is an async context
             manager too (as ``Forwarder`` is), it is entered around serving: it holds the connections.
         sandboxes: Where the ``sandbox`` miss policy takes instances of the real servers (the
-            record side's pool, ``replay_sim.cli.sandboxes.sandbox_pool``); entered around serving
+            record side's pool, ``replay_sim.record.instances.building.sandbox_pool``); entered around serving
             when it is an async context manager. Given with another ``miss``, its servers' misses
             are still answered by sandboxes, the others' by ``miss``.
         sandbox_timeout: Seconds a call may wait for a sandbox instance before it is a miss saying so.

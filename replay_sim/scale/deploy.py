@@ -40,6 +40,7 @@ from starlette.types import Message
 
 from replay_sim.errors import ConfigError
 from replay_sim.httpserver import DEFAULT_KEEP_ALIVE
+from replay_sim.record.config import DEFAULT_SNAPSHOT_MB, DEFAULT_SNAPSHOTS
 from replay_sim.record.instances import DEFAULT_MAX_INSTANCES, DEFAULT_POOL
 from replay_sim.replay.options import (
     DEFAULT_SANDBOX_CALL_LIMIT,
@@ -99,6 +100,8 @@ class ScaleSettings:
         sandbox_idle: Seconds without a call before an episode's instance is given back.
         sandbox_call_limit: Seconds one call to an instance may take at most.
         unconfined_sandboxes: Run instances without containment (``--unconfined-sandboxes``).
+        sandbox_snapshots: State snapshots each replica's pool keeps at most (``--sandbox-snapshots``).
+        sandbox_snapshot_mb: Their megabytes at most, per replica (``--sandbox-snapshot-mb``).
         miss_detail: How much a miss tells the client (``full``, ``reason``, ``none``).
         min_confidence: The operating point (``serve --min-confidence``; None: strict tiers).
         keep_alive: Seconds Serve's HTTP proxy keeps an idle connection open (past every common
@@ -129,6 +132,8 @@ class ScaleSettings:
     sandbox_idle: float = DEFAULT_SANDBOX_IDLE
     sandbox_call_limit: float = DEFAULT_SANDBOX_CALL_LIMIT
     unconfined_sandboxes: bool = False
+    sandbox_snapshots: int = DEFAULT_SNAPSHOTS
+    sandbox_snapshot_mb: int = DEFAULT_SNAPSHOT_MB
     limits: Limits = field(default_factory=Limits)
     max_body: int = DEFAULT_MAX_BODY
 
@@ -259,6 +264,8 @@ def build_app(settings: ScaleSettings) -> serve.Application:
                 "pool": settings.sandbox_pool,
                 "max_instances": settings.max_sandboxes,
                 "unconfined": settings.unconfined_sandboxes,
+                "snapshots": settings.sandbox_snapshots,
+                "snapshot_mb": settings.sandbox_snapshot_mb,
             },
             "policy": {
                 "sandbox_timeout": settings.sandbox_timeout,

@@ -35,14 +35,13 @@ from replay_sim.errors import SnapshotError
 from replay_sim.record.config import RecorderConfig
 from replay_sim.record.config_file import load_config
 from replay_sim.record.instances import InstancePool
-from replay_sim.record.instances.clock import recordings_began
+from replay_sim.record.instances.building import sandbox_pool
 from replay_sim.replay.factory import open_replay
 from replay_sim.replay.http.app import create_app
 from replay_sim.replay.policies.recording import sandbox_side_file
 from replay_sim.scale.affinity import REPLICA_HEADER, SESSION_HEADER, session_id_for, split_session_id
 from replay_sim.scale.lost import lost
 from replay_sim.scale.wire import REDIRECT, Envelope, Lifespan, run_buffered
-from replay_sim.store import Store
 from replay_sim.store.snapshot import STORE_FILE
 
 __all__ = ["REPLICA_HEADER", "ReplayReplica", "replica_pool"]
@@ -191,28 +190,15 @@ class ReplayReplica:
         return _SAMPLE.sub(add, text)
 
 
-def replica_pool(
-    config: RecorderConfig,
-    snapshot: Path,
-    config_file: Path,
-    *,
-    pool: int,
-    max_instances: int,
-    unconfined: bool = False,
-) -> InstancePool:
+def replica_pool(config: RecorderConfig, snapshot: Path, config_file: Path, **sizes: Any) -> InstancePool:
     """A replica's own pool of sandbox instances, from the recorder config (``serve --ray --miss sandbox``).
 
     Each replica owns the instances of the episodes it holds (affinity sends an episode's every
-    request to it); a replica's death loses them with its episodes. As ``replay-sim serve`` builds
-    it: the bundle, its side store and the config file are hidden from every instance, and each
-    server's instances start their clock when its recordings in the snapshot began.
+    request to it); a replica's death loses them with its episodes. Built as ``replay-sim serve``
+    builds it (:func:`sandbox_pool`, ``sizes`` its keywords): the bundle, its side store and the
+    config file are hidden from every instance, each server's instances start their clock when its
+    recordings in the snapshot began and are shown the paths under ``/tmp`` those recordings name.
     """
-    bundle = snapshot.resolve()  # verified by the replay, which opens it too
-    hidden = [bundle, sandbox_side_file(bundle / STORE_FILE), config_file.resolve()]
-    with Store(bundle / STORE_FILE, readonly=True, create=False) as store:
-        sandboxes = [name for name, spec in config.servers.items() if spec.sandbox]
-        began = {name: recordings_began(store, server=name) for name in sandboxes}
-    return InstancePool(
-        config, pool=pool, max_instances=max_instances, hidden=hidden, unconfined=unconfined,
-        clocks={name: when for name, when in began.items() if when is not None},
-    )  # fmt: skip
+    served = snapshot.resolve() / STORE_FILE  # verified by the replay, which opens it too
+    hidden = [sandbox_side_file(served), config_file.resolve()]
+    return sandbox_pool(config, store=served, hidden=hidden, **sizes)

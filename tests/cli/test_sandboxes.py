@@ -10,9 +10,10 @@ import pytest
 from click.testing import CliRunner
 
 from replay_sim.cli import cli
-from replay_sim.cli.sandboxes import check_sandboxes, sandbox_pool
+from replay_sim.cli.sandboxes import check_sandboxes
 from replay_sim.errors import ConfigError
 from replay_sim.record.config_file import parse_config
+from replay_sim.record.instances.building import sandbox_pool
 from replay_sim.store import Origin, Store
 
 
@@ -93,7 +94,9 @@ def test_record_refuses_state_placeholders_it_cannot_fill(tmp_path: Path) -> Non
 def test_only_the_real_servers_recordings_name_the_paths_under_tmp_shown_to_its_instances(
     tmp_path: Path,
 ) -> None:
-    from replay_sim.cli.sandboxes import _recorded_paths  # the rule itself: what a pool's instances are shown
+    from replay_sim.record.instances.building import (
+        _recorded_paths,  # the rule itself: what a pool's instances are shown
+    )
 
     config = parse_config({"servers": {"git": {"command": "g", "sandbox": True}, "other": {"command": "o"}}})
     with Store(tmp_path / "replay.db") as store:

@@ -25,10 +25,10 @@ from sandbox_helpers import live_instances, match, record, sandboxed, text, unti
 
 import replay_sim
 from replay_sim.cli import cli
-from replay_sim.cli.sandboxes import sandbox_pool
 from replay_sim.errors import ConfigError, SnapshotError
 from replay_sim.protocol import LOST_CODE, MATCH_META_KEY
 from replay_sim.record.config_file import load_config
+from replay_sim.record.instances.building import sandbox_pool
 from replay_sim.replay.factory import open_replay
 from replay_sim.replay.policies.binding import same_answer
 from replay_sim.resolve.embedding import SentenceTransformerEmbedder

@@ -25,8 +25,8 @@ from recording_helpers import BIN, Script, proxy_stdio, raw_client, raw_request,
 from sandbox_helpers import match, text
 
 import replay_sim
-from replay_sim.cli.sandboxes import sandbox_pool
 from replay_sim.record.config_file import load_config
+from replay_sim.record.instances.building import sandbox_pool
 from replay_sim.replay.http.serving import ReplayServer
 from replay_sim.store import Origin, Store
 

@@ -18,8 +18,8 @@ from recording_helpers import BIN, proxy_stdio, raw_client, raw_request, step
 from sandbox_helpers import match, text
 
 import replay_sim
-from replay_sim.cli.sandboxes import sandbox_pool
 from replay_sim.record.config import RecorderConfig, UpstreamSpec
+from replay_sim.record.instances.building import sandbox_pool
 
 pytestmark = pytest.mark.anyio
 

@@ -23,8 +23,8 @@ from recording_helpers import NODE_BIN, PYTHON, ROOT, proxy_stdio, run_script, s
 from sandbox_helpers import match, text, until
 
 import replay_sim
-from replay_sim.cli.sandboxes import sandbox_pool
 from replay_sim.record.config_file import load_config
+from replay_sim.record.instances.building import sandbox_pool
 
 pytestmark = pytest.mark.anyio
 

@@ -2,7 +2,7 @@
 
 The record side of the replay's ``sandbox`` miss policy (issue 18): :class:`InstancePool` implements
 the replay's ``SandboxPool`` and :class:`Instance` its ``SandboxInstance``. The replay never imports
-this package; the CLI builds the pool (:func:`replay_sim.cli.sandboxes.sandbox_pool`) and injects it.
+this package; serving builds the pool (:func:`.building.sandbox_pool`) and injects it.
 
 - :mod:`.workspace` — an instance's workspace (its copy of ``state`` or of ``mounts``) and launch
   (parent-death signal, PID and mount namespaces);
