@@ -139,6 +139,9 @@ def serve_command(
             limits=limits,
         )
 
+        if unconfined_sandboxes and config is not None:
+            _warn_unconfined()
+
         def ready(url: str) -> None:
             click.echo(
                 f"replaying {snapshot} on Ray Serve at {url}/mcp/<server> ({replicas} replicas)", err=True
@@ -193,8 +196,7 @@ def serve_command(
             unconfined=unconfined_sandboxes, snapshots=sandbox_snapshots, snapshot_mb=sandbox_snapshot_mb,
         )  # fmt: skip
         if unconfined_sandboxes:
-            click.echo("replay-sim: WARNING: sandbox instances run UNCONFINED (--unconfined-sandboxes): "
-                       "an episode's calls reach the host as this process", err=True)  # fmt: skip
+            _warn_unconfined()
     from replay_sim.replay.factory import open_replay  # the MCP SDK, the resolver
 
     replay = open_replay(
@@ -307,3 +309,9 @@ def _listening(url: str) -> None:
     """The one line a script waits for (stdout): printed once the server is ready, never before."""
     click.echo(f"listening on {url}")
     sys.stdout.flush()
+
+
+def _warn_unconfined() -> None:
+    """The banner line of ``--unconfined-sandboxes`` (``/api/ready`` and the dashboard say it too)."""
+    click.echo("replay-sim: WARNING: sandbox instances run UNCONFINED (--unconfined-sandboxes): "
+               "an episode's calls reach the host as this process", err=True)  # fmt: skip
