@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import time
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, nullcontext
+from functools import partial
 from typing import Any, Self
 
 import anyio
@@ -210,15 +211,15 @@ class SandboxPolicy:
             given = given_calls(self.lookup, miss.trail)
         if isinstance(given, str):
             return self._missed(miss, f"the episode's state cannot be re-played on a sandbox: {given}")
+        acquire = partial(self.pool.acquire, miss.server, timeout=self.timeout, reclaim=self.keeper.reclaim)
         try:
-            instance = await self.pool.acquire(miss.server, timeout=self.timeout, reclaim=self.keeper.reclaim)
+            instance = await self.canary.admit(miss.server, acquire)  # refused: canary.refused says why
         except SandboxUnavailable as exc:
             why = f"no sandbox instance of {miss.server!r} could be had: {exc}"
             return self._missed(miss, why, unmade=True)
+        except (Divergence, ReplaySimError) as exc:
+            return self._missed(miss, f"the canary of {miss.server!r}: {exc}")
         try:
-            refused = await self.canary.check(miss.server, instance)
-            if refused is not None:
-                raise Divergence(refused)
             await binding.replay(instance, given, self.log)
         except Divergence as exc:
             binding.refused = str(exc)
