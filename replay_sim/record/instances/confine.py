@@ -277,8 +277,10 @@ def plan(
         return any(path == top or path.startswith(top.rstrip("/") + "/") for top in tops)
 
     reveal: list[str] = []
-    recorded = [p if os.path.exists(p) else os.path.dirname(p) for p in placement.recorded]  # new: its folder
-    for value in [*named, workdir, *recorded]:
+    # A path not there yet (a state file the server makes on its first write): its folder.
+    recorded = [p if os.path.exists(p) else os.path.dirname(p) for p in placement.recorded]
+    absent = [os.path.dirname(p) for p in named if os.path.isabs(p) and not os.path.exists(p)]
+    for value in [*named, *absent, workdir, *recorded]:
         path = os.path.normpath(value) if os.path.isabs(value) else ""
         if not path or not private(path) or under(path, [*hidden, str(root)]) or not os.path.exists(path):
             continue
