@@ -14,7 +14,8 @@ mount, PID, IPC, UTS and — unless ``network = true`` — network namespaces):
 4. covers the paths it must not see with empty tmpfs mounts (the replay's store, index, snapshots,
    config, every instance's workspace) and makes the paths its config names under a private
    directory visible copy-on-write, binds its own ``state``/``mounts`` copies back, and hands it
-   its home and working directory (a copy-up owned by its uid);
+   its home, working directory and its program's own Python environment's folders (a copy-up
+   owned by its uid);
 5. brings loopback up in its network namespace, then ``chroot``s into the overlay and runs the
    command through ``prlimit`` (CPU, open files, file size, processes) and ``setpriv`` (an
    unprivileged uid of its own, no groups, no capabilities in any set, ``no_new_privs``).
@@ -45,6 +46,7 @@ from typing import TYPE_CHECKING
 
 from replay_sim.record.containment import Containment
 from replay_sim.record.instances.cgroups import cgroup_problem
+from replay_sim.record.instances.environment import environment_folders
 
 if TYPE_CHECKING:
     from replay_sim.record.config import UpstreamSpec
@@ -148,7 +150,8 @@ class Confinement:
         hidden: Paths it must not see (covered by empty tmpfs mounts; a file by ``/dev/null``).
         reveal: Directories under a private or hidden one that it sees copy-on-write all the same.
         binds: ``(copy, path)``: its own copies bound at the paths it knows them by.
-        owned: Directories it is given (copied up, owned by its uid): its home and working directory.
+        owned: Directories it is given (copied up, owned by its uid, not their files): its home and
+            working directory, and its program's own Python environment's (:mod:`.environment`).
         given: Directories its command line names (a repository to serve) or that it is revealed,
             copied up whole and owned by its uid, so a server that writes its state there works
             without ``state`` or ``mounts``.
@@ -290,7 +293,8 @@ def plan(
         if not under(path, reveal):
             reveal = [r for r in reveal if not under(r, [path])] + [path]
     home = os.environ.get("HOME", "/root") if "HOME" not in spec.env else spec.env["HOME"]
-    owned = [p for p in dict.fromkeys([home, workdir]) if p != "/" and not under(p, hidden)]
+    folders = [home, workdir, *environment_folders(named)]  # the folders of its own Python environment too
+    owned = [p for p in dict.fromkeys(folders) if p != "/" and not under(p, hidden)]
     bound = [path for _, path in binds]
     # A directory revealed under /tmp holds the state the server was started with or recorded using
     # (its state file's folder, a repository its calls name): it wrote there when recorded, so it may here.
