@@ -20,8 +20,10 @@ another episode needs a place; the episode's next call rebuilds its state on a f
 (re-play of its journal) and goes on. A call waits for an instance only while every instance is
 busy answering (``sandbox_timeout`` at most, then a miss saying what to change). One call to an
 instance takes ``sandbox_call_limit`` seconds at most, progress or not; a call that exceeds it, or
-whose client left (its request cancelled), ends the instance, and the episode goes on without that
-call. Answers are recorded off the answer path (:mod:`~replay_sim.replay.policies.recording`).
+whose client left (its request cancelled), ends the instance; a call that may change state and reached
+no instance the episode keeps (none could be had, or it was ended) leaves the episode's state there
+unknown: its later calls miss. Answers are recorded off the answer path
+(:mod:`~replay_sim.replay.policies.recording`).
 Requests with no history share a few initial-state instances (:mod:`~replay_sim.replay.policies.shared`).
 An instance that dies unasked makes its episode **lost** (:class:`~replay_sim.errors.EpisodeLost`):
 the call that killed it may be what the episode did. The record side provides the pool
@@ -267,13 +269,14 @@ class SandboxPolicy:
                 miss,
                 f"sandbox instance {instance.id} did not answer within {self.call_limit:g}s "
                 "(--sandbox-call-limit; progress notifications do not extend it): the instance was "
-                "ended and the episode goes on without this call",
+                "ended; if this call changes state, the episode's state there is unknown from here",
                 unmade=True,
             )
         except ReplaySimError as exc:  # a timeout: what state the instance is in now is unknown
             self._cut(binding)
             return self._missed(
-                miss, f"sandbox instance {instance.id} failed: {exc}; the episode goes on without this call",
+                miss, f"sandbox instance {instance.id} failed: {exc}; if this call changes state, the "
+                "episode's state there is unknown from here",
                 unmade=True,
             )  # fmt: skip
         except BaseException:  # cancelled: its client left (or its session ended) mid-call
@@ -349,21 +352,18 @@ class SandboxPolicy:
     def _missed(self, miss: Miss, why: str, *, unmade: bool = False) -> Resolution:
         """The miss to serve instead: the resolver's (its state-changing step marked), saying why.
 
-        ``unmade``: the call reached no instance the episode keeps (none could be had, or the one
-        that took it was ended), so it changed nothing of the episode's state: no step is taken.
+        ``unmade``: the call reached no instance the episode keeps (none could be had, or it was
+        ended). The episode sent it, so one that may change state leaves the episode's state there
+        unknown (its later calls miss, never answered from a state that ignores it).
         """
         resolution = miss.resolution
         step = resolution.step or resolution.key
-        if resolution.hit:  # a call claimed from the cache: it was not made, so what state follows is unknown
+        if resolution.hit or unmade:  # not made, or made with no answer: what state follows is unknown
             _, arguments = call_identity(miss.method, miss.params)
-            name = resolution.recording.name if resolution.recording else ""
-            if miss.method == "tools/call" and self.lookup.may_change(miss.server, name, arguments):
-                step = DIVERGED + resolution.key
-            else:
-                step = resolution.key
+            name = str(miss.params.get("name", ""))
+            changes = miss.method == "tools/call" and self.lookup.may_change(miss.server, name, arguments)
+            step = DIVERGED + resolution.key if changes else "" if unmade else resolution.key
         reason = f"{resolution.reason}; {why}".lstrip("; ") if not resolution.hit else why
-        if unmade:
-            step = ""
         return Resolution(
             Tier.MISS,
             0.0,
