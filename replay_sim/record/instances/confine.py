@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING
 
 from replay_sim.record.containment import Containment
 from replay_sim.record.instances.cgroups import cgroup_problem
-from replay_sim.record.instances.environment import environment_folders
+from replay_sim.record.instances.environment import environment_paths
 
 if TYPE_CHECKING:
     from replay_sim.record.config import UpstreamSpec
@@ -154,7 +154,7 @@ class Confinement:
             working directory, and its program's own Python environment's (:mod:`.environment`).
         given: Directories its command line names (a repository to serve) or that it is revealed,
             copied up whole and owned by its uid, so a server that writes its state there works
-            without ``state`` or ``mounts``.
+            without ``state`` or ``mounts``; and the files of its Python environment's skeleton.
         reach: Directories on the way to its program that others may not enter (``/root`` holding a
             pyenv): copied up with ``o+x``, so its uid can reach the program.
         cwd: Its working directory.
@@ -293,12 +293,12 @@ def plan(
         if not under(path, reveal):
             reveal = [r for r in reveal if not under(r, [path])] + [path]
     home = os.environ.get("HOME", "/root") if "HOME" not in spec.env else spec.env["HOME"]
-    folders = [home, workdir, *environment_folders(named)]  # the folders of its own Python environment too
-    owned = [p for p in dict.fromkeys(folders) if p != "/" and not under(p, hidden)]
+    folders, files = environment_paths(named)  # its own Python environment's
+    owned = [p for p in dict.fromkeys([home, workdir, *folders]) if p != "/" and not under(p, hidden)]
     bound = [path for _, path in binds]
     # A directory revealed under /tmp holds the state the server was started with or recorded using
     # (its state file's folder, a repository its calls name): it wrote there when recorded, so it may here.
-    given = [p for p in _given([*named, *reveal]) if not under(p, [*hidden, *bound, str(root)])]
+    given = [p for p in [*_given([*named, *reveal]), *files] if not under(p, [*hidden, *bound, str(root)])]
     reach = [d for d in _closed_ancestors([*named, workdir]) if not under(d, hidden)]
     return Confinement(
         root, placement.uid, spec.containment, hidden=tuple(hidden), reveal=tuple(reveal),
