@@ -197,6 +197,7 @@ async def test_episodes_ended_over_the_admin_api_close_their_instances(
 async def test_a_server_answering_a_replayed_call_otherwise_is_a_miss_naming_the_call(tmp_path: Path) -> None:
     db = tmp_path / "replay.db"
     home = ("tools/call", {"name": "env", "arguments": {"name": "HOME"}})
+    await record(db, "echo", [step("echo", text="hi")])  # its opening canary: answered alike
     await record(db, "echo", [home])  # the server inherits the recorder's HOME
     config = write_config(tmp_path / "recorder.toml", env={"echo": {"HOME": str(tmp_path)}})
     async with sandboxed(db, config, tmp_path) as sim:

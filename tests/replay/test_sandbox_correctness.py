@@ -113,3 +113,27 @@ async def test_an_instance_at_the_initial_state_passes_the_canary_and_answers(tm
         answered = await client.call_tool("put", {"key": "k2", "value": "v"})
         assert match(answered)["status"] == "sandbox" and text(answered) == "ok"
         assert sim.replay.policy.stats()["canaries"] == 1  # type: ignore[attr-defined]
+
+
+async def test_a_write_no_instance_could_take_leaves_the_episode_state_unknown(tmp_path: Path) -> None:
+    db = tmp_path / "replay.db"
+    await record(
+        db, "counter", [step("get", key="k1"), step("put", key="k1", value="v"), step("get", key="k1")]
+    )
+    config = tmp_path / "recorder.toml"  # the counter server, but its instances cannot start
+    config.write_text(
+        f'[servers.counter]\ncommand = {json.dumps(PYTHON)}\nargs = ["-c", "raise SystemExit(\'no disk\')"]\n'
+        "sandbox = true\n"
+    )
+    async with sandboxed(db, config, tmp_path) as sim:
+        async with Client(sim.episode("e").url("counter")) as client:
+            write = await client.call_tool("put", {"key": "k1", "value": "w"})
+            assert match(write)["status"] == "miss" and "could not be started" in text(write)
+            assert "no disk" in text(write)  # why, in the miss
+            read = await client.call_tool("get", {"key": "k1"})  # recorded from the initial state
+            assert match(read)["status"] == "miss", text(read)  # not the state before the write
+        async with Client(sim.episode("f").url("counter")) as client:
+            unknown = await client.call_tool("get", {"key": "k2"})  # a read no instance took
+            assert match(unknown)["status"] == "miss"
+            read = await client.call_tool("get", {"key": "k1"})
+            assert match(read)["status"] == "exact"  # a read changes nothing: the state is still known

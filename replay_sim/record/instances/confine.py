@@ -14,7 +14,8 @@ mount, PID, IPC, UTS and — unless ``network = true`` — network namespaces):
 4. covers the paths it must not see with empty tmpfs mounts (the replay's store, index, snapshots,
    config, every instance's workspace) and makes the paths its config names under a private
    directory visible copy-on-write, binds its own ``state``/``mounts`` copies back, and hands it
-   its home and working directory (a copy-up owned by its uid);
+   its home, working directory and its program's own Python environment's folders (a copy-up
+   owned by its uid);
 5. brings loopback up in its network namespace, then ``chroot``s into the overlay and runs the
    command through ``prlimit`` (CPU, open files, file size, processes) and ``setpriv`` (an
    unprivileged uid of its own, no groups, no capabilities in any set, ``no_new_privs``).
@@ -45,6 +46,7 @@ from typing import TYPE_CHECKING
 
 from replay_sim.record.containment import Containment
 from replay_sim.record.instances.cgroups import cgroup_problem
+from replay_sim.record.instances.environment import environment_paths
 
 if TYPE_CHECKING:
     from replay_sim.record.config import UpstreamSpec
@@ -156,10 +158,11 @@ class Confinement:
         hidden: Paths it must not see (covered by empty tmpfs mounts; a file by ``/dev/null``).
         reveal: Directories under a private or hidden one that it sees copy-on-write all the same.
         binds: ``(copy, path)``: its own copies bound at the paths it knows them by.
-        owned: Directories it is given (copied up, owned by its uid): its home and working directory.
+        owned: Directories it is given (copied up, owned by its uid, not their files): its home and
+            working directory, and its program's own Python environment's (:mod:`.environment`).
         given: Directories its command line names (a repository to serve) or that it is revealed,
             copied up whole and owned by its uid, so a server that writes its state there works
-            without ``state`` or ``mounts``.
+            without ``state`` or ``mounts``; and the files of its Python environment's skeleton.
         reach: Directories on the way to its program that others may not enter (``/root`` holding a
             pyenv): copied up with ``o+x``, so its uid can reach the program.
         cwd: Its working directory.
@@ -290,8 +293,10 @@ def plan(
         return any(path == top or path.startswith(top.rstrip("/") + "/") for top in tops)
 
     reveal: list[str] = []
-    recorded = [p if os.path.exists(p) else os.path.dirname(p) for p in placement.recorded]  # new: its folder
-    for value in [*named, workdir, *recorded]:
+    # A path not there yet (a state file the server makes on its first write): its folder.
+    recorded = [p if os.path.exists(p) else os.path.dirname(p) for p in placement.recorded]
+    absent = [os.path.dirname(p) for p in named if os.path.isabs(p) and not os.path.exists(p)]
+    for value in [*named, *absent, workdir, *recorded]:
         path = os.path.normpath(value) if os.path.isabs(value) else ""
         if not path or not private(path) or under(path, [*hidden, str(root)]) or not os.path.exists(path):
             continue
@@ -301,11 +306,12 @@ def plan(
         if not under(path, reveal):
             reveal = [r for r in reveal if not under(r, [path])] + [path]
     home = os.environ.get("HOME", "/root") if "HOME" not in spec.env else spec.env["HOME"]
-    owned = [p for p in dict.fromkeys([home, workdir]) if p != "/" and not under(p, hidden)]
+    folders, files = environment_paths(named)  # its own Python environment's
+    owned = [p for p in dict.fromkeys([home, workdir, *folders]) if p != "/" and not under(p, hidden)]
     bound = [path for _, path in binds]
     # A directory revealed under /tmp holds the state the server was started with or recorded using
     # (its state file's folder, a repository its calls name): it wrote there when recorded, so it may here.
-    given = [p for p in _given([*named, *reveal]) if not under(p, [*hidden, *bound, str(root)])]
+    given = [p for p in [*_given([*named, *reveal]), *files] if not under(p, [*hidden, *bound, str(root)])]
     reach = [d for d in _closed_ancestors([*named, workdir]) if not under(d, hidden)]
     return Confinement(
         root, placement.uid, spec.containment, hidden=tuple(hidden), reveal=tuple(reveal),

@@ -244,6 +244,7 @@ class InstancePool(Places):
             server, timeout, exclusive_held=spec.isolation is Isolation.EXCLUSIVE and bool(live),
             at_cap=self._total() >= self.max_instances and not self._starting[server],
             cap=self.max_instances, startup_timeout=spec.startup_timeout,
+            failed=self._failure.get(server) if self._counts[server]["failed"] != failures else None,
         ))  # fmt: skip
 
     def wake(self) -> None:

@@ -40,7 +40,14 @@ def served(
 
 
 def why_unavailable(
-    server: str, timeout: float, *, exclusive_held: bool, at_cap: bool, cap: int, startup_timeout: float
+    server: str,
+    timeout: float,
+    *,
+    exclusive_held: bool,
+    at_cap: bool,
+    cap: int,
+    startup_timeout: float,
+    failed: str | None = None,
 ) -> str:
     """What :class:`~replay_sim.errors.SandboxUnavailable` says when ``timeout`` passed.
 
@@ -51,8 +58,11 @@ def why_unavailable(
         at_cap: Every place under the cap was taken, by instances busy answering, none starting.
         cap: ``max_instances``.
         startup_timeout: The server's.
+        failed: Why its last start failed, when one failed while the caller waited.
     """
     within = f"sandbox {server!r}: no instance within {timeout:g}s: "
+    if failed is not None:  # the cause, not a place: more waiting would not help
+        return within + f"its instances could not start (the last: {failed})"
     if exclusive_held:
         return within + (
             "its isolation is 'exclusive' (one instance at a time) and another episode holds it; "

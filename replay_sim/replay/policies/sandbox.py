@@ -20,8 +20,10 @@ another episode needs a place; the episode's next call rebuilds its state on a f
 (re-play of its journal) and goes on. A call waits for an instance only while every instance is
 busy answering (``sandbox_timeout`` at most, then a miss saying what to change). One call to an
 instance takes ``sandbox_call_limit`` seconds at most, progress or not; a call that exceeds it, or
-whose client left (its request cancelled), ends the instance, and the episode goes on without that
-call. Answers are recorded off the answer path (:mod:`~replay_sim.replay.policies.recording`).
+whose client left (its request cancelled), ends the instance; a call that may change state and reached
+no instance the episode keeps (none could be had, or it was ended) leaves the episode's state there
+unknown: its later calls miss. Answers are recorded off the answer path
+(:mod:`~replay_sim.replay.policies.recording`).
 Requests with no history share a few initial-state instances (:mod:`~replay_sim.replay.policies.shared`).
 An instance that dies unasked makes its episode **lost** (:class:`~replay_sim.errors.EpisodeLost`):
 the call that killed it may be what the episode did. The record side provides the pool
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import time
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, nullcontext
+from functools import partial
 from typing import Any, Self
 
 import anyio
@@ -205,15 +208,18 @@ class SandboxPolicy:
             given = given_calls(self.lookup, miss.trail)
         if isinstance(given, str):
             return self._missed(miss, f"the episode's state cannot be re-played on a sandbox: {given}")
+        acquire = partial(self.pool.acquire, miss.server, timeout=self.timeout, reclaim=self.keeper.reclaim)
+        admit = partial(self.canary.admit, miss.server, acquire)  # a fresh one, past its server's canaries
         try:  # from the longest state snapshot of a prefix of it (verified), else a fresh one
-            instance, held = await self.states.start(miss.server, given, self.timeout, self.keeper.reclaim)
+            instance, held = await self.states.start(
+                miss.server, given, self.timeout, self.keeper.reclaim, admit
+            )
         except SandboxUnavailable as exc:
             why = f"no sandbox instance of {miss.server!r} could be had: {exc}"
             return self._missed(miss, why, unmade=True)
+        except (Divergence, ReplaySimError) as exc:
+            return self._missed(miss, f"the canary of {miss.server!r}: {exc}")
         try:
-            refused = None if held else await self.canary.check(miss.server, instance)
-            if refused is not None:
-                raise Divergence(refused)
             await binding.replay(instance, given, self.log, held)
             await self.states.take(miss.server, instance, given)  # (when it holds enough calls)
         except Divergence as exc:
@@ -262,13 +268,14 @@ class SandboxPolicy:
                 miss,
                 f"sandbox instance {instance.id} did not answer within {self.call_limit:g}s "
                 "(--sandbox-call-limit; progress notifications do not extend it): the instance was "
-                "ended and the episode goes on without this call",
+                "ended; if this call changes state, the episode's state there is unknown from here",
                 unmade=True,
             )
         except ReplaySimError as exc:  # a timeout: what state the instance is in now is unknown
             self._cut(binding)
             return self._missed(
-                miss, f"sandbox instance {instance.id} failed: {exc}; the episode goes on without this call",
+                miss, f"sandbox instance {instance.id} failed: {exc}; if this call changes state, the "
+                "episode's state there is unknown from here",
                 unmade=True,
             )  # fmt: skip
         except BaseException:  # cancelled: its client left (or its session ended) mid-call
@@ -344,21 +351,18 @@ class SandboxPolicy:
     def _missed(self, miss: Miss, why: str, *, unmade: bool = False) -> Resolution:
         """The miss to serve instead: the resolver's (its state-changing step marked), saying why.
 
-        ``unmade``: the call reached no instance the episode keeps (none could be had, or the one
-        that took it was ended), so it changed nothing of the episode's state: no step is taken.
+        ``unmade``: the call reached no instance the episode keeps (none could be had, or it was
+        ended). The episode sent it, so one that may change state leaves the episode's state there
+        unknown (its later calls miss, never answered from a state that ignores it).
         """
         resolution = miss.resolution
         step = resolution.step or resolution.key
-        if resolution.hit:  # a call claimed from the cache: it was not made, so what state follows is unknown
+        if resolution.hit or unmade:  # not made, or made with no answer: what state follows is unknown
             _, arguments = call_identity(miss.method, miss.params)
-            name = resolution.recording.name if resolution.recording else ""
-            if miss.method == "tools/call" and self.lookup.may_change(miss.server, name, arguments):
-                step = DIVERGED + resolution.key
-            else:
-                step = resolution.key
+            name = str(miss.params.get("name", ""))
+            changes = miss.method == "tools/call" and self.lookup.may_change(miss.server, name, arguments)
+            step = DIVERGED + resolution.key if changes else "" if unmade else resolution.key
         reason = f"{resolution.reason}; {why}".lstrip("; ") if not resolution.hit else why
-        if unmade:
-            step = ""
         return Resolution(
             Tier.MISS,
             0.0,

@@ -13,11 +13,12 @@ from __future__ import annotations
 import time
 from collections import Counter, deque
 from collections.abc import Callable
+from functools import partial
 
 import anyio
 
 from replay_sim.errors import SandboxUnavailable
-from replay_sim.replay.policies.binding import Binding
+from replay_sim.replay.policies.binding import Binding, Divergence
 from replay_sim.replay.policies.canary import Canary
 from replay_sim.replay.policies.instances import Reclaim, SandboxInstance, SandboxPool
 from replay_sim.replay.policies.recording import AnswerLog, Source
@@ -94,12 +95,11 @@ class Shared:
         )
 
     async def _start(self, server: str, timeout: float, reclaim: Reclaim) -> Binding:
-        instance = await self.pool.acquire(server, timeout=timeout, reclaim=reclaim)
-        refused = None if self.canary is None else await self.canary.check(server, instance)
-        if refused is not None:  # not the recordings' initial state: nothing it says is recorded
-            with anyio.CancelScope(shield=True):
-                await instance.close()
-            raise SandboxUnavailable(refused)
+        acquire = partial(self.pool.acquire, server, timeout=timeout, reclaim=reclaim)
+        try:
+            instance = await (acquire() if self.canary is None else self.canary.admit(server, acquire))
+        except Divergence as exc:  # not the recordings' initial state: nothing it says is recorded
+            raise SandboxUnavailable(str(exc)) from exc
         binding = Binding(server, source=self.source(server))
         await binding.replay(instance, [], self.log)
         self.started += 1

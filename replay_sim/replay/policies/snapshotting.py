@@ -95,7 +95,12 @@ class Snapshotting:
                 "process_stated": sorted(self.process_stated), "store": store}  # fmt: skip
 
     async def start(
-        self, server: str, given: list[Recording], timeout: float, reclaim: Reclaim
+        self,
+        server: str,
+        given: list[Recording],
+        timeout: float,
+        reclaim: Reclaim,
+        fresh: Callable[[], Awaitable[SandboxInstance]],
     ) -> tuple[SandboxInstance, int]:
         """An instance for an episode whose state ``given`` makes: from the longest snapshot, else fresh.
 
@@ -104,17 +109,17 @@ class Snapshotting:
             given: The calls that make the episode's state (what re-play would send).
             timeout: Seconds to wait for an instance (each of the two, when a snapshot fails).
             reclaim: The policy's :meth:`~replay_sim.replay.policies.lifecycle.Keeper.reclaim`.
+            fresh: A fresh instance at the initial state, past its server's canaries
+                (:meth:`~replay_sim.replay.policies.canary.Canary.admit`).
 
         Returns:
             The instance, and how many of ``given`` it holds already (0: a fresh one, at the
-            initial state, to be asked the canary and re-played everything).
+            initial state, to be re-played everything).
 
         Raises:
             SandboxUnavailable: No fresh instance could be had either.
+            Divergence: The server's sandbox is refused by its canaries (from ``fresh``).
         """
-
-        def fresh() -> Awaitable[SandboxInstance]:
-            return self.pool.acquire(server, timeout=timeout, reclaim=reclaim)
 
         found = self._found(server, given)
         if found is None:

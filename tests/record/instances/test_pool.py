@@ -16,6 +16,7 @@ from recording_helpers import echo_http
 from replay_sim.errors import ConfigError, InstanceLost, SandboxUnavailable, UpstreamError
 from replay_sim.record.config_file import parse_config
 from replay_sim.record.instances import Instance, InstancePool
+from replay_sim.record.instances.unavailable import why_unavailable
 from replay_sim.record.isolation import Isolation
 
 pytestmark = pytest.mark.anyio
@@ -231,3 +232,12 @@ async def test_only_sandbox_servers_are_served() -> None:
         assert pool.servers() == frozenset({"box"})
         with pytest.raises(SandboxUnavailable, match="no sandbox server 'plain'"):
             await pool.acquire("plain", timeout=1)
+
+
+def test_a_wait_that_ends_after_failed_starts_says_why_they_failed_not_still_starting() -> None:
+    failed = "upstream command excel-mcp-server did not initialise; its stderr ends: PermissionError: …/x.log"
+    common = {"exclusive_held": False, "at_cap": False, "cap": 8, "startup_timeout": 30.0}
+    said = why_unavailable("excel", 30, failed=failed, **common)  # type: ignore[arg-type]
+    assert said.startswith("sandbox 'excel': no instance within 30s: its instances could not start")
+    assert failed in said and "still starting" not in said and "\n" not in said
+    assert "still starting" in why_unavailable("excel", 30, **common)  # type: ignore[arg-type]
