@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ import httpx2
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from ray_helpers import ENVELOPE, MODERN, deployed_on_ray
 from replay_helpers import raw_session
 
 from replay_sim import Store, create_app, freeze, open_replay
@@ -28,22 +28,12 @@ ray = pytest.importorskip("ray", reason="Ray is not installed: pip install -e '.
 serve = pytest.importorskip("ray.serve")
 
 from replay_sim.errors import ConfigError  # noqa: E402
-from replay_sim.scale.deploy import APP_NAME, ScaleSettings, app_builder, build_app  # noqa: E402
+from replay_sim.scale.deploy import APP_NAME, ScaleSettings, app_builder  # noqa: E402
 from replay_sim.scale.ring import owner  # noqa: E402
 
 pytestmark = pytest.mark.anyio
 DEMO = Path(__file__).parents[2] / "replay_sim" / "cli" / "demo_data" / "memory.jsonl"
 SERVER = Path(__file__).parents[2] / "server"
-MODERN = {
-    "Accept": "application/json, text/event-stream",
-    "Content-Type": "application/json",
-    "MCP-Protocol-Version": "2026-07-28",
-}
-ENVELOPE = {
-    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-    "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "0"},
-    "io.modelcontextprotocol/clientCapabilities": {},
-}
 
 
 @pytest.fixture
@@ -104,25 +94,11 @@ def test_a_replica_a_call_found_dead_is_not_live_until_the_controller_lists_a_re
         router._note(listed=frozenset())
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def cluster(snapshot: Path) -> Iterator[str]:
     """Two replicas behind the gateway on a local Ray with 2 CPUs; yields the base URL."""
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
-    try:
-        port = free_port()
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
-        serve.run(build_app(ScaleSettings(str(snapshot), replicas=2, replica_cpus=0.5)), name=APP_NAME)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        with contextlib.suppress(Exception):
-            serve.shutdown()
-        ray.shutdown()
+    with deployed_on_ray(ScaleSettings(str(snapshot), replicas=2, replica_cpus=0.5)) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

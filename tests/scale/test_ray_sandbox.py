@@ -9,10 +9,8 @@ against the same episode run on its own real server. The tests skip only where R
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +20,7 @@ import httpx2
 import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
+from ray_helpers import ENVELOPE, MODERN, deployed_on_ray
 from recording_helpers import NODE_BIN, proxy_stdio, run_script, step
 
 from replay_sim import MATCH_META_KEY, freeze
@@ -29,20 +28,10 @@ from replay_sim import MATCH_META_KEY, freeze
 ray = pytest.importorskip("ray", reason="Ray is not installed: pip install -e '.[ray]' (make install does)")
 serve = pytest.importorskip("ray.serve")
 
-from replay_sim.scale.deploy import APP_NAME, ScaleSettings, build_app  # noqa: E402
+from replay_sim.scale.deploy import ScaleSettings  # noqa: E402
 
 pytestmark = pytest.mark.anyio
 MEMORY = NODE_BIN / "mcp-server-memory"
-MODERN = {
-    "Accept": "application/json, text/event-stream",
-    "Content-Type": "application/json",
-    "MCP-Protocol-Version": "2026-07-28",
-}
-ENVELOPE = {
-    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-    "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "0"},
-    "io.modelcontextprotocol/clientCapabilities": {},
-}
 EPISODES = [f"{('header', 'url')[i % 2]}-{i}" for i in range(6)]
 CAP = 4
 """Live instances at most per replica (``--max-sandboxes``)."""
@@ -101,12 +90,6 @@ def truth(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
     return {episode: anyio.run(direct, episode) for episode in EPISODES}
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def cluster(deployed: tuple[Path, Path]) -> Iterator[str]:
     """Two sandbox replicas (no warm instances, at most ``CAP`` live each) on a local Ray; the base URL."""
@@ -115,16 +98,8 @@ def cluster(deployed: tuple[Path, Path]) -> Iterator[str]:
         str(snapshot), replicas=2, replica_cpus=0.5, miss="sandbox", config=str(config),
         sandbox_pool=0, max_sandboxes=CAP,
     )  # fmt: skip
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
-    try:
-        port = free_port()
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
-        serve.run(build_app(settings), name=APP_NAME)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        with contextlib.suppress(Exception):
-            serve.shutdown()
-        ray.shutdown()
+    with deployed_on_ray(settings) as url:
+        yield url
 
 
 async def run_episode(http: httpx2.AsyncClient, episode: str) -> list[tuple[dict[str, Any], str]]:
