@@ -57,7 +57,7 @@ def rebuild_calls(lookup: StateLookup, trail: Trail, journal: list[Recording]) -
             continue
         if step.startswith(DIVERGED):
             return f"call {key[:12]} changed state without a recording"
-        if lookup.is_mutating(step):
+        if lookup.in_state(step):  # the rule given_calls walks by (every call a sandbox server may change)
             chosen = lookup.choose(lookup.by_key(step), walked)
             if chosen is None:
                 return f"the recording the episode was given for call {step[:12]} is gone from the store"
