@@ -7,9 +7,10 @@ client's calls as they are, so :class:`ChildStdio` also lets it write a request 
 before any model is built — or, for a request written with :meth:`ChildStdio.send`, hands the
 answer to a callback as the line is read, with no task woken at all. Every other line —
 notifications, the server's own requests, answers
-to the SDK's requests — reaches the SDK's dispatcher as its stdio client would deliver it, and the
-server process is started and stopped by the SDK's own helpers (its own process group, stdin
-closed first, then the group terminated).
+to the SDK's requests — reaches the SDK's dispatcher as its stdio client would deliver it. The
+server process is started off the event loop (:func:`~replay_sim.record.spawn.spawn`, in its own
+process group, as the SDK's spawn) and stopped by the SDK's own helper (stdin closed first, then
+the group terminated).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import pydantic_core
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.client.stdio import (
     StdioServerParameters,
-    _create_platform_compatible_process,  # the SDK's spawn: its own process group
+    _create_platform_compatible_process,  # the SDK's spawn (where spawn() cannot run): its own process group
     _drain_stdout,
     _get_executable_command,
     _stop_server_process,  # the SDK's shutdown: stdin closed, grace period, group terminated
@@ -37,6 +38,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
 from replay_sim.record.child_output import ChildOutput, output_pipe, parse
+from replay_sim.record.spawn import spawn, spawnable
 
 __all__ = ["Answered", "ChildStdio", "outcome", "request_line"]
 
@@ -90,7 +92,7 @@ class ChildStdio:
         self._stdin: Any = None
         self._closed = False
         self.process: Any = None
-        """The server process once started (anyio's ``Process``: ``pid``, ``returncode``, ``wait()``)."""
+        """The server process once started (an anyio ``Process``: ``pid``, ``returncode``, ``wait()``)."""
         self.delivered = 0
         """Lines handed to the SDK's dispatcher so far (notifications among them are handled in tasks)."""
         self.on_read: Callable[[], None] | None = None
@@ -109,13 +111,13 @@ class ChildStdio:
         """
         params = self.params
         command = await _get_executable_command(params.command)
-        process = await _create_platform_compatible_process(
-            command=command,
-            args=params.args,
-            env=get_default_environment() | (params.env or {}),
-            errlog=self.errlog,
-            cwd=params.cwd,
-        )
+        env = get_default_environment() | (params.env or {})
+        if spawnable():  # off the event loop: uvloop's fork would hold every session up meanwhile
+            process: Any = await spawn(command, params.args, env, self.errlog, params.cwd)
+        else:
+            process = await _create_platform_compatible_process(
+                command=command, args=params.args, env=env, errlog=self.errlog, cwd=params.cwd
+            )
         self._stdin = process.stdin
         self.process = process
         read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)

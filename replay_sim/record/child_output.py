@@ -138,9 +138,11 @@ class ChildOutput:
 
 def output_pipe(process: Any) -> Any:
     """asyncio's transport of the server's stdout pipe, or None (another event loop)."""
-    transport = getattr(getattr(process, "_process", None), "_transport", None)
-    get_pipe = getattr(transport, "get_pipe_transport", None)
-    pipe = get_pipe(1) if callable(get_pipe) else None
+    pipe = getattr(getattr(process, "stdout", None), "pipe", None)  # spawn()'s
+    if pipe is None:
+        transport = getattr(getattr(process, "_process", None), "_transport", None)  # anyio's
+        get_pipe = getattr(transport, "get_pipe_transport", None)
+        pipe = get_pipe(1) if callable(get_pipe) else None
     needed = ("get_protocol", "set_protocol", "pause_reading", "resume_reading")
     return pipe if pipe is not None and all(hasattr(pipe, name) for name in needed) else None
 
