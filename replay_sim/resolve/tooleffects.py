@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from replay_sim.canonical import answer_text
-from replay_sim.effects import Call, Declaration, Effect, Verdict, declare, kind_of, learn, named, selected
+from replay_sim.effects import Declaration, Effect, Verdict, declare, kind_of, learn
 from replay_sim.errors import StoreError
 from replay_sim.resolve.calibration import MatchConfig
+from replay_sim.resolve.effectcalls import dry_run, server_runs
 from replay_sim.resolve.schemas import RecordedSchemas
 from replay_sim.schema import ToolSchema
 from replay_sim.store import Store
@@ -39,11 +40,6 @@ __all__ = [
 
 EFFECTS_META_PREFIX = "effects:"
 """Meta key prefix (then the server's name) of the verdicts a store keeps (:func:`remembered_effects`)."""
-
-
-def dry_run(tool: str, arguments: Any) -> bool:
-    """Whether a call asks for a dry run (:meth:`~replay_sim.schema.ToolSchema.changes_state`)."""
-    return not ToolSchema(tool, {}).changes_state(arguments)
 
 
 def recorded_effects(
@@ -67,40 +63,8 @@ def _learned(
     store: Store, server: str, schema: Callable[[str, str], Any], config: MatchConfig
 ) -> tuple[dict[str, Verdict], dict[str, Declaration]]:
     """:func:`recorded_effects`, and the declarations they were learned with."""
-    outcomes = store.outcomes(server)  # not Recordings: a large store's are slow to build
-    # Failed as Recording.failed says: a JSON-RPC error, or an isError result.
-    failed = [
-        error is not None or bool((result or {}).get("isError")) for *_, result, error, _, _ in outcomes
-    ]
-    succeeded: dict[str, bool] = defaultdict(bool)
-    for (_, _, _, key, *_), fails in zip(outcomes, failed, strict=True):
-        succeeded[key] |= not fails
-    sessions: dict[Any, list[tuple[int, Call]]] = defaultdict(list)
-    for (rid, method, name, key, arguments, result, error, session, seq), fails in zip(
-        outcomes, failed, strict=True
-    ):
-        inert = method != "tools/call" or not succeeded[key] or dry_run(name, arguments)
-        things = frozenset({name.lower()}) if method == "resources/read" else named(arguments)
-        kind = kind_of(arguments) if method == "tools/call" else None
-        call = Call(
-            rid,
-            method,
-            name,
-            key,
-            answer_text(result, error),
-            fails,
-            inert,
-            things,
-            kind,
-            selected(arguments),
-        )
-        # A call recorded outside any session is a session of its own, from the initial state.
-        sessions[session if session is not None else ("", rid)].append((seq or 0, call))
-    runs = [
-        [c for _, c in sorted(calls, key=lambda sc: (sc[0], sc[1].id or 0))] for calls in sessions.values()
-    ]
-    names = {name for _, method, name, *_ in outcomes if method == "tools/call"}
-    declared = _declarations(server, names, schema, config)
+    runs, called = server_runs(store, server)  # each call read and derived once per store
+    declared = _declarations(server, called, schema, config)
     return learn(runs, declared), declared
 
 
@@ -130,8 +94,8 @@ def _learner() -> str:
     """
     digest = hashlib.sha256()
     try:
-        # The modules' source, named (a function may be wrapped); __name__ is _learned's.
-        for module in (answer_text.__module__, ToolSchema.__module__, __name__):
+        # The modules' source, named (a function may be wrapped): the calls' reading, deriving and judging.
+        for module in (answer_text.__module__, ToolSchema.__module__, server_runs.__module__, __name__):
             digest.update(Path(str(sys.modules[module].__file__)).read_bytes())
         for source in sorted(Path(str(sys.modules["replay_sim.effects"].__file__)).parent.glob("*.py")):
             digest.update(source.read_bytes())  # the effects package: every module of it

@@ -4,10 +4,11 @@ A long-lived reader — the resolver, a served server's surface — derives a lo
 and must not serve from it once the store has changed (a stale state is a wrong answer). Another
 process may be writing the same file meanwhile — recording, importing, backfilling — and a commit
 a second must not make the reader throw away everything it derived from calls the commit did not
-touch. Recorded calls are only ever appended (no code updates or deletes a call), so
-:func:`changes_since` names the calls appended since a :class:`Mark`: their servers, tools, keys and
-sessions, and the tools of every call in a session they joined. Anything else — a server or a
-listing replaced, calls gone — is reported as a change of everything.
+touch. Recorded calls are appended (no code updates a call; only ``replay-sim forget`` removes
+some, and counts that it did), so :func:`changes_since` names the calls appended since a
+:class:`Mark`: their servers, tools, keys and sessions, and the tools of every call in a session
+they joined. Anything else — a server or a listing replaced, calls removed — is reported as a
+change of everything.
 """
 
 from __future__ import annotations
@@ -29,12 +30,14 @@ class Mark:
             connections' commits, the embedding cache's too): whether anything was committed.
         calls: How many calls were recorded.
         last: The highest call id.
+        removals: How many times calls were removed (a removed highest id is given again).
         surface: A digest of the servers and their listings.
     """
 
     version: tuple[int, int]
     calls: int = 0
     last: int = 0
+    removals: int = 0
     surface: int = 0
 
 
@@ -63,10 +66,10 @@ NOTHING = Appended()
 
 
 def _mark(store: Store, version: tuple[int, int]) -> Mark:
-    ((calls, last),) = store._query("SELECT COUNT(*), COALESCE(MAX(id), 0) FROM calls")
+    calls, last, removals = store.counted()
     servers = store._query("SELECT * FROM servers ORDER BY name")
     listings = store._query("SELECT * FROM listings ORDER BY server, method")
-    return Mark(version, calls, last, hash((tuple(servers), tuple(listings))))
+    return Mark(version, calls, last, removals, hash((tuple(servers), tuple(listings))))
 
 
 def changes_since(store: Store, mark: Mark | None) -> tuple[Mark, Appended | None]:
@@ -87,7 +90,7 @@ def changes_since(store: Store, mark: Mark | None) -> tuple[Mark, Appended | Non
     if mark is not None and version == mark.version:
         return mark, NOTHING
     now = _mark(store, version)
-    if mark is None or now.surface != mark.surface or now.calls < mark.calls:
+    if mark is None or now.surface != mark.surface or now.calls < mark.calls or now.removals != mark.removals:
         return now, None
     if (now.calls, now.last) == (mark.calls, mark.last):
         return now, NOTHING  # the embedding cache, kept misses, meta: no recording changed

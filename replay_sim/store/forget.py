@@ -21,7 +21,7 @@ from typing import Any
 
 from replay_sim.errors import ConfigError
 from replay_sim.store.sources import has_sources
-from replay_sim.store.store import Store
+from replay_sim.store.store import REMOVALS_META_KEY, Store
 
 __all__ = ["Forgetting", "Selection", "forget"]
 
@@ -164,6 +164,11 @@ def forget(store: Store, selection: Selection, *, dry_run: bool = True) -> Forge
             conn.execute(
                 "DELETE FROM session_sources WHERE session IN (SELECT value FROM json_each(?))", (ids,)
             )
+        conn.execute(  # readers told apart a removal from an append only by this (ids are reused)
+            "INSERT INTO meta VALUES (?, '1') "
+            "ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1",
+            (REMOVALS_META_KEY,),
+        )
         for server in servers:  # learned from calls that are gone: learned again
             conn.execute("DELETE FROM meta WHERE key = ?", (_EFFECTS_META_PREFIX + server,))
     found.done = True

@@ -21,9 +21,12 @@ from replay_sim.protocol import LISTING_METHODS
 from replay_sim.store.records import Recording, ServerRecord, utc_now
 from replay_sim.store.writer import CALL_COLUMNS, CallWriter, dumps
 
-__all__ = ["DEFAULT_DB", "Store"]
+__all__ = ["DEFAULT_DB", "REMOVALS_META_KEY", "Store"]
 
 DEFAULT_DB = Path("cache/replay.db")
+REMOVALS_META_KEY = "calls_removed"
+"""Meta key counting the times calls were removed (``replay-sim forget``). SQLite gives a removed
+greatest id to the next call, so the count and greatest id of the calls alone may look unchanged."""
 T = TypeVar("T")
 
 
@@ -271,8 +274,12 @@ class Store(CallWriter):
                 row["mean_latency_ms"] = round(row["mean_latency_ms"], 3)
         return rows
 
-    def outcomes(self, server: str) -> list[tuple[Any, ...]]:
+    def outcomes(self, server: str, after: int = 0) -> list[tuple[Any, ...]]:
         """What judging tool effects reads of each call of ``server``, in recorded (id) order.
+
+        Args:
+            server: The recorded server.
+            after: Only calls of a greater id (those added since one was read).
 
         Returns:
             ``(id, method, name, key, arguments, result, error, session, seq)`` per call: the
@@ -281,8 +288,8 @@ class Store(CallWriter):
         """
         rows = self._query(
             "SELECT id, method, name, key, arguments, result, error, session, seq FROM calls "
-            "WHERE server=? ORDER BY id",
-            (server,),
+            "WHERE server=? AND id>? ORDER BY id",
+            (server, after),
         )
         return self._decoded(
             rows,
@@ -302,18 +309,26 @@ class Store(CallWriter):
         return {(server, method, name) for server, method, name in rows}
 
     def fingerprint(self, server: str | None = None) -> str:
-        """A cheap token that changes whenever calls are added (ties an index to this store).
+        """A cheap token that changes whenever calls are added or removed (ties an index to this store).
 
         Args:
             server: Only this server's calls count (what is learned of one server's tools).
         """
-        if server is None:
-            ((count, max_id),) = self._query("SELECT COUNT(*), COALESCE(MAX(id), 0) FROM calls")
-            return f"calls:{count}:{max_id}"
-        ((count, max_id),) = self._query(
-            "SELECT COUNT(*), COALESCE(MAX(id), 0) FROM calls WHERE server=?", (server,)
+        count, max_id, removals = self.counted(server)
+        named = "" if server is None else f"{server}:"
+        removed = f"removed{removals}:" if removals else ""  # the greatest id last, as before removals
+        return f"calls:{named}{count}:{removed}{max_id}"
+
+    def counted(self, server: str | None = None) -> tuple[int, int, int]:
+        """How many calls there are (of ``server`` only, if given), the greatest id among them (0
+        without any), and how many times calls were removed (:data:`REMOVALS_META_KEY`)."""
+        where, args = ("WHERE server=?", (server,)) if server is not None else ("", ())
+        ((count, max_id, removals),) = self._query(
+            "SELECT COUNT(*), COALESCE(MAX(id), 0), "
+            f"(SELECT COALESCE(MAX(CAST(value AS INTEGER)), 0) FROM meta WHERE key=?) FROM calls {where}",
+            (REMOVALS_META_KEY, *args),
         )
-        return f"calls:{server}:{count}:{max_id}"
+        return int(count), int(max_id), int(removals)
 
     # -- embedding cache ------------------------------------------------------------------------
 

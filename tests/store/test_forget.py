@@ -14,6 +14,7 @@ from replay_sim.resolve.build import build_index
 from replay_sim.resolve.embedding import SentenceTransformerEmbedder
 from replay_sim.resolve.tooleffects import EFFECTS_META_PREFIX, keep_effects
 from replay_sim.store import Origin, Store
+from replay_sim.store.changes import changes_since
 from replay_sim.store.forget import Selection, forget
 from replay_sim.store.sources import mark_session, session_sources
 
@@ -92,3 +93,13 @@ def test_the_forget_command_is_a_dry_run_unless_told_yes(tmp_path: Path) -> None
     done = run(cli, ["forget", "--db", str(tmp_path / "r.db"), "--origin", "sandbox", "--yes"])
     assert done.exit_code == 0 and done.output.startswith("removed 2 sessions, 2 calls")
     assert run(cli, ["forget", "--db", str(tmp_path / "r.db")]).exit_code == 1
+
+
+def test_calls_removed_then_as_many_added_under_a_reused_id_change_everything(tmp_path: Path) -> None:
+    with _store(tmp_path / "r.db") as store:
+        mark, _ = changes_since(store, None)
+        forget(store, Selection(fingerprint="fp-bbbbbbbb"), dry_run=False)  # the greatest id
+        store.start_session("echo", "later")
+        assert echo_call(store, 9, "later") == 4  # SQLite gives the removed id again
+        _, appended = changes_since(store, mark)
+        assert appended is None  # not "call 4 appended": a reader forgets everything it derived

@@ -1,0 +1,84 @@
+"""What learning tool effects reads of a growing store: each call once, and all again after a removal."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from store_helpers import echo_call
+
+from replay_sim.effects import Call
+from replay_sim.resolve.effectcalls import server_runs
+from replay_sim.store import Store
+from replay_sim.store.forget import Selection, forget
+from replay_sim.store.sources import mark_session
+
+
+class Counting:
+    """Counts the calls a store's ``outcomes`` hands back (what was read and derived)."""
+
+    def __init__(self, store: Store) -> None:
+        self.read = 0
+        self._outcomes = store.outcomes
+
+        def outcomes(server: str, after: int = 0) -> list[tuple[Any, ...]]:
+            rows = self._outcomes(server, after)
+            self.read += len(rows)
+            return rows
+
+        store.outcomes = outcomes  # type: ignore[method-assign]
+
+
+def _fresh(path: Path) -> tuple[list[list[Call]], set[str]]:
+    with Store(path) as store:
+        return server_runs(store, "echo")
+
+
+def _write(store: Store, session: str, n: int, answer: str | None = None) -> None:
+    """An ``echo``-server call of tool ``write`` (answered ``answer``, else an error) in ``session``."""
+    store.record_call(
+        "echo", "tools/call", {"name": "write", "arguments": {"n": n}},
+        result=None if answer is None else {"content": [{"type": "text", "text": answer}]},
+        error={"code": -32000, "message": "no"} if answer is None else None, session=session,
+    )  # fmt: skip
+
+
+def test_calls_added_since_are_the_only_ones_read_and_the_runs_are_a_fresh_reads(tmp_path: Path) -> None:
+    path = tmp_path / "r.db"
+    with Store(path) as store:
+        store.start_session("echo", "s-1")
+        echo_call(store, 1, "s-1")
+        _write(store, "s-1", 1)  # failed, never succeeded: inert
+        counting = Counting(store)
+        assert server_runs(store, "echo") == _fresh(path) and counting.read == 2
+        store.start_session("echo", "s-2")
+        _write(store, "s-2", 1, "ok")  # the same call succeeding: the failed one is no longer inert
+        echo_call(store, 2, "s-2")
+        runs, called = server_runs(store, "echo")
+        assert counting.read == 4  # the two added, not the four
+        assert (runs, called) == _fresh(path) and called == {"echo", "write"}
+        first = runs[0] if runs[0][0].id == 1 else runs[1]
+        assert [call.inert for call in first] == [False, False]
+        assert server_runs(store, "echo") == _fresh(path) and counting.read == 4  # nothing added
+
+
+def test_calls_taken_back_make_every_call_be_read_again(tmp_path: Path) -> None:
+    path = tmp_path / "r.db"
+    with Store(path) as store:
+        for n, session in enumerate(("live", "sandboxed"), 1):
+            store.start_session("echo", session)
+            echo_call(store, n, session)
+        mark_session(store, "sandboxed", "fp-aaaaaaaa", {"server": "echo"})
+        counting = Counting(store)
+        assert len(server_runs(store, "echo")[0]) == 2
+        forget(store, Selection(fingerprint="fp-aaaaaaaa"), dry_run=False)
+        store.start_session("echo", "later")
+        added = echo_call(store, 3, "later")  # as many calls as before, the removed id given again
+        assert added == 2
+        runs, _ = server_runs(store, "echo")
+        assert (runs, _) == _fresh(path)
+        assert sorted(call.answer for run in runs for call in run) == [
+            '{"error":null,"result":{"content":[{"text":"1","type":"text"}]}}',
+            '{"error":null,"result":{"content":[{"text":"3","type":"text"}]}}',
+        ]
+        assert counting.read == 2 + 2  # all, then all again
