@@ -11,6 +11,11 @@ the graph (four calls); ``CONCURRENCY`` episodes run at a time. Measured side by
    and ended by ``DELETE``): every call is a sandbox answer, recorded;
 3. **pass 2**: the same episodes again (new episode ids): every call from the cache.
 
+The episodes' MCP clients share one HTTP client, as a trainer's rollouts do (``Client(
+streamable_http_client(url, http_client=shared))``): the SDK's ``Client(url)`` makes an HTTP client
+per connection, whose TLS context alone costs ~20 ms of the trainer's CPU per episode even for
+``http://``. Pass 2 is played once more that way, for reference.
+
 Then **waves** of episodes whose clients only close their MCP sessions (handshake-era sessions on
 episode URLs, never ``DELETE /api/episodes``), with every ``serve`` option at its default:
 misses, wrong answers, the slowest call. And the answer path: a warm sandbox answer's round trip
@@ -45,6 +50,7 @@ import anyio
 import httpx2
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
 
 from bench._peers import free_port
 from bench.sandbox_rollouts import MEMORY, REPLAY_SIM, answer, calls, memory_config, record_memory
@@ -142,18 +148,27 @@ async def served(db: Path, config: Path, tmp: Path) -> AsyncIterator[Served]:
 
 
 async def replayed(
-    sim: Served, size: int, run: str, truth: dict[int, list[str]], tally: Counter[str], slowest: list[float]
+    sim: Served,
+    size: int,
+    run: str,
+    truth: dict[int, list[str]],
+    tally: Counter[str],
+    slowest: list[float],
+    shared: httpx2.AsyncClient | None,
 ) -> float:
-    """Each episode on an episode URL of the replay (created, then ended): the wall time."""
+    """Each episode on an episode URL of the replay (created, then ended): the wall time. Its MCP
+    client rides on ``shared`` (None: the SDK's own HTTP client per episode)."""
 
     async def episode(i: int) -> None:
-        async with sim.episode() as url, Client(url) as client:
-            for (tool, arguments), want in zip(calls(entity(run, i)), truth[i], strict=True):
-                started = time.perf_counter()
-                result = await client.call_tool(tool, arguments)
-                slowest.append(time.perf_counter() - started)
-                tally[status(result)] += 1
-                tally["wrong"] += answer(result) != want and status(result) != "miss"
+        async with sim.episode() as url:
+            transport = url if shared is None else streamable_http_client(url, http_client=shared)
+            async with Client(transport) as client:
+                for (tool, arguments), want in zip(calls(entity(run, i)), truth[i], strict=True):
+                    started = time.perf_counter()
+                    result = await client.call_tool(tool, arguments)
+                    slowest.append(time.perf_counter() - started)
+                    tally[status(result)] += 1
+                    tally["wrong"] += answer(result) != want and status(result) != "miss"
 
     return await limited(size, CONCURRENCY, episode)
 
@@ -295,17 +310,18 @@ async def run(sizes: tuple[int, ...], tmp: Path, holding: bool) -> None:
     for size in sizes:
         run_id = f"r{size:04d}"
         direct_s, truth = await direct(size, run_id, tmp)
-        async with served(db, config, tmp) as sim:  # every option at its default
+        async with served(db, config, tmp) as sim, httpx2.AsyncClient(timeout=120) as shared:  # defaults
             passes = []
-            for _ in range(2):
+            for client in (shared, shared, None):
                 tally: Counter[str] = Counter()
                 slowest: list[float] = []
-                wall = await replayed(sim, size, run_id, truth, tally, slowest)
+                wall = await replayed(sim, size, run_id, truth, tally, slowest, client)
                 passes.append((wall, dict(tally), max(slowest)))
             stats = await sim.stats()
         print(f"{size} episodes x 4 calls, {CONCURRENCY} at a time:")
         print(f"  the real server, one process per episode (stdio): {direct_s:.1f} s (1x)")
-        for label, (wall, tally, slow) in zip(("pass 1", "pass 2"), passes, strict=True):
+        labels = ("pass 1", "pass 2", "pass 2, an HTTP client per episode")
+        for label, (wall, tally, slow) in zip(labels, passes, strict=True):
             print(f"  replay-sim {label}: {wall:.1f} s ({wall / direct_s:.2f}x); answers {tally}; "
                   f"slowest call {slow:.2f} s")  # fmt: skip
         pool_stats = stats["pool"]["memory"]
