@@ -91,10 +91,11 @@ class _Output(anyio.abc.ByteReceiveStream):
 
     def __init__(self, reader: asyncio.StreamReader, pipe: asyncio.ReadTransport) -> None:
         self._reader = reader
+        self._closed = False
         self.pipe = pipe
 
     async def receive(self, max_bytes: int = _CHUNK) -> bytes:
-        if self.pipe.is_closing() and self._reader.at_eof():
+        if self._closed:
             raise anyio.ClosedResourceError
         data = await self._reader.read(max_bytes)
         if not data:
@@ -102,6 +103,7 @@ class _Output(anyio.abc.ByteReceiveStream):
         return data
 
     async def aclose(self) -> None:
+        self._closed = True
         self.pipe.close()
 
 

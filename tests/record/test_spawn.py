@@ -1,0 +1,80 @@
+"""A stdio server started off the event loop: in a worker thread, its pipes on the loop, its exit
+learned from a pidfd — under uvloop (what uvicorn runs) as under asyncio."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp.client.stdio import StdioServerParameters
+
+from replay_sim.record.child import ChildStdio
+from replay_sim.record.spawn import Spawned, spawn, spawnable
+
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.skipif(not spawnable(), reason="no pidfds here: the SDK's spawn is used"),
+]
+
+ECHO = Path(__file__).parents[2] / "fixtures" / "echo_server.py"
+CLIENT = {"name": "spawn-test", "version": "0"}
+
+
+@pytest.fixture(params=[pytest.param(("asyncio", {"use_uvloop": True}), id="uvloop"), "asyncio"])
+def anyio_backend(request: pytest.FixtureRequest) -> Any:
+    return request.param
+
+
+async def test_a_server_is_started_in_a_worker_thread_and_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+    started_on: list[int] = []
+    popen = subprocess.Popen
+
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        started_on.append(threading.get_ident())
+        return popen(*args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "Popen", recorded)
+    child = ChildStdio(StdioServerParameters(command=sys.executable, args=[str(ECHO)]), sys.stderr)
+    async with child.open():
+        params = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": CLIENT}
+        answer = await child.call("init-1", "initialize", params)
+        assert answer["serverInfo"]["name"]
+        assert isinstance(child.process, Spawned) and os.getpgid(child.process.pid) == child.process.pid
+    assert started_on and threading.get_ident() not in started_on  # never on the loop's thread
+    assert child.process.returncode is not None  # stopped and reaped
+
+
+async def test_its_exit_is_seen_without_polling_and_its_output_ends() -> None:
+    script = "import sys; sys.stdout.write(sys.stdin.readline().upper()); sys.stdout.flush(); sys.exit(3)"
+    process = await spawn(sys.executable, ["-c", script], dict(os.environ), sys.stderr, None)
+    await process.stdin.send(b"hello\n")
+    assert await process.stdout.receive() == b"HELLO\n"
+    with anyio.fail_after(60):
+        assert await process.wait() == 3
+    with pytest.raises(anyio.EndOfStream):
+        await process.stdout.receive()
+    with pytest.raises(anyio.BrokenResourceError):
+        await process.stdin.send(b"more\n" * 100_000)  # nobody reads it any more
+    await process.aclose()
+
+
+async def test_a_killed_process_is_reaped_and_says_how_it_ended() -> None:
+    process = await spawn(sys.executable, ["-c", "import time; time.sleep(600)"], None, sys.stderr, None)
+    assert process.returncode is None
+    process.kill()
+    with anyio.fail_after(60):
+        assert await process.wait() == -9
+    await process.aclose()
+
+
+async def test_a_program_that_cannot_be_started_is_an_oserror(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        await spawn(str(tmp_path / "missing"), [], None, sys.stderr, None)
+    with pytest.raises(FileNotFoundError):
+        await spawn(sys.executable, [], None, sys.stderr, tmp_path / "no-such-folder")
