@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections import Counter, deque
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from replay_sim.record.config import UpstreamSpec
@@ -16,8 +16,8 @@ __all__ = ["pool_figures"]
 
 def pool_figures(
     specs: Mapping[str, UpstreamSpec],
-    live: Mapping[str, set[Instance]],
-    warm: Mapping[str, deque[Instance]],
+    live: Mapping[str, Collection[Instance]],
+    warm: Mapping[str, Collection[Instance]],
     starting: Counter[str],
     counts: Mapping[str, Counter[str]],
     failure: Mapping[str, str],
@@ -28,17 +28,21 @@ def pool_figures(
     Counters: ``started``, ``ended`` (by their owner or the pool), ``expired`` (``idle_timeout``),
     ``reclaimed`` (given back idle to make room), ``crashed`` (ended unasked), ``failed``.
     """
+    # Read from a thread (the stats endpoint) while the event loop adds and ends instances: copies,
+    # each taken at once (a set or deque copied by tuple() is not changed meanwhile).
+    live = {server: tuple(instances) for server, instances in tuple(live.items())}
+    warm = {server: tuple(queue) for server, queue in tuple(warm.items())}
     running = [i for instances in live.values() for i in instances if i.pid is not None and i.alive]
     memory = group_rss([i.pid for i in running if i.pid is not None])
     out: dict[str, Any] = {}
     for server, spec in specs.items():
-        alive = [i for i in live[server] if i.alive]
+        alive = [i for i in live.get(server, ()) if i.alive]
         counted = counts[server]
         out[server] = {
             "isolation": str(spec.isolation),
             "live": len(alive),
-            "warm": len(warm[server]),
-            "in_use": len(alive) - sum(1 for i in warm[server] if i.alive),
+            "warm": len(warm.get(server, ())),
+            "in_use": len(alive) - sum(1 for i in warm.get(server, ()) if i.alive),
             "starting": starting[server],
             "started": counted["started"],
             "ended": counted["ended"],
