@@ -13,7 +13,7 @@ from replay_sim.replay.stdio.start import START_TABLE
 from replay_sim.replay.stdio.start.write import write_start_table
 from replay_sim.resolve.build import build_index
 from replay_sim.resolve.calibration import MatchConfig
-from replay_sim.resolve.confidence.leaveoneout import learn as learn_confidence
+from replay_sim.resolve.confidence.learning import learn as learn_confidence
 from replay_sim.resolve.confidence.model import MODEL_FILE
 from replay_sim.resolve.confidence.reliability import cross_validated, render_calibration
 from replay_sim.resolve.confidence.reliability import plot as plot_reliability

@@ -15,7 +15,7 @@ from typing import Any
 from replay_sim.errors import SnapshotError, VectorIndexError
 from replay_sim.resolve.build import build_index
 from replay_sim.resolve.calibration import MatchConfig
-from replay_sim.resolve.confidence.leaveoneout import learn as learn_confidence
+from replay_sim.resolve.confidence.learning import learn as learn_confidence
 from replay_sim.resolve.embedding import CachedEmbedder, default_embedder
 from replay_sim.resolve.index import MANIFEST, partition_file
 from replay_sim.resolve.schemas import RecordedSchemas

@@ -13,7 +13,7 @@ from replay_sim.listener import serving_in_thread
 from replay_sim.replay.core.replay import Replay
 from replay_sim.replay.http.app import create_app
 from replay_sim.resolve.calibration import MatchConfig
-from replay_sim.resolve.confidence.leaveoneout import learn
+from replay_sim.resolve.confidence.learning import learn
 from replay_sim.resolve.embedding import SentenceTransformerEmbedder
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.store import Store
