@@ -30,6 +30,7 @@ def learn(
     progress: Callable[[int, int], None] | None = None,
     *,
     full: bool = False,
+    keep: bool = True,
 ) -> ConfidenceModel:
     """Learn the confidence model of a store and keep it, and its examples, in its (current) index folder.
 
@@ -40,6 +41,8 @@ def learn(
         progress: Called with ``(done, total)`` now and then (over the recordings whose examples
             are formed).
         full: Form every example, even where the kept ones could be reused.
+        keep: Write the examples beside the model (a snapshot's bundle, whose model never changes,
+            holds the model only).
 
     Returns:
         The model; ``source`` is ``incremental`` when kept examples were reused, and ``update``
@@ -67,6 +70,7 @@ def learn(
         }
     on = (mark.calls, mark.last)
     model = fitted(found, tool_counts(recordings), on, update)
-    Kept(tuple(found), on, now).save(directory)
+    if keep:
+        Kept(tuple(found), on, now).save(directory)
     model.save(directory)
     return model
