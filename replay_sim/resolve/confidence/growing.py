@@ -106,7 +106,7 @@ class Growth:
             or model.learned_on is None
             or kept.basis.get("config") != digest(resolver.config.as_dict())
         ):
-            self._off = True  # examples of another config: only `index build` can learn it again
+            self._off = True  # no examples kept, or of another config: only `index build` learns it
             return False
         calls, last = kept.on
         mark = resolver.version()

@@ -86,6 +86,11 @@ def basis(resolver: Resolver, servers: Iterable[str]) -> dict[str, Any]:
     }
 
 
+def _bits(x: np.ndarray) -> str:
+    """A 0/1 feature vector as digits (``"0100…"``, in :data:`FEATURES` order)."""
+    return "".join(str(int(v)) for v in x)
+
+
 @dataclass(frozen=True)
 class Kept:
     """Leave-one-out examples kept with the model.
@@ -108,17 +113,7 @@ class Kept:
         features as 0/1 digits, right]``."""
         head = {"format": _FORMAT, "on": list(self.on), "basis": self.basis, "stale": sorted(self.stale)}
         rows = [
-            json.dumps(
-                [
-                    e.hidden,
-                    e.server,
-                    e.tool,
-                    e.kind,
-                    int(e.other_state),
-                    "".join(str(int(v)) for v in e.x),
-                    int(e.right),
-                ]
-            )
+            json.dumps([e.hidden, e.server, e.tool, e.kind, int(e.other_state), _bits(e.x), int(e.right)])
             for e in sorted(self.examples, key=lambda e: e.hidden)
         ]
         return json.dumps(head, sort_keys=True)[:-1] + ', "examples": [\n' + ",\n".join(rows) + "\n]}\n"
