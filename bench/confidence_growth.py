@@ -1,7 +1,8 @@
 """What learning the confidence model costs when the store grows: from scratch, or incrementally.
 
-The second dev set's recordings (``fixtures/probes2``) are imported but for their last ``GROW``
-calls, indexed and the model learned as ``replay-sim index build`` does; then the held-out calls
+The second dev set's recordings (``fixtures/probes2``; then ten copies of it, servers and
+sessions renamed: a store ten times larger grown by as many calls) are imported but for their
+last ``GROW`` calls, indexed and the model learned as ``replay-sim index build`` does; then the held-out calls
 are added (as a served store grows: sandbox answers, ``backfill``, an import) and the model is
 brought up to date three ways, each timed (best of ``ROUNDS``):
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -46,11 +48,24 @@ ROUNDS = 3
 T = TypeVar("T")
 
 
-def _split() -> tuple[list[str], list[str]]:
+def _copy(line: str, copy: int) -> str:
+    """A recording line of the ``copy``-th copy of the dev set: its servers and sessions renamed."""
+    if copy == 0:
+        return line
+    data = json.loads(line)
+    data["server"] = f"{data['server']}-{copy}"
+    if data.get("session"):
+        data["session"] = f"{data['session']}-{copy}"
+    return json.dumps(data)
+
+
+def _split(copies: int) -> tuple[list[str], list[str]]:
+    """The store's lines but for the first copy's last ``GROW`` calls, and those calls."""
     lines = RECORDINGS.read_text(encoding="utf-8").splitlines()
     calls = [i for i, line in enumerate(lines) if json.loads(line).get("type") == "call"]
     held = set(calls[-GROW:])
-    return [x for i, x in enumerate(lines) if i not in held], [lines[i] for i in sorted(held)]
+    base = [_copy(x, k) for k in range(copies) for i, x in enumerate(lines) if k or i not in held]
+    return base, [lines[i] for i in sorted(held)]
 
 
 def _timed(run: Callable[[], T]) -> tuple[float, T]:
@@ -66,9 +81,15 @@ def _distance(model: ConfidenceModel, full: ConfidenceModel, kept: Kept) -> tupl
     return weights, float(np.max(np.abs(model.predict_many(rows) - full.predict_many(rows))))
 
 
-def measure(folder: Path) -> dict[str, dict[str, float]]:
-    """Seconds, recordings formed and distance to the full learn, per way."""
-    base, grown = _split()
+def measure(folder: Path, copies: int = 1) -> dict[str, dict[str, float]]:
+    """Seconds, recordings formed and distance to the full learn, per way.
+
+    Args:
+        folder: Where the store and index folders are made.
+        copies: Copies of the dev set in the store (servers and sessions renamed; the held-out
+            calls are the first copy's): a larger store grown by as many calls.
+    """
+    base, grown = _split(copies)
     db, index = folder / "grow.db", folder / "index"
     with Store(db) as store:
         import_jsonl(store, RECORDINGS, base)
@@ -115,19 +136,26 @@ def measure(folder: Path) -> dict[str, dict[str, float]]:
     return found
 
 
-def main() -> None:
-    """Print each way's time, examples formed and distance to the full learn."""
-    folder = Path(tempfile.mkdtemp(prefix="replay-sim-bench-"))
-    try:
-        found = measure(folder)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-    print(f"   {RECORDINGS.relative_to(ROOT)} less its last {GROW} calls, learned; then grown by them:")
-    fit = found.pop("fit")["seconds"]
-    for way, row in found.items():
-        print(
-            f"   {way:>11}: {row['seconds'] * 1000:7.1f} ms, {row['formed']:.0f} recordings' examples "
-            f"formed, {row['examples']:.0f} examples; vs full: weights within {row['weights']:.4f}, "
-            f"confidences within {row['confidence']:.4f}"
-        )
-    print(f"   of each, fitting the model and its 5-fold calibration: {fit * 1000:.1f} ms")
+def main(copies: tuple[int, ...] = (1, 10)) -> None:
+    """Print each way's time, examples formed and distance to the full learn, per store size."""
+    for n in copies:
+        folder = Path(tempfile.mkdtemp(prefix="replay-sim-bench-"))
+        try:
+            found = measure(folder, n)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        what = RECORDINGS.relative_to(ROOT)
+        size = f" x {n} (servers renamed)" if n > 1 else ""
+        print(f"   {what}{size} less {GROW} calls, learned; grown by them:")
+        fit = found.pop("fit")["seconds"]
+        for way, row in found.items():
+            print(
+                f"   {way:>11}: {row['seconds'] * 1000:7.1f} ms, {row['formed']:.0f} recordings' examples "
+                f"formed, {row['examples']:.0f} examples; vs full: weights within {row['weights']:.4f}, "
+                f"confidences within {row['confidence']:.4f}"
+            )
+        print(f"   of each, fitting the model and its 5-fold calibration: {fit * 1000:.1f} ms")
+
+
+if __name__ == "__main__":
+    main(tuple(int(n) for n in sys.argv[1:]) or (1, 10))
