@@ -88,7 +88,12 @@ def basis(resolver: Resolver, servers: Iterable[str]) -> dict[str, Any]:
 
 def _bits(x: np.ndarray) -> str:
     """A 0/1 feature vector as digits (``"0100…"``, in :data:`FEATURES` order)."""
-    return "".join(str(int(v)) for v in x)
+    return ((np.asarray(x) > 0).astype(np.uint8) + 48).tobytes().decode("ascii")
+
+
+def _vector(bits: str) -> np.ndarray:
+    """The feature vector of :func:`_bits`' digits."""
+    return (np.frombuffer(bits.encode("ascii"), dtype=np.uint8) - 48).astype(float)
 
 
 @dataclass(frozen=True)
@@ -145,7 +150,7 @@ class Kept:
             if data.get("format") != _FORMAT or len(data["basis"]["features"]) != len(FEATURES):
                 return None
             found = tuple(
-                Example(str(s), str(t), int(h), str(k), bool(o), np.array([float(c) for c in x]), bool(r))
+                Example(str(s), str(t), int(h), str(k), bool(o), _vector(str(x)), bool(r))
                 for h, s, t, k, o, x, r in data["examples"]
             )
             stale = frozenset((str(a), str(b), str(c)) for a, b, c in data.get("stale", []))

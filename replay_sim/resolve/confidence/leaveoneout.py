@@ -133,10 +133,13 @@ def learn_from(
     used = [e for e in found if e.server != leave_out]
     if not used:
         return PRIOR
-    labelled = np.array([[*e.x, e.right] for e in used], dtype=float)
-    distinct, counts = np.unique(labelled, axis=0, return_counts=True)  # the same fit, each row once
-    bias, weights = fit(distinct[:, :-1], distinct[:, -1], counts=counts)
-    return ConfidenceModel(bias, weights, len(used), int(labelled[:, -1].sum()), tools)
+    rows = np.stack([e.x for e in used])
+    labels = np.fromiter((e.right for e in used), dtype=float, count=len(used))
+    # The same fit with each distinct (binary features, label) once, weighted by its count.
+    code = (rows > 0).astype(np.int64) @ (1 << np.arange(rows.shape[1], dtype=np.int64)) * 2 + labels
+    _, first, counts = np.unique(code, return_index=True, return_counts=True)
+    bias, weights = fit(rows[first], labels[first], counts=counts)
+    return ConfidenceModel(bias, weights, len(used), int(labels.sum()), tools)
 
 
 def validated(found: Sequence[Example], folds: int = FOLDS, sample: int = SAMPLE) -> dict[str, Any] | None:
