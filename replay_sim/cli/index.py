@@ -166,6 +166,7 @@ def eval_command(
     """Score the resolver on PROBES.jsonl (live truth) against exact-only and naive baselines."""
     with Store(db, create=False) as store:
         resolver = Resolver(store, config=match_config, index_dir=index_dir, min_confidence=min_confidence)
+        resolver.confidence.growth = None  # scores the model the index holds: never refitted mid-run
         embedder = CachedEmbedder(default_embedder(), store) if baselines else None
         loaded = load_probes(probes)
         reports = compare(store, loaded, resolver, embedder, sessionless=sessionless)
