@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from replay_sim.resolve.build import build_index
-from replay_sim.resolve.confidence.leaveoneout import learn
+from replay_sim.resolve.confidence.learning import learn
 from replay_sim.resolve.resolution import Resolution, Tier
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.store import Store

@@ -13,7 +13,7 @@ from replay_sim.replay.stdio.start import START_TABLE
 from replay_sim.replay.stdio.start.write import write_start_table
 from replay_sim.resolve.build import build_index
 from replay_sim.resolve.calibration import MatchConfig
-from replay_sim.resolve.confidence.leaveoneout import learn as learn_confidence
+from replay_sim.resolve.confidence.learning import learn as learn_confidence
 from replay_sim.resolve.confidence.model import MODEL_FILE
 from replay_sim.resolve.confidence.reliability import cross_validated, render_calibration
 from replay_sim.resolve.confidence.reliability import plot as plot_reliability
@@ -54,7 +54,15 @@ def index_group() -> None:
     "vectors: 12-24x faster on CPU, opt-in; docs: Benchmarks). Default: the one the index was built with, "
     "else minilm. Another one than the index's rebuilds it.",
 )
-def build_command(db: Path, index_dir: Path, match_config: MatchConfig | None, embedding: str | None) -> None:
+@click.option(
+    "--full",
+    is_flag=True,
+    help="Learn the confidence model from every recording again (default: on a store that only grew, "
+    "reuse the kept leave-one-out examples and form those of the new and affected recordings).",
+)
+def build_command(
+    db: Path, index_dir: Path, match_config: MatchConfig | None, embedding: str | None, full: bool
+) -> None:
     """Embed new recordings and bring the index up to date (incremental); keep the tools' learned effects."""
     model = embedder_for(EMBEDDINGS[embedding]) if embedding else index_embedder(index_dir)
     with Store(db, create=False) as store:
@@ -70,15 +78,22 @@ def build_command(db: Path, index_dir: Path, match_config: MatchConfig | None, e
 
             index = build_index(store, schemas, embedder, index_dir, progress=progress)
         keep_effects(store, match_config)  # the next replay reads them instead of learning them
-        learned = learn_confidence(store, index_dir, match_config)
+        learned = learn_confidence(store, index_dir, match_config, full=full)
     parts = len(index.partitions)
     vectors = sum(len(p) for p in index.partitions.values())
     click.echo(
         f"indexed {vectors} calls in {parts} partitions into {index_dir} ({index.model_id}; "
         f"{embedder.encoded} embedded, {embedder.reused} from cache)"
     )
+    update = learned.update or {}
+    how = (
+        f" ({update.get('kept', 0)} kept, formed afresh for {update.get('formed', 0)} new or affected "
+        "recordings)"
+        if learned.source == "incremental"
+        else ""
+    )
     click.echo(
-        f"confidence model {index_dir / MODEL_FILE}: {learned.examples} leave-one-out examples, "
+        f"confidence model {index_dir / MODEL_FILE}: {learned.examples} leave-one-out examples{how}, "
         f"{learned.positives} right"
     )
     table = index_dir / START_TABLE
@@ -151,6 +166,7 @@ def eval_command(
     """Score the resolver on PROBES.jsonl (live truth) against exact-only and naive baselines."""
     with Store(db, create=False) as store:
         resolver = Resolver(store, config=match_config, index_dir=index_dir, min_confidence=min_confidence)
+        resolver.confidence.growth = None  # scores the model the index holds: never refitted mid-run
         embedder = CachedEmbedder(default_embedder(), store) if baselines else None
         loaded = load_probes(probes)
         reports = compare(store, loaded, resolver, embedder, sessionless=sessionless)

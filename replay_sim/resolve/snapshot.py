@@ -15,7 +15,7 @@ from typing import Any
 from replay_sim.errors import SnapshotError, VectorIndexError
 from replay_sim.resolve.build import build_index
 from replay_sim.resolve.calibration import MatchConfig
-from replay_sim.resolve.confidence.leaveoneout import learn as learn_confidence
+from replay_sim.resolve.confidence.learning import learn as learn_confidence
 from replay_sim.resolve.embedding import CachedEmbedder, default_embedder
 from replay_sim.resolve.index import MANIFEST, partition_file
 from replay_sim.resolve.schemas import RecordedSchemas
@@ -48,7 +48,9 @@ def build_snapshot_index(
     config = config or MatchConfig()
     embedder = CachedEmbedder(default_embedder(), store)
     build_index(store, RecordedSchemas(store, config), embedder, directory, progress=progress)
-    learn_confidence(store, directory, config)  # in the index folder: the snapshot id covers it
+    # In the index folder: the snapshot id covers it. A snapshot's model never changes (its store
+    # is read-only), so its leave-one-out examples are not kept: learned from every recording.
+    learn_confidence(store, directory, config, full=True, keep=False)
     return embedder.model_id, config.as_dict()
 
 

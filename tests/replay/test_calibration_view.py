@@ -13,7 +13,7 @@ from replay_sim.listener import serving_in_thread
 from replay_sim.replay.core.replay import Replay
 from replay_sim.replay.http.app import create_app
 from replay_sim.resolve.calibration import MatchConfig
-from replay_sim.resolve.confidence.leaveoneout import learn
+from replay_sim.resolve.confidence.learning import learn
 from replay_sim.resolve.embedding import SentenceTransformerEmbedder
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.store import Store
@@ -86,3 +86,49 @@ def test_the_dashboard_draws_the_reliability_diagram(
         assert f'<tr data-bin="{low:.1f}">' in dom
     assert dom.count("data-bin=") == 2 * len(bins)  # and a bar
     assert dom.count("<circle") == len(bins)  # and a dot at (mean confidence, accuracy)
+
+
+def test_a_served_store_that_grows_serves_the_refitted_models_confidences_over_real_http(
+    learned: tuple[Path, Path], embedder: SentenceTransformerEmbedder, tmp_path: Path
+) -> None:
+    """Sandbox answers or a backfill grow the served store: the model is refitted in the background
+    and the answers after it carry its confidences; ``/api/calibration`` says how it was updated."""
+    import shutil
+    import time
+
+    import anyio
+    from mcp import Client
+    from resolver_helpers import record_x
+
+    from replay_sim.protocol import MATCH_META_KEY
+    from replay_sim.store import ServerRecord
+
+    db, index = shutil.copy(learned[0], tmp_path / "served.db"), tmp_path / "index"
+    shutil.copytree(learned[1], index)
+    with Store(db) as store:  # the same recordings, served: a server row
+        store.put_server(ServerRecord("srv", {"name": "srv", "version": "1"}, {"tools": {}}))
+    replay = _served(db, index, embedder)
+    judge = replay.resolver.confidence
+    assert judge.growth is not None
+    judge.growth.interval = 0.0
+    learned_model = judge.model
+
+    async def confidence(url: str, episode: str) -> float:
+        async with Client(f"{url}/episodes/{episode}/mcp/srv") as client:
+            answer = await client.call_tool("pure", {"x": 100})
+            return float(answer.meta[MATCH_META_KEY]["confidence"])  # type: ignore[index]
+
+    with serving_in_thread(create_app(replay)) as url:
+        before = anyio.run(confidence, url, "e1")
+        for i in range(1, 7):  # pure(100) answered six other ways, recorded into the served store
+            record_x(replay.store, f"q{i}", "pure", 100, f"other {i}")
+        grown = anyio.run(confidence, url, "e2")  # the old model, judging the grown evidence
+        deadline = time.monotonic() + 60
+        while (view := httpx2.get(f"{url}/api/calibration", timeout=30).json())["model"] != "incremental":
+            assert time.monotonic() < deadline, view
+            time.sleep(0.05)
+        after = anyio.run(confidence, url, "e3")
+    assert view["update"] == {"where": "serving", "kept": learned_model.examples, "formed": 6, "refits": 1}
+    assert view["examples"] == learned_model.examples + 6
+    assert judge.model is not learned_model and judge.model.learned_on != learned_model.learned_on
+    assert before >= 0.9 and after < grown, (before, grown, after)

@@ -11,7 +11,8 @@ from replay_sim.canonical import call_key
 from replay_sim.replay.core.provenance import match_of, provenance
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.confidence.features import FEATURES
-from replay_sim.resolve.confidence.leaveoneout import Example, learn, validated
+from replay_sim.resolve.confidence.learning import learn
+from replay_sim.resolve.confidence.leaveoneout import Example, validated
 from replay_sim.resolve.confidence.model import MODEL_FILE, PRIOR, ConfidenceModel, fit
 from replay_sim.resolve.confidence.reliability import Scored, ece, reliability, render_calibration
 from replay_sim.resolve.embedding import SentenceTransformerEmbedder

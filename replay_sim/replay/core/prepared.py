@@ -88,6 +88,7 @@ class Again:
         "arguments",
         "body",
         "call",
+        "judged",
         "latency_ms",
         "method",
         "name",
@@ -123,6 +124,8 @@ class Again:
         """The state-changing calls the recording was made after (the episode's must be these)."""
         self.stored: tuple[int, int] = (-1, -1)
         """The store's generation and data version before the call was resolved."""
+        self.judged: object = None
+        """The confidence model that judged it (a refit of a growing store's model replaces it)."""
 
 
 class Prepared:
@@ -209,7 +212,10 @@ class Prepared:
         replay = self.replay
         started = time.perf_counter()
         try:
-            if self.replay.store.version() != again.stored:
+            if (
+                self.replay.store.version() != again.stored
+                or again.judged is not replay.resolver.confidence.model
+            ):
                 return None
             history = replay.histories.history(scope)
         except (StoreError, EpisodeError):
@@ -283,6 +289,7 @@ class Prepared:
         ):
             again = Again(server, method, call, name, arguments, resolution, status, body)
             again.state, again.stored = lookup.state_of(recording), stored
+            again.judged = replay.resolver.confidence.model
         if trail is not None:
             replay.resolver.advance(trail, resolution)
         if history is not None:

@@ -1,9 +1,10 @@
 """The calibration view (``/api/calibration``, the dashboard's "Confidence calibration" section).
 
 What the served index's confidence model is and how far to trust it: where it came from (learned
-at ``index build`` from how many leave-one-out examples, or the prior), the operating points in
-force (served, per tool), its weights, and its reliability diagram — the model's own examples,
-each scored by a model that never saw its server
+at ``index build`` from how many leave-one-out examples, ``incremental`` — refitted as the store
+grew, ``update`` saying where and how many examples were kept and formed — or the prior), the
+operating points in force (served, per tool), its weights, and its reliability diagram — the
+model's own examples, each scored by a model that never saw its server
 (:func:`~replay_sim.resolve.confidence.leaveoneout.validated`), binned by confidence against how
 often the candidate was right, with the expected calibration error. ``replay-sim eval
 --calibration`` draws the same diagram on a probe set with live truth.
@@ -23,7 +24,7 @@ def calibration(replay: Replay) -> dict[str, Any]:
     """The calibration view as JSON.
 
     Returns:
-        ``{"model", "examples", "positives", "min_confidence", "per_tool", "bias", "weights",
+        ``{"model", "update", "examples", "positives", "min_confidence", "per_tool", "bias", "weights",
         "reliability"}``; ``reliability`` is None for the prior or a model learned before it was kept
         (``replay-sim index build`` learns it again).
     """
@@ -34,6 +35,7 @@ def calibration(replay: Replay) -> dict[str, Any]:
     }
     return {
         "model": model.source,
+        "update": model.update,
         "examples": model.examples,
         "positives": model.positives,
         "min_confidence": judge.min_confidence if judge.min_confidence is not None else config.min_confidence,

@@ -17,6 +17,7 @@ import numpy as np
 from replay_sim.canonical import call_key
 from replay_sim.effects import Effect
 from replay_sim.errors import ReplaySimError
+from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.confidence.features import Formed
 from replay_sim.resolve.index import IndexSet
 from replay_sim.resolve.lineage import StateLookup, Trail
@@ -34,6 +35,7 @@ class Resolver(Protocol):
 
     store: Store
     lookup: StateLookup
+    config: MatchConfig
 
     def index(self) -> IndexSet:
         """The vector index, current with the store."""

@@ -9,6 +9,9 @@ Without one, nothing changes but the provenance: today's strict tiers decide.
 
 An exact hit costs a dict lookup once its recording was judged (the hot path): the confidence
 depends only on the recording, how it matched and whether it came from the episode's state.
+
+When a served writable store grows past what the model was learned on, :class:`~.growing.Growth`
+refits it in the background and the judge swaps the new model in (:meth:`Confidence.adopt`).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Any
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.confidence.features import Formed, bearing, describe, repeated_calls
 from replay_sim.resolve.confidence.forming import KIND_TIER, Resolver, form, from_hit
+from replay_sim.resolve.confidence.growing import Growth
 from replay_sim.resolve.confidence.model import PRIOR, ConfidenceModel
 from replay_sim.resolve.lineage import DIVERGED, Trail
 from replay_sim.resolve.reasons import differences_from
@@ -41,12 +45,19 @@ class Confidence:
         config: The matching config (its default and per-tool ``min_confidence``).
         min_confidence: The operating point set by the caller (``serve --min-confidence``); None
             leaves the config's, and without either the strict tiers decide alone.
+        directory: The index folder the model was read from: where its kept examples are, which
+            a growing store's refits start from (None: the model never changes).
     """
 
     def __init__(
-        self, model: ConfidenceModel | None, config: MatchConfig, min_confidence: float | None = None
+        self,
+        model: ConfidenceModel | None,
+        config: MatchConfig,
+        min_confidence: float | None = None,
+        directory: Path | None = None,
     ) -> None:
         self.model = model or PRIOR
+        self.growth = None if directory is None else Growth(directory, self.adopt, lambda: self.model)
         self.config = config
         self.min_confidence = min_confidence
         self._judged: dict[tuple[Any, ...], Judged] = {}
@@ -61,7 +72,15 @@ class Confidence:
         cls, directory: Path | None, config: MatchConfig, min_confidence: float | None = None
     ) -> Confidence:
         """The confidence judge with the model kept in an index folder (if any)."""
-        return cls(ConfidenceModel.load(directory), config, min_confidence)
+        return cls(ConfidenceModel.load(directory), config, min_confidence, directory)
+
+    def adopt(self, model: ConfidenceModel) -> None:
+        """Serve ``model`` from now on (a refit, :mod:`~.growing`), forgetting what the old one judged."""
+        with self._lock:
+            self.model = model
+            self._judged.clear()
+            self._repeated.clear()
+            self._exact.clear()
 
     def clear(self) -> None:
         """Forget what was judged (the store changed)."""
@@ -99,6 +118,9 @@ class Confidence:
         if seen != self._version:
             self.clear()
             self._version = seen
+            grown = mark is not None and self.model.learned_on not in (None, (mark.calls, mark.last))
+            if grown and self.growth is not None:
+                self.growth.grew(resolver)  # the model was learned on a smaller store: refit it
         self._mark = mark
 
     def of(self, resolver: Resolver, formed: Formed, method: str) -> Judged:
@@ -109,12 +131,14 @@ class Confidence:
         cache = (rec.id, formed.kind, formed.other_state, formed.score, formed.same_identifiers, gap)
         found = self._judged.get(cache)
         if found is None:
+            model = self.model
             effect = resolver.lookup.effect(rec.server, rec.name) if method == "tools/call" else None
             repeats = self._repeats(resolver, rec.server, method, rec.name)
             same_call = bearing(formed, resolver.lookup.by_key(rec.key), resolver.lookup.state_of)
             x = describe(formed, same_call, repeats, effect)
-            found = (round(self.model.predict(x), 4), self.model.explain(x))
-            self._judged[cache] = found
+            found = (round(model.predict(x), 4), model.explain(x))
+            if model is self.model:  # not swapped meanwhile (:meth:`adopt`)
+                self._judged[cache] = found
         return found
 
     def judge(
@@ -146,6 +170,7 @@ class Confidence:
             found = self._exact.get((exact, requested))
             if found is not None:
                 return found
+        model = self.model
         point = self.operating_point(server, name, requested)
         formed = from_hit(resolution)
         if formed is None and resolution.tier is Tier.MISS:
@@ -157,7 +182,7 @@ class Confidence:
         judged = dataclasses.replace(resolution, confidence=confidence, drivers=drivers)
         if resolution.hit and point is not None and confidence < point:
             return self._refused(resolver, server, method, name, arguments, judged, point)
-        if exact is not None:
+        if exact is not None and model is self.model:
             self._exact[(exact, requested)] = judged  # the same recording, key and step every time
         if point is None:
             return judged

@@ -5,41 +5,35 @@ holds for it is formed as serving forms one (:func:`~replay_sim.resolve.confiden
 — from the state the call was made in (its session's prefix), the hidden recording left out of
 every count. The candidate is *right* when its answer is what the server really said (the hidden
 recording's answer, ``_meta`` aside). The model (:mod:`~replay_sim.resolve.confidence.model`) is
-fitted on these examples at ``index build`` and kept in the index folder, so a snapshot's id
-covers it; it is learned again whenever the store grows (the examples take well under a second
-per thousand recordings once the index is built).
+fitted on these examples at ``index build`` and kept in the index folder with the examples, so a
+snapshot's id covers it; when the store grows, only the examples of new and affected recordings
+are formed again (:mod:`~replay_sim.resolve.confidence.incremental`, and while serving
+:mod:`~replay_sim.resolve.confidence.growing`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.confidence.diagram import ece, reliability
 from replay_sim.resolve.confidence.features import bearing, describe, repeated_calls
-from replay_sim.resolve.confidence.forming import form, index_neighbours
+from replay_sim.resolve.confidence.forming import Resolver, form, index_neighbours
 from replay_sim.resolve.confidence.model import PRIOR, ConfidenceModel, fit
 from replay_sim.resolve.toolstate import answer_of
-from replay_sim.store import Recording, Store
-from replay_sim.store.changes import changes_since
-
-if TYPE_CHECKING:
-    from replay_sim.resolve.resolver import Resolver
+from replay_sim.store import Recording
 
 FOLDS = 5
 """At most this many folds when the model's own calibration is measured (:func:`validated`)."""
 SAMPLE = 20_000
-"""At most this many examples (a fixed sample) score the model's own calibration: a fit on 100,000
-examples takes ~30 s here, and the diagram needs no more than this to be exact to a few in 1,000."""
+"""At most this many examples (a fixed sample) score the model's own calibration: predicting more
+costs time, and the diagram needs no more than this to be exact to a few in 1,000."""
 
-__all__ = ["FOLDS", "SAMPLE", "Example", "examples", "learn", "learn_from", "validated"]
+__all__ = ["FOLDS", "SAMPLE", "Example", "examples", "histories", "learn_from", "validated"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +59,7 @@ class Example:
     right: bool
 
 
-def _histories(recordings: Sequence[Recording]) -> dict[int, list[str]]:
+def histories(recordings: Sequence[Recording]) -> dict[int, list[str]]:
     """Each recording's session prefix: the keys of the calls made before it, oldest first."""
     sessions: dict[str, list[Recording]] = defaultdict(list)
     for rec in recordings:
@@ -79,23 +73,35 @@ def _histories(recordings: Sequence[Recording]) -> dict[int, list[str]]:
     return prefixes
 
 
-def examples(resolver: Resolver, progress: Callable[[int, int], None] | None = None) -> list[Example]:
-    """Leave-one-out examples over every recording of the resolver's store.
+def examples(
+    resolver: Resolver,
+    progress: Callable[[int, int], None] | None = None,
+    *,
+    recordings: Sequence[Recording] | None = None,
+    only: Container[int] | None = None,
+) -> list[Example]:
+    """Leave-one-out examples over the recordings of the resolver's store.
 
     Args:
         resolver: A resolver over the store, its index current (the neighbours come from it).
         progress: Called with ``(done, total)`` now and then.
+        recordings: The store's recordings (None: read them); at least the whole sessions and
+            tools of those hidden, which give each its session prefix and its tool's counts.
+        only: Hide only these recordings (None: every one) — the new and affected recordings of
+            a grown store (:mod:`~replay_sim.resolve.confidence.incremental`).
     """
-    recordings = resolver.store.recordings()
-    prefixes = _histories(recordings)
+    if recordings is None:
+        recordings = resolver.store.recordings()
+    prefixes = histories(recordings)
     tools: dict[tuple[str, str, str], list[Recording]] = defaultdict(list)
     for rec in recordings:
         tools[(rec.server, rec.method, rec.name)].append(rec)
+    hidden = [rec for rec in recordings if only is None or rec.id in only]
     neighbours = index_neighbours(resolver)
     found: list[Example] = []
-    for done, rec in enumerate(recordings):
+    for done, rec in enumerate(hidden):
         if progress is not None and done % 100 == 0:
-            progress(done, len(recordings))
+            progress(done, len(hidden))
         trail = resolver.lookup.trail(prefixes.get(rec.id, []))
         near = neighbours(rec.server, rec.name, rec) if rec.method == "tools/call" else []
         formed = form(
@@ -110,7 +116,7 @@ def examples(resolver: Resolver, progress: Callable[[int, int], None] | None = N
         right = answer_of(formed.recording) == answer_of(rec)
         found.append(Example(rec.server, rec.name, rec.id, formed.kind, formed.other_state, x, right))
     if progress is not None:
-        progress(len(recordings), len(recordings))
+        progress(len(hidden), len(hidden))
     return found
 
 
@@ -127,9 +133,12 @@ def learn_from(
     used = [e for e in found if e.server != leave_out]
     if not used:
         return PRIOR
-    rows = np.array([e.x for e in used])
-    labels = np.array([e.right for e in used], dtype=float)
-    bias, weights = fit(rows, labels)
+    rows = np.stack([e.x for e in used])
+    labels = np.fromiter((e.right for e in used), dtype=float, count=len(used))
+    # The same fit with each distinct (binary features, label) once, weighted by its count.
+    code = (rows > 0).astype(np.int64) @ (1 << np.arange(rows.shape[1], dtype=np.int64)) * 2 + labels
+    _, first, counts = np.unique(code, return_index=True, return_counts=True)
+    bias, weights = fit(rows[first], labels[first], counts=counts)
     return ConfidenceModel(bias, weights, len(used), int(labels.sum()), tools)
 
 
@@ -172,41 +181,3 @@ def validated(found: Sequence[Example], folds: int = FOLDS, sample: int = SAMPLE
             [low, high, n, round(mean, 4), round(acc, 4)] for low, high, n, mean, acc in reliability(pairs)
         ],
     }
-
-
-def _tool_counts(store: Store) -> dict[str, tuple[int, int]]:
-    by_tool: dict[tuple[str, str], list[Recording]] = defaultdict(list)
-    for rec in store.recordings(method="tools/call"):
-        by_tool[(rec.server, rec.name)].append(rec)
-    return {f"{s}\t{t}": repeated_calls(recs) for (s, t), recs in by_tool.items()}
-
-
-def learn(
-    store: Store,
-    directory: Path,
-    config: MatchConfig | None = None,
-    progress: Callable[[int, int], None] | None = None,
-) -> ConfidenceModel:
-    """Learn the confidence model of a store and keep it in its (current) index folder.
-
-    Args:
-        store: The recordings.
-        directory: The index folder (built from ``store``); the model is written there.
-        config: The matching config the replay will use.
-        progress: Called with ``(done, total)`` now and then.
-
-    Raises:
-        VectorIndexError: The folder cannot be written.
-    """
-    from replay_sim.resolve.resolver import Resolver  # the resolver imports the judge
-
-    resolver = Resolver(store, config=config, index_dir=directory, auto_index=False)
-    mark, _ = changes_since(store, None)
-    found = examples(resolver, progress)
-    model = dataclasses.replace(
-        learn_from(found, _tool_counts(store)),
-        calibration=validated(found),
-        learned_on=(mark.calls, mark.last),
-    )
-    model.save(directory)
-    return model

@@ -43,11 +43,15 @@ class ConfidenceModel:
         positives: Of those, how many candidates were right.
         tools: Per tool (``server\\ttool``), its repeated calls that agreed and disagreed, counted
             over the whole store when the model was learned (what serving reads first).
-        source: ``learned`` or ``prior``.
+        source: ``learned`` (from every recording), ``incremental`` (kept examples reused, only
+            those of new or affected recordings formed: :mod:`.incremental`, :mod:`.growing`) or
+            ``prior``.
         calibration: How well it was calibrated on its own examples, cross-validated (the
             reliability diagram the dashboard draws, :func:`~.leaveoneout.validated`), or None.
         learned_on: The store's ``(calls, highest call id)`` when it was learned: ``tools`` holds
             for that store only (once it grew, serving counts the tool's recordings itself).
+        update: For an ``incremental`` model, how it was last updated: ``{"where": "index build" |
+            "serving", "kept": examples reused, "formed": recordings whose examples were formed}``.
     """
 
     bias: float
@@ -58,6 +62,7 @@ class ConfidenceModel:
     source: str = "learned"
     calibration: dict[str, Any] | None = None
     learned_on: tuple[int, int] | None = None
+    update: dict[str, Any] | None = None
 
     def counts(self, server: str, tool: str, store: tuple[int, int] | None) -> tuple[int, int] | None:
         """A tool's repeated calls that agreed and disagreed, if counted on the store as it is now.
@@ -98,6 +103,7 @@ class ConfidenceModel:
             "tools": {k: list(v) for k, v in sorted((self.tools or {}).items())},
             "calibration": self.calibration,
             "learned_on": None if self.learned_on is None else list(self.learned_on),
+            "update": self.update,
         }
 
     def save(self, directory: Path) -> Path:
@@ -133,11 +139,12 @@ class ConfidenceModel:
                 return None
             weights = tuple(float(data["weights"].get(f.name, 0.0)) for f in FEATURES)
             tools = {k: (int(v[0]), int(v[1])) for k, v in data.get("tools", {}).items()}
-            calibration, on = data.get("calibration"), data.get("learned_on")
+            calibration, on, update = data.get("calibration"), data.get("learned_on"), data.get("update")
             return cls(
                 float(data["bias"]), weights, int(data["examples"]), int(data["positives"]), tools,
                 str(data.get("source", "learned")), calibration if isinstance(calibration, dict) else None,
                 None if on is None else (int(on[0]), int(on[1])),
+                update if isinstance(update, dict) else None,
             )  # fmt: skip
         except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError):
             return None
@@ -158,13 +165,22 @@ PRIOR = _prior()
 
 
 def fit(
-    rows: np.ndarray, labels: np.ndarray, *, l2: float = 2.0, base: float = 50.0, steps: int = 4000
+    rows: np.ndarray,
+    labels: np.ndarray,
+    *,
+    counts: np.ndarray | None = None,
+    l2: float = 2.0,
+    base: float = 50.0,
+    steps: int = 4000,
 ) -> tuple[float, tuple[float, ...]]:
     """Fit ``bias`` and sign-constrained weights to leave-one-out examples.
 
     Args:
         rows: One feature vector per example (0/1).
         labels: 1 where the candidate's answer was the real one.
+        counts: How many examples each row stands for (None: one each). The same objective as the
+            rows repeated: :func:`~.leaveoneout.learn_from` fits each distinct ``(features, label)``
+            once, so a fit costs the same on 100 examples as on 100,000.
         l2: Pull toward :data:`PRIOR`, in examples: a feature (or the bias) seen in few examples
             stays near the prior's weight, the way Laplace smoothing keeps a rare bin near its prior;
             the bias says how certain an exact repeat from the episode's state is, which a store
@@ -179,11 +195,13 @@ def fit(
     Returns:
         ``(bias, weights)``.
     """
-    n, d = rows.shape
+    d = rows.shape[1]
+    weight = np.ones(len(rows)) if counts is None else np.asarray(counts, dtype=float)
+    n = float(weight.sum())
     if n == 0:
         return PRIOR.bias, PRIOR.weights
     signs = np.array([f.sign for f in FEATURES], dtype=float)
-    X = np.hstack([np.ones((n, 1)), rows])
+    X = np.hstack([np.ones((len(rows), 1)), rows])
     y = labels.astype(float)
     prior = np.r_[PRIOR.bias, PRIOR.weights]
     theta = prior.copy()
@@ -193,7 +211,7 @@ def fit(
     momentum = theta.copy()
     for step in range(steps):  # accelerated projected gradient (FISTA)
         p = 1.0 / (1.0 + np.exp(-(X @ momentum)))
-        grad = X.T @ (p - y) / n + penalty * (momentum - prior)
+        grad = X.T @ ((p - y) * weight) / n + penalty * (momentum - prior)
         nxt = momentum - rate * grad
         w = nxt[1:]
         w[(signs > 0) & (w < 0)] = 0.0

@@ -62,14 +62,15 @@ def cross_validated(
     found: list[Example] = examples(resolver)
     models = {s: learn_from(found, leave_out=s) for s in {p.server for p in probes}}
     judge = resolver.confidence
-    kept_model, kept_point = judge.model, judge.min_confidence
+    kept_model, kept_point, growth = judge.model, judge.min_confidence, judge.growth
+    judge.growth = None  # each server's model is the one scored: no refit swaps it meanwhile
     scored = []
     try:
         for point in points:
             judge.min_confidence = point
             scored.append(_score(resolver, probes, models, point))
     finally:
-        judge.model, judge.min_confidence = kept_model, kept_point
+        judge.model, judge.min_confidence, judge.growth = kept_model, kept_point, growth
         judge.clear()
     return scored
 
