@@ -44,8 +44,10 @@ class Growth:
         model: The model served now (its ``update`` is carried on).
     """
 
-    interval = 2.0
-    """At least this many seconds between two refits (recordings added meanwhile are batched)."""
+    interval = 30.0
+    """At least this many seconds between two refits, and from the start to the first (recordings
+    added meanwhile are batched). A fit costs ~0.3 s of CPU whatever the examples; a store growing
+    by a batch of sandbox answers every 50 ms refitted every 2 s gave 15 % of a core to it."""
     batch = 500
     """At most this many new recordings' examples are formed per refit (the rest at the next)."""
 
@@ -60,7 +62,7 @@ class Growth:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        self._last = 0.0
+        self._last = time.monotonic()
         self.refits = 0
         """Refits adopted so far (what a test or the dashboard may wait on)."""
 
