@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
@@ -167,8 +168,9 @@ async def test_an_instance_reclaimed_at_the_cap_is_snapshotted_and_its_episode_r
     config.write_text(f'[servers.memory]\ncommand = "{MEMORY}"\nenv = {{ MEMORY_FILE_PATH = "{graph}" }}\n'
                       "sandbox = true\n")  # fmt: skip
     pool = sandbox_pool(load_config(config), pool=0, max_instances=1, snapshot_after=2)
+    served = {"sandboxes": pool, "index_dir": tmp_path / "index", "sandbox_idle": None}  # only reclaimed
     async with (
-        replay_sim.serving(db=db, miss="sandbox", sandboxes=pool, index_dir=tmp_path / "index") as sim,
+        replay_sim.serving(db=db, miss="sandbox", **served) as sim,
         Client(sim.episode("one").url("memory")) as one,
         Client(sim.episode("two").url("memory")) as two,
     ):
@@ -178,10 +180,11 @@ async def test_an_instance_reclaimed_at_the_cap_is_snapshotted_and_its_episode_r
         await two.call_tool("create_entities", _entity("delta")[1]["arguments"])  # takes the one place
         assert policy.counts["reclaimed"] == 1 and live_instances(sim, "memory") == 1
         again = await one.call_tool("open_nodes", {"names": ["alpha", "gamma"]})  # takes it back
-        stats = policy.stats()
+        async with httpx2.AsyncClient(timeout=30) as http:
+            stats = (await http.get(f"{sim.url}/api/stats")).json()["sandbox"]
     assert match(again)["status"] == "sandbox" and match(again)["sandbox"]["replayed"] == 0
     assert sorted(e["name"] for e in json.loads(text(again))["entities"]) == ["alpha", "gamma"]
     assert stats["reclaimed"] == 2 and stats["pool"]["memory"]["reclaimed"] == 2
-    snapshots = stats["snapshots"]  # what /api/stats shows as sandbox.snapshots
+    snapshots = stats["snapshots"]
     assert snapshots["taken"] == 1 and snapshots["reclaimed"] == 1  # one's state; two's single write is not
     assert snapshots["started"] == 1 and snapshots["restored"] == 2
