@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from recording_helpers import NODE_BIN, PYTHON, ROOT, proxy_stdio, run_script, step
-from sandbox_helpers import match, text, until
+from sandbox_helpers import live_instances, match, text, until
 
 import replay_sim
 from replay_sim.record.config_file import load_config
@@ -154,3 +155,36 @@ async def test_an_instance_given_back_idle_is_snapshotted_and_its_episode_rebuil
         assert sorted(e["name"] for e in json.loads(text(again))["entities"]) == ["alpha", "gamma"]
         assert policy.states.counts["started"] == 1 and policy.states.counts["restored"] == 2
         await anyio.sleep(0)
+
+
+async def test_an_instance_reclaimed_at_the_cap_is_snapshotted_and_its_episode_rebuilt_from_it(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "replay.db"
+    await run_script(proxy_stdio(db, "memory", [MEMORY], f"--env=MEMORY_FILE_PATH={tmp_path / 'r.jsonl'}"),
+                     [step("read_graph"), _entity("alpha")])  # fmt: skip
+    graph = f"{os.environ.get('HOME', '/root')}/replay-sim-{uuid.uuid4().hex}.jsonl"
+    config = tmp_path / "recorder.toml"
+    config.write_text(f'[servers.memory]\ncommand = "{MEMORY}"\nenv = {{ MEMORY_FILE_PATH = "{graph}" }}\n'
+                      "sandbox = true\n")  # fmt: skip
+    pool = sandbox_pool(load_config(config), pool=0, max_instances=1, snapshot_after=2)
+    served = {"sandboxes": pool, "index_dir": tmp_path / "index", "sandbox_idle": None}  # only reclaimed
+    async with (
+        replay_sim.serving(db=db, miss="sandbox", **served) as sim,
+        Client(sim.episode("one").url("memory")) as one,
+        Client(sim.episode("two").url("memory")) as two,
+    ):
+        policy: Any = sim.replay.policy
+        await one.call_tool("create_entities", PREFIX[0][1]["arguments"])  # recorded: the cache
+        await one.call_tool("create_entities", _entity("gamma")[1]["arguments"])  # its instance: 2 writes
+        await two.call_tool("create_entities", _entity("delta")[1]["arguments"])  # takes the one place
+        assert policy.counts["reclaimed"] == 1 and live_instances(sim, "memory") == 1
+        again = await one.call_tool("open_nodes", {"names": ["alpha", "gamma"]})  # takes it back
+        async with httpx2.AsyncClient(timeout=30) as http:
+            stats = (await http.get(f"{sim.url}/api/stats")).json()["sandbox"]
+    assert match(again)["status"] == "sandbox" and match(again)["sandbox"]["replayed"] == 0
+    assert sorted(e["name"] for e in json.loads(text(again))["entities"]) == ["alpha", "gamma"]
+    assert stats["reclaimed"] == 2 and stats["pool"]["memory"]["reclaimed"] == 2
+    snapshots = stats["snapshots"]
+    assert snapshots["taken"] == 1 and snapshots["reclaimed"] == 1  # one's state; two's single write is not
+    assert snapshots["started"] == 1 and snapshots["restored"] == 2

@@ -4,13 +4,15 @@
 (which keeps the instances' books and lifecycle): handing out a warm instance (or one started
 from a state snapshot for its caller), starting instances for waiting callers, and — at the cap —
 ending a spare warm instance or the least recently used idle one an owner gives back, so no caller
-waits while an instance is idle.
+waits while an instance is idle. An owner may have its reclaimed instance's state snapshotted first:
+the place is had once it has ended, so the cap holds throughout.
 """
 
 from __future__ import annotations
 
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 import anyio
@@ -20,10 +22,15 @@ from replay_sim.record.instances.demand import Demand
 from replay_sim.record.instances.instance import Instance
 from replay_sim.record.isolation import Isolation
 
-__all__ = ["Places", "Reclaim"]
+__all__ = ["Keep", "Places", "Reclaim"]
 
-Reclaim = Callable[[str | None], Instance | None]
-"""``reclaim(server)``: an idle instance (of ``server``, or any) its owner gives back, or None."""
+Keep = Callable[[], Awaitable[None]]
+"""What an owner does with its reclaimed instance before it is ended (takes a state snapshot of it)."""
+
+Reclaim = Callable[[str | None], Instance | tuple[Instance, Keep] | None]
+"""``reclaim(server)``: an idle instance (of ``server``, or any) its owner gives back, or None — or
+the instance and ``keep``, awaited before it is ended (its owner snapshots its state; its place is
+had once that is done)."""
 
 
 class Places:
@@ -102,7 +109,7 @@ class Places:
             if reclaim is not None and not any(i.server == server for i in self._evicted):
                 given = reclaim(server)
                 if given is not None:
-                    self._end_to_make_room(given, reclaimed=True)
+                    self._end_to_make_room(*_kept(given), reclaimed=True)
             return False
         if self._total() < self.max_instances:
             return True
@@ -113,16 +120,17 @@ class Places:
                     return False
             given = None if reclaim is None else reclaim(None)
             if given is not None:
-                self._end_to_make_room(given, reclaimed=True)
+                self._end_to_make_room(*_kept(given), reclaimed=True)
         return False
 
-    def _end_to_make_room(self, instance: Instance, *, reclaimed: bool) -> None:
-        """End ``instance`` (a spare warm one, or one given back): a waiting caller gets its place."""
+    def _end_to_make_room(self, instance: Instance, keep: Keep | None = None, *, reclaimed: bool) -> None:
+        """End ``instance`` (a spare warm one, or one given back, after its owner's ``keep``): a
+        waiting caller gets its place once it has ended (it counts as live until then)."""
         if reclaimed:
             self._owned.discard(instance)
             self._counts[instance.server]["reclaimed"] += 1
         self._evicted.add(instance)
-        self._spawn(Instance.close, instance)
+        self._spawn(Instance.close if keep is None else partial(_end_after, keep), instance)
 
     def _unserved(self) -> int:
         """Callers waiting that no warm or starting instance will serve: a place freed goes to them first."""
@@ -133,3 +141,18 @@ class Places:
 
     def _total(self) -> int:
         return sum(len(live) for live in self._live.values())
+
+
+def _kept(given: Instance | tuple[Instance, Keep]) -> tuple[Instance, Keep | None]:
+    """What ``reclaim`` gave: the instance, and what to await before it is ended (None: nothing)."""
+    return given if isinstance(given, tuple) else (given, None)
+
+
+async def _end_after(keep: Keep, instance: Instance) -> None:
+    """End a reclaimed instance once its owner's ``keep`` is done (a failure in it only means no snapshot)."""
+    try:
+        await keep()
+    except Exception:  # in the pool's task group: never its end
+        pass
+    finally:
+        await instance.close()

@@ -20,6 +20,12 @@ files is for the replay to find out (``replay_sim.replay.policies.snapshotting``
 bounded in count and bytes (least recently used evicted first; one being started from is deleted
 only once that start is done) and all deleted with the pool. Only confined instances of servers
 started by a command (not ``exclusive`` ones) are snapshotted.
+
+An instance reclaimed at the pool's cap is snapshotted while a caller waits for its place
+(``take(..., waiting=True)``): its files are counted first, and a layer over
+:data:`WAITED_BYTES` or :data:`WAITED_FILES` is not copied (``skipped``) — ``cp -a`` costs about a
+millisecond a file and well under a second for those bytes, measured, so the wait stays below a
+process start's order.
 """
 
 from __future__ import annotations
@@ -42,10 +48,23 @@ from replay_sim.record.config import DEFAULT_SNAPSHOT_AFTER, DEFAULT_SNAPSHOT_MB
 from replay_sim.record.instances.instance import Instance
 from replay_sim.record.instances.workspace import claim
 
-__all__ = ["DEFAULT_SNAPSHOTS", "DEFAULT_SNAPSHOT_AFTER", "DEFAULT_SNAPSHOT_BYTES", "StateSnapshots"]
+__all__ = [
+    "DEFAULT_SNAPSHOTS",
+    "DEFAULT_SNAPSHOT_AFTER",
+    "DEFAULT_SNAPSHOT_BYTES",
+    "WAITED_BYTES",
+    "WAITED_FILES",
+    "StateSnapshots",
+]
 
 DEFAULT_SNAPSHOT_BYTES = DEFAULT_SNAPSHOT_MB << 20
 """Bytes of state snapshots kept at most (``--sandbox-snapshot-mb``)."""
+
+WAITED_BYTES = 64 << 20
+"""Bytes of an instance's files copied at most while a caller waits for its place (about 40 ms here)."""
+
+WAITED_FILES = 512
+"""Files of an instance copied at most while a caller waits for its place (about half a second here)."""
 
 _LAYER = ("upper", "tmp", "run", "shm", "reveal")  # in an instance's layer: what it wrote (not work dirs)
 
@@ -71,7 +90,8 @@ class StateSnapshots:
             from a snapshot of it (fewer are cheaper re-played on a warm instance).
         base: Where their directory is made (None: the system's temporary directory).
         servers: The servers whose instances may be snapshotted (the pool sets it: confined ones).
-        counts: ``taken``, ``refused`` (too large, or the copy failed), ``evicted``, ``started``.
+        counts: ``taken``, ``refused`` (too large, or the copy failed), ``skipped`` (too large to
+            copy while a caller waits), ``evicted``, ``started``.
     """
 
     count: int = DEFAULT_SNAPSHOTS
@@ -132,11 +152,15 @@ class StateSnapshots:
                 return n, kept.meta
         return None
 
-    async def take(self, instance: Instance, key: str, meta: dict[str, Any]) -> bool:
+    async def take(
+        self, instance: Instance, key: str, meta: dict[str, Any], *, waiting: bool = False
+    ) -> bool:
         """Copy an idle instance's files as the snapshot ``key`` (``meta`` kept with it); whether it is kept.
 
         The caller holds the instance between calls for the copy's length. A snapshot larger than
-        :attr:`max_bytes`, or one that cannot be copied, is not kept; older ones are evicted to make room.
+        :attr:`max_bytes`, or one that cannot be copied, is not kept; older ones are evicted to make
+        room. ``waiting``: a caller waits for the instance's place: files over :data:`WAITED_BYTES`
+        or :data:`WAITED_FILES` are not copied.
         """
         if not self.enabled(instance.server) or instance.pid is None or instance.directory is None:
             return False
@@ -150,6 +174,9 @@ class StateSnapshots:
             except OSError:
                 self.counts["refused"] += 1
                 return False
+        if waiting and not await anyio.to_thread.run_sync(_within, instance.pid, instance.directory):
+            self.counts["skipped"] += 1
+            return False
         target = self._root / str(next(self._names))
         copied = await anyio.to_thread.run_sync(_copy_state, instance.pid, instance.directory, target)
         if copied is None or copied > self.max_bytes or not instance.alive:
@@ -198,10 +225,36 @@ class StateSnapshots:
             shutil.rmtree(root, ignore_errors=True)
 
     def stats(self) -> dict[str, Any]:
-        """Snapshots kept and their bytes, the bounds, and ``taken``/``refused``/``evicted``/``started``."""
-        counted = {what: self.counts[what] for what in ("taken", "refused", "evicted", "started")}
+        """Snapshots kept and their bytes, the bounds, and how many were taken, refused, skipped, evicted."""
+        counted = {what: self.counts[what] for what in ("taken", "refused", "skipped", "evicted", "started")}
         bounds = {"max": self.count, "max_bytes": self.max_bytes, "after": self.after}
         return {"kept": len(self._kept), "bytes": self.bytes, **bounds, **counted}
+
+
+def _sources(pid: int, workspace: Path) -> tuple[Path, list[Path]]:
+    """Instance ``pid``'s layer (read in its mount namespace), and what of it and its workspace is copied."""
+    layer = Path(f"/proc/{pid}/root") / workspace.relative_to("/") / "layer"
+    sources = [layer / name for name in _LAYER if (layer / name).exists()]
+    sources += [workspace / name for name in ("state", "mounts") if (workspace / name).exists()]
+    return layer, sources
+
+
+def _within(pid: int, workspace: Path) -> bool:
+    """Whether instance ``pid``'s files are few and small enough to copy while a caller waits
+    (:data:`WAITED_FILES`, :data:`WAITED_BYTES`); counting stops at the first bound passed."""
+    files = size = 0
+    for source in _sources(pid, workspace)[1]:
+        walked = os.walk(source) if source.is_dir() else [(str(source.parent), [], [source.name])]
+        for directory, _, names in walked:
+            for name in names:
+                files += 1
+                try:
+                    size += os.lstat(os.path.join(directory, name)).st_size
+                except OSError:
+                    return False  # the instance ended meanwhile
+                if files > WAITED_FILES or size > WAITED_BYTES:
+                    return False
+    return True
 
 
 def _copy_state(pid: int, workspace: Path, target: Path) -> int | None:
@@ -210,9 +263,7 @@ def _copy_state(pid: int, workspace: Path, target: Path) -> int | None:
     Returns:
         The bytes copied, or None when the copy failed (the instance ended meanwhile).
     """
-    layer = Path(f"/proc/{pid}/root") / workspace.relative_to("/") / "layer"
-    sources = [layer / name for name in _LAYER if (layer / name).exists()]
-    sources += [workspace / name for name in ("state", "mounts") if (workspace / name).exists()]
+    layer, sources = _sources(pid, workspace)
     try:
         (target / "layer").mkdir(parents=True)
         for source in sources:

@@ -55,7 +55,9 @@ class SandboxInstance(Protocol):
 
 Reclaim = Callable[[str | None], Any]
 """``reclaim(server)``: an idle instance (a :class:`SandboxInstance`) its owner gives back to make room
-— of ``server``, or of any server when None — or None when every instance is busy answering."""
+— of ``server``, or of any server when None — or None when every instance is busy answering. Or the
+instance and ``keep`` (``Callable[[], Awaitable[None]]``): the pool awaits ``keep()`` before it ends
+the instance (its owner takes a state snapshot of it), the place held until it has ended."""
 
 
 class SandboxPool(Protocol):
@@ -124,10 +126,13 @@ class SnapshotStore(Protocol):
         calls it covers and what was kept with it; None when none is kept."""
         ...
 
-    async def take(self, instance: Any, key: str, meta: dict[str, Any]) -> bool:
-        """Copy an idle instance's files as snapshot ``key`` (``meta`` kept with it); whether it is kept."""
+    async def take(self, instance: Any, key: str, meta: dict[str, Any], *, waiting: bool = False) -> bool:
+        """Copy an idle instance's files as snapshot ``key`` (``meta`` kept with it); whether it is kept.
+
+        ``waiting``: a caller waits for the instance's place (it is reclaimed at the cap): files too
+        many or too large to copy at once are not copied."""
         ...
 
     def stats(self) -> dict[str, Any]:
-        """Snapshots kept, their bytes and bounds, and what was taken, refused, evicted and started."""
+        """Snapshots kept, their bytes and bounds, and what was taken, refused, skipped, evicted, started."""
         ...

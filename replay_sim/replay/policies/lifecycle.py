@@ -3,7 +3,8 @@
 An episode's state on a server is its recorded prefix; the instance bound to it only caches that
 state. So an instance can be given back whenever it is idle — after ``--sandbox-idle`` seconds
 without a call, when its MCP session ends, or when the pool is at its cap and another episode
-needs a place — and rebuilt when its episode calls again: :func:`rebuild_calls` says which
+needs a place — and rebuilt when its episode calls again (from a state snapshot of it, where one is
+taken as it is given back, even at the cap: :meth:`Keeper.reclaim`): :func:`rebuild_calls` says which
 state-changing calls bring a fresh instance there (those the binding's journal holds, then those
 the episode was answered from the cache since). :class:`Holders` keeps the bindings that hold an
 instance in least-recently-used order and picks the one to give back: never one answering a call.
@@ -16,6 +17,7 @@ import time
 import weakref
 from collections import Counter, OrderedDict, deque
 from collections.abc import Awaitable, Callable, Iterator
+from functools import partial
 
 import anyio
 import anyio.abc
@@ -123,8 +125,9 @@ class Keeper:
         idle: Seconds without a call after which an instance is given back (None: never).
         counts: Where ``released``, ``reclaimed`` and ``cut`` are counted.
         source: The fingerprint each server's recorded sessions are marked with (None: unmarked).
-        keep: Called with an instance given back idle (or at its episode's end) and the calls it
-            was sent, before it is closed (a state snapshot of it may be taken).
+        keep: Called with an instance given back idle (at its session's or episode's end, or
+            reclaimed at the cap) and the calls it was sent, before it is closed (a state snapshot
+            of it may be taken); its third argument: whether it was reclaimed (a caller waits).
     """
 
     def __init__(
@@ -134,7 +137,7 @@ class Keeper:
         counts: Counter[str] | dict[str, int],
         *,
         source: Callable[[str], Source | None] = lambda server: None,
-        keep: Callable[[SandboxInstance, list[Recording]], Awaitable[None]] | None = None,
+        keep: Callable[[SandboxInstance, list[Recording], bool], Awaitable[None]] | None = None,
     ) -> None:
         self.shared = shared
         self.keep = keep
@@ -210,24 +213,34 @@ class Keeper:
             self.counts[counted] = self.counts.get(counted, 0) + 1
             self.end(instance, None if counted == "cut" else list(binding.made))  # cut: its state is unknown
 
-    def reclaim(self, server: str | None) -> SandboxInstance | None:
-        """The pool is at its cap: the least recently used idle instance (of ``server``, or any), or None."""
-        instance = self.shared.reclaim(server)
+    def reclaim(
+        self, server: str | None
+    ) -> SandboxInstance | tuple[SandboxInstance, Callable[[], Awaitable[None]]] | None:
+        """The pool is at its cap: the least recently used idle instance (of ``server``, or any), or None.
+
+        An episode's instance comes with what the pool awaits before it ends it: :attr:`keep` (a
+        state snapshot of it, so its episode's rebuild starts there); a shared one, at the initial
+        state, alone.
+        """
+        instance, keep = self.shared.reclaim(server), None
         if instance is None:
             binding = self.holders.idle(server)
             if binding is None:
                 return None
             instance = binding.release("reclaimed to make room (--max-sandboxes)")
             self.holders.forget(binding)
-        if instance is not None:
-            self.counts["reclaimed"] = self.counts.get("reclaimed", 0) + 1
-        return instance
+            if instance is not None and self.keep is not None:
+                keep = partial(self.keep, instance, list(binding.made), True)
+        if instance is None:
+            return None
+        self.counts["reclaimed"] = self.counts.get("reclaimed", 0) + 1
+        return instance if keep is None else (instance, keep)
 
     def end(self, instance: SandboxInstance, made: list[Recording] | None = None) -> None:
         """Close an instance in the background (its state is deleted), after :attr:`keep` when it
         was given back idle (``made``: the calls it was sent)."""
         if self._tg is not None:
-            keep = None if made is None or self.keep is None else self.keep(instance, made)
+            keep = None if made is None or self.keep is None else self.keep(instance, made, False)
             self._tg.start_soon(_close, instance, keep, name=f"closing sandbox instance {instance.id}")
 
     async def _unbind_ended(self, closing: asyncio.Queue[Binding]) -> None:
@@ -236,7 +249,7 @@ class Keeper:
             binding = await closing.get()
             self.holders.forget(binding)
             if self.keep is not None and binding.instance is not None and binding.lost is None:
-                await self.keep(binding.instance, list(binding.made))
+                await self.keep(binding.instance, list(binding.made), False)
             await binding.unbind()
 
     def _ended(self, key: int) -> None:

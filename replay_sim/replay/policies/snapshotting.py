@@ -14,10 +14,11 @@ state-changing calls (the pool's setting; fewer are cheaper re-played on a warm 
 
 - **after a re-play** of at least ``after`` calls, under the episode's lock (between calls: the files
   are as the last answer left them), keyed by exactly the calls re-played;
-- **when an instance is given back** idle, at its MCP session's end or at its episode's end (not
-  when it is reclaimed at the cap, where its place is needed now, nor when a call to it did not
-  finish), keyed by every call it was sent that is not declared read-only, in order — what a later
-  episode's re-play would send.
+- **when an instance is given back** idle, at its MCP session's end, at its episode's end or when
+  it is reclaimed at the cap (not when a call to it did not finish), keyed by every call it was
+  sent that is not declared read-only, in order — what a later episode's re-play would send. At the
+  cap a caller waits for its place meanwhile: the probe is given :data:`WAITED_PROBE_S`, and files
+  too many or too large to copy at once are not copied (the pool's bounds).
 
 A snapshot is started from only where it is worth it: with a warm instance ready, only when the
 calls it holds took longer (their recorded latencies) than the server's last instance took to
@@ -55,7 +56,10 @@ from replay_sim.replay.policies.recording import Source
 from replay_sim.resolve.lineage import StateLookup
 from replay_sim.store import Recording
 
-__all__ = ["Snapshotting"]
+__all__ = ["WAITED_PROBE_S", "Snapshotting"]
+
+WAITED_PROBE_S = 2.0
+"""Seconds the probe of an instance reclaimed at the cap may take (a caller waits for its place)."""
 
 
 class Snapshotting:
@@ -85,13 +89,14 @@ class Snapshotting:
         self.trusted: set[str] = set()
         """Servers an instance started from a snapshot has answered a telling probe for."""
         self.counts: Counter[str] = Counter()
-        """``taken``, ``started`` (instances started from a snapshot), ``restored`` (calls not
-        re-played thanks to one), ``refused`` (starts that failed the probe)."""
+        """``taken`` (``reclaimed``: of instances reclaimed at the cap), ``started`` (instances
+        started from a snapshot), ``restored`` (calls not re-played thanks to one), ``refused``
+        (starts that failed the probe)."""
 
     def stats(self) -> dict[str, Any]:
         """What was taken and started, the process-stated servers, and the pool's store."""
         store = None if self.store is None else self.store.stats()
-        return {**{k: self.counts[k] for k in ("taken", "started", "restored", "refused")},
+        return {**{k: self.counts[k] for k in ("taken", "reclaimed", "started", "restored", "refused")},
                 "process_stated": sorted(self.process_stated), "store": store}  # fmt: skip
 
     async def start(
@@ -153,8 +158,13 @@ class Snapshotting:
             )
         return await fresh(), 0
 
-    async def take(self, server: str, instance: SandboxInstance, calls: list[Recording]) -> bool:
+    async def take(
+        self, server: str, instance: SandboxInstance, calls: list[Recording], *, waiting: bool = False
+    ) -> bool:
         """Snapshot an idle instance whose state ``calls`` made (sent in order from the initial state).
+
+        ``waiting``: a caller waits for its place (it is reclaimed at the cap): the probe is given
+        :data:`WAITED_PROBE_S` and the store copies only files within its bounds for a wait.
 
         Raises:
             InstanceLost: The instance died while asked the probe.
@@ -166,22 +176,29 @@ class Snapshotting:
         key = self._keys(server, calls)[-1]
         if self.store.kept(key):
             return False
-        answer = await instance.call(probe.method, probe.params)
+        answer = None
+        with anyio.move_on_after(WAITED_PROBE_S if waiting else None):
+            answer = await instance.call(probe.method, probe.params)
+        if answer is None:
+            return False  # the probe took longer than a waiting caller is kept waiting for it
         seen = answer_text(answer.get("result"), answer.get("error"))
         meta = {"probe": seen, "telling": seen != answer_text(probe.result, probe.error)}
-        kept = await self.store.take(instance, key, meta)
+        kept = await self.store.take(instance, key, meta, waiting=waiting)
         self.counts["taken"] += kept
+        self.counts["reclaimed"] += kept and waiting
         return kept
 
-    async def keep(self, instance: SandboxInstance, made: list[Recording]) -> None:
+    async def keep(self, instance: SandboxInstance, made: list[Recording], reclaimed: bool = False) -> None:
         """Snapshot an instance given back idle (before it is closed): the calls it was sent ``made``
-        its state, those declared read-only aside. A failure only means no snapshot."""
+        its state, those declared read-only aside. A failure only means no snapshot.
+
+        ``reclaimed``: at the cap, a caller waiting for its place (``take(waiting=True)``)."""
         server = instance.server
         read_only = self.lookup.declared_read_only
         calls = [r for r in made if r.method == "tools/call" and not read_only(server, r.name)]
         try:
             if instance.alive:
-                await self.take(server, instance, calls)
+                await self.take(server, instance, calls, waiting=reclaimed)
         except Exception:  # it runs in the policy's task group: a failure only means no snapshot
             return
 

@@ -102,6 +102,35 @@ async def test_at_the_cap_an_idle_instance_its_owner_gives_back_is_ended_instead
             assert stats["reclaimed"] == 1 and stats["live"] == 1
 
 
+async def test_an_instance_given_back_with_what_its_owner_keeps_ends_after_that_and_the_cap_holds(
+    tmp_path: Path,
+) -> None:
+    with anyio.fail_after(60):
+        async with InstancePool(sandboxes(memory=memory(tmp_path)), pool=0, max_instances=1) as pool:
+            held = await pool.acquire("memory", timeout=30)
+            copied, seen, got = anyio.Event(), list[tuple[bool, int]](), list[Instance]()
+
+            async def keep() -> None:  # what its owner does first: a state snapshot's copy, say
+                seen.append((held.alive, pool.stats()["memory"]["live"]))
+                await copied.wait()
+
+            given: list[tuple[Instance, Any]] = [(held, keep)]
+
+            async def waiting() -> None:
+                got.append(
+                    await pool.acquire("memory", timeout=30, reclaim=lambda s: given.pop() if given else None)
+                )
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(waiting)
+                await until(lambda: bool(seen))
+                assert seen == [(True, 1)] and not got  # it runs on, its place held: no second process
+                copied.set()
+            assert got[0].alive and not held.alive
+            stats = pool.stats()["memory"]
+            assert stats["reclaimed"] == 1 and stats["live"] == 1
+
+
 async def test_an_instance_left_without_calls_past_the_idle_timeout_is_ended_and_its_place_freed(
     tmp_path: Path,
 ) -> None:

@@ -17,7 +17,7 @@ from instances_helpers import MEMORY, memory, sandboxes, text, tool, until
 
 from replay_sim.errors import ConfigError, SandboxUnavailable
 from replay_sim.record.instances import InstancePool
-from replay_sim.record.instances.snapshots import StateSnapshots
+from replay_sim.record.instances.snapshots import WAITED_FILES, StateSnapshots
 
 pytestmark = pytest.mark.anyio
 
@@ -116,3 +116,21 @@ async def test_an_unconfined_pool_takes_no_snapshots(tmp_path: Path) -> None:
         assert not await snapshots.take(instance, "one", {})
     with pytest.raises(ConfigError, match="sandbox snapshots"):
         StateSnapshots(count=-1)
+
+
+async def test_files_too_many_to_copy_while_a_caller_waits_are_skipped_then_and_copied_otherwise(
+    tmp_path: Path,
+) -> None:
+    pristine = tmp_path / "pristine"
+    pristine.mkdir()
+    for n in range(WAITED_FILES + 1):  # one over the bound, in its state copy
+        (pristine / f"file-{n}").write_text("x")
+    snapshots = StateSnapshots(after=1)
+    config = sandboxes(memory=memory(pristine))
+    async with InstancePool(config, pool=0, base=tmp_path / "base", snapshots=snapshots) as pool:
+        instance = await pool.acquire("memory", timeout=60)
+        await instance.call(*_entity("alpha"))
+        assert not await snapshots.take(instance, "waited", {}, waiting=True)  # reclaimed at the cap
+        assert snapshots.stats()["skipped"] == 1 and not snapshots.kept("waited")
+        assert await snapshots.take(instance, "idle", {})  # given back idle: nobody waits
+        assert snapshots.stats()["taken"] == 1 and snapshots.stats()["skipped"] == 1
