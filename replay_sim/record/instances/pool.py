@@ -143,11 +143,14 @@ class InstancePool(Places):
         self._refill()
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
+    async def __aexit__(self, *exc: Any) -> bool | None:
         await self.aclose()
-        if self._tg is not None:
-            tg, self._tg = self._tg, None
-            await tg.__aexit__(None, None, None)
+        if self._tg is None:
+            return None
+        tg, self._tg = self._tg, None
+        # aclose() cancelled the pool's task group, whose scope encloses what its owner entered
+        # after it (the answer log): the cancellation they raise on the way out is the group's own.
+        return await tg.__aexit__(*exc)
 
     async def aclose(self) -> None:
         """End every instance (warm and handed out) and delete their state; idempotent.

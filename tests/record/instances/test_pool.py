@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -270,3 +271,17 @@ def test_a_wait_that_ends_after_failed_starts_says_why_they_failed_not_still_sta
     assert said.startswith("sandbox 'excel': no instance within 30s: its instances could not start")
     assert failed in said and "still starting" not in said and "\n" not in said
     assert "still starting" in why_unavailable("excel", 30, **common)  # type: ignore[arg-type]
+
+
+async def test_what_was_entered_within_the_pool_exits_after_it_closed_without_a_cancellation_escaping(
+    tmp_path: Path,
+) -> None:
+    """As the sandbox policy enters its answer log after its pool: the pool's close cancels its task
+    group, whose scope encloses the log's, so the log's exit raises that cancellation — the pool's."""
+    async with contextlib.AsyncExitStack() as stack:
+        pool = await stack.enter_async_context(InstancePool(sandboxes(memory=memory(tmp_path)), pool=0))
+        inner = await stack.enter_async_context(anyio.create_task_group())
+        inner.start_soon(anyio.sleep_forever)
+        await pool.aclose()
+        inner.cancel_scope.cancel()
+    assert pool.stats()["memory"]["live"] == 0
