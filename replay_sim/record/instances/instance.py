@@ -127,10 +127,12 @@ class Instance:
         finally:
             self._closing.set()
             workspace, self._workspace = self._workspace, None
-            if workspace is not None:
-                with anyio.CancelScope(shield=True):
-                    await anyio.to_thread.run_sync(workspace.remove)
-            self._done.set()
+            try:
+                if workspace is not None:
+                    with anyio.CancelScope(shield=True):
+                        await anyio.to_thread.run_sync(workspace.remove)
+            finally:  # whatever ended the removal: a close() waiting for it would wait forever
+                self._done.set()
         if failure is not None:
             raise failure
 

@@ -18,6 +18,7 @@ from replay_sim.errors import ConfigError, InstanceLost, SandboxUnavailable, Ups
 from replay_sim.record.config_file import parse_config
 from replay_sim.record.instances import Instance, InstancePool
 from replay_sim.record.instances.unavailable import why_unavailable
+from replay_sim.record.instances.workspace import Workspace
 from replay_sim.record.isolation import Isolation
 
 pytestmark = pytest.mark.anyio
@@ -285,3 +286,20 @@ async def test_what_was_entered_within_the_pool_exits_after_it_closed_without_a_
         await pool.aclose()
         inner.cancel_scope.cancel()
     assert pool.stats()["memory"]["live"] == 0
+
+
+async def test_an_instance_whose_state_could_not_be_deleted_still_ends_and_is_counted_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever ends its state's removal, a close() waiting on the instance returns."""
+
+    def failing(self: Workspace) -> None:
+        raise OSError("the disk went away")
+
+    monkeypatch.setattr(Workspace, "remove", failing)
+    with anyio.fail_after(60):
+        async with InstancePool(sandboxes(memory=memory(tmp_path)), pool=0) as pool:
+            instance = await pool.acquire("memory", timeout=30)
+            await instance.close()
+            await until(lambda: pool.stats()["memory"]["live"] == 0)
+            assert pool.stats()["memory"]["failed"] == 1 and "the disk went away" in str(pool.stats())
