@@ -69,8 +69,16 @@ def entity(run: str, episode: int) -> str:
     return f"{run}-e{episode:05d}"
 
 
+MISSED: Counter[str] = Counter()
+"""Why calls missed, over the run (printed at the end: a miss is never silent)."""
+
+
 def status(result: Any) -> str:
-    return str((result.meta or {}).get(MATCH_META_KEY, {}).get("status"))
+    match = (result.meta or {}).get(MATCH_META_KEY, {})
+    if match.get("status") == "miss":
+        text = str(result.content[0].text) if result.content else ""
+        MISSED[next((line for line in text.splitlines() if line.startswith("Reason:")), text)[:300]] += 1
+    return str(match.get("status"))
 
 
 async def limited(count: int, concurrency: int, run: Any) -> float:
@@ -347,6 +355,8 @@ def main() -> None:
     print(f"load before: {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} cores", flush=True)
     with tempfile.TemporaryDirectory() as folder:
         anyio.run(run, sizes, Path(folder), holding)
+    for reason, count in MISSED.most_common(5):
+        print(f"missed {count}x: {reason}")
     print(f"load after: {os.getloadavg()[0]:.2f} (1 min)")
 
 
