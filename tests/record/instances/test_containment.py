@@ -79,6 +79,14 @@ async def test_writes_to_etc_are_refused_and_to_home_stay_in_its_layer(tmp_path:
     assert not Path("/etc/replay-sim-hostile").exists() and not home.exists()
 
 
+async def test_its_dev_holds_the_harmless_nodes_only(tmp_path: Path) -> None:
+    async with hostile(tmp_path) as (_, instance):
+        assert await attempt(instance, "write", path="/dev/null") == "ok wrote /dev/null"
+        assert await attempt(instance, "read", path="/dev/null") == "ok read 0 bytes"
+        for device in ("/dev/kmsg", "/dev/mem", "/dev/loop0", "/dev/kvm", "/dev/console"):
+            assert (await attempt(instance, "read", path=device)).startswith("refused: FileNotFoundError")
+
+
 async def test_a_fixed_path_write_is_private_to_its_instance(tmp_path: Path) -> None:
     spot = str(Path(os.environ.get("HOME", "/root")) / "replay-sim-fixed-state")
     async with hostile(tmp_path) as (pool, first):
