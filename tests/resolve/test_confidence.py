@@ -308,3 +308,19 @@ def test_the_models_own_calibration_is_scored_on_a_fixed_sample_of_a_large_store
     assert first["validated"] == "by server" and first["folds"] == 3
     whole = validated(found)
     assert whole is not None and whole["examples"] == 120
+
+
+def test_a_sandboxed_servers_miss_carries_its_exact_recordings_confidence_without_a_guess(
+    learned: tuple[Path, Path], embedder: SentenceTransformerEmbedder
+) -> None:
+    """A sandbox answers it: the tool's matching state (read from all its recordings, again after
+    each batch of sandbox answers) is not built to form a canonical or nearest candidate."""
+    from replay_sim.store import Store
+
+    db, index = learned
+    resolver = Resolver(Store(db), embedder=embedder, index_dir=index)
+    resolver.lookup.answer_strictly({"srv"})
+    history = [call_key("srv", "tools/call", "pure", {"x": 7})]
+    miss = resolver.resolve("srv", "tools/call", {"name": "pure", "arguments": {"x": 100}}, history)
+    assert miss.tier is Tier.MISS and miss.confidence is not None  # its exact recording's, from another state
+    assert resolver.tool_states.kept("srv", "pure") is None

@@ -131,7 +131,12 @@ def form(
     groups: list[tuple[str, list[Recording]]] = [
         ("exact", [r for r in resolver.lookup.by_key(key) if r.id != exclude])
     ]
-    schema = resolver.tool_schema(server, name) if method == "tools/call" else None
+    # A sandboxed server's miss is its instance's to answer, never a guess's: its best candidate is
+    # an exact recording (from another state), and the tool's matching state — read from every
+    # recording of the tool, again after each batch of sandbox answers — is not built for it.
+    # (Leave-one-out forms every candidate: what the model learns from is the same whoever serves.)
+    guessed = method == "tools/call" and (exclude is not None or server not in resolver.lookup.strict)
+    schema = resolver.tool_schema(server, name) if guessed else None
     state = None
     normalised: dict[str, Any] = {}
     if schema is not None:
