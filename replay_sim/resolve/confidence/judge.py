@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from replay_sim.resolve.calibration import MatchConfig
-from replay_sim.resolve.confidence.features import Formed, bearing, describe, repeated_calls
+from replay_sim.resolve.confidence.features import Formed, bearing, describe
 from replay_sim.resolve.confidence.forming import KIND_TIER, Resolver, form, from_hit
 from replay_sim.resolve.confidence.growing import Growth
 from replay_sim.resolve.confidence.model import PRIOR, ConfidenceModel
+from replay_sim.resolve.confidence.repeats import RepeatedCalls
 from replay_sim.resolve.lineage import DIVERGED, Trail
 from replay_sim.resolve.reasons import differences_from
 from replay_sim.resolve.resolution import Candidate, Problem, Resolution, Tier
@@ -62,6 +63,7 @@ class Confidence:
         self.min_confidence = min_confidence
         self._judged: dict[tuple[Any, ...], Judged] = {}
         self._repeated: dict[tuple[str, str, str], tuple[int, int]] = {}
+        self._counted = RepeatedCalls()  # counted again from the recordings added since
         self._exact: dict[tuple[int, float | None], Resolution] = {}  # the hot path: judged exact hits
         self._lock = threading.Lock()
         self._version: object = None
@@ -105,7 +107,7 @@ class Confidence:
             mark = resolver.version()
             now = None if mark is None else (mark.calls, mark.last)
             kept = self.model.counts(server, name, now) if method == "tools/call" else None
-            found = kept or repeated_calls(resolver.store.recordings(server, method=method, name=name))
+            found = kept or self._counted.of(resolver.store, server, method, name)
             self._repeated[key] = found
         return found
 
