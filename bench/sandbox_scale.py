@@ -51,6 +51,7 @@ import httpx2
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
 from bench._peers import free_port
 from bench.sandbox_rollouts import MEMORY, REPLAY_SIM, answer, calls, memory_config, record_memory
@@ -70,7 +71,7 @@ def entity(run: str, episode: int) -> str:
 
 
 MISSED: Counter[str] = Counter()
-"""Why calls missed, over the run (printed at the end: a miss is never silent)."""
+"""Why calls missed or failed, over the run (printed at the end: neither is ever silent)."""
 
 
 def status(result: Any) -> str:
@@ -173,7 +174,12 @@ async def replayed(
             async with Client(transport) as client:
                 for (tool, arguments), want in zip(calls(entity(run, i)), truth[i], strict=True):
                     started = time.perf_counter()
-                    result = await client.call_tool(tool, arguments)
+                    try:
+                        result = await client.call_tool(tool, arguments)
+                    except MCPError as exc:  # counted and said at the end, with its message
+                        tally["error"] += 1
+                        MISSED[f"JSON-RPC error {exc.code}: {exc.message}"[:300]] += 1
+                        return
                     slowest.append(time.perf_counter() - started)
                     tally[status(result)] += 1
                     tally["wrong"] += answer(result) != want and status(result) != "miss"
@@ -356,7 +362,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         anyio.run(run, sizes, Path(folder), holding)
     for reason, count in MISSED.most_common(5):
-        print(f"missed {count}x: {reason}")
+        print(f"missed or failed {count}x: {reason}")
     print(f"load after: {os.getloadavg()[0]:.2f} (1 min)")
 
 
