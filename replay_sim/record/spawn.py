@@ -31,6 +31,7 @@ from typing import TextIO
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 
 __all__ = ["Spawned", "spawn", "spawnable"]
 
@@ -83,9 +84,10 @@ class _Input(anyio.abc.ByteSendStream):
             raise anyio.BrokenResourceError from exc
 
     async def aclose(self) -> None:
+        # Not waiting for it to close, as anyio's own wrapper: input a server does not read would
+        # hold the SDK's stop (stdin closed, then a grace period, then the kill) at this line.
         self._stream.close()
-        with contextlib.suppress(OSError, ConnectionError):
-            await self._stream.wait_closed()
+        await anyio.lowlevel.checkpoint()
 
 
 class _Output(anyio.abc.ByteReceiveStream):

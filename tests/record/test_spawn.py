@@ -78,3 +78,13 @@ async def test_a_program_that_cannot_be_started_is_an_oserror(tmp_path: Path) ->
         await spawn(str(tmp_path / "missing"), [], None, sys.stderr, None)
     with pytest.raises(FileNotFoundError):
         await spawn(sys.executable, [], None, sys.stderr, tmp_path / "no-such-folder")
+
+
+async def test_closing_the_input_of_a_server_that_does_not_read_it_does_not_wait() -> None:
+    """The SDK's stop closes stdin first, then waits a grace period, then kills: never stuck before."""
+    process = await spawn(sys.executable, ["-c", "import time; time.sleep(600)"], None, sys.stderr, None)
+    process.stdin._stream.write(b"x" * (1 << 20))  # more than the pipe holds: the rest stays buffered
+    with anyio.fail_after(60):
+        await process.stdin.aclose()
+        process.kill()
+        assert await process.wait() == -9
