@@ -30,11 +30,11 @@ from typing import Any
 
 import numpy as np
 
-from replay_sim.errors import ReplaySimError, VectorIndexError
+from replay_sim.errors import ReplaySimError
 from replay_sim.resolve.confidence.features import FEATURES, repeated_calls
 from replay_sim.resolve.confidence.forming import Resolver
 from replay_sim.resolve.confidence.leaveoneout import Example, learn_from, validated
-from replay_sim.resolve.confidence.model import ConfidenceModel
+from replay_sim.resolve.confidence.model import ConfidenceModel, write_atomically
 from replay_sim.store import Recording
 
 __all__ = ["EXAMPLES_FILE", "Kept", "Plan", "basis", "digest", "fitted", "plan", "tool_counts"]
@@ -129,16 +129,7 @@ class Kept:
         Raises:
             VectorIndexError: The folder cannot be written (names it).
         """
-        path = directory / EXAMPLES_FILE
-        try:
-            directory.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".json.tmp")
-            tmp.write_text(self.as_json(), encoding="utf-8")
-            tmp.replace(path)
-        except OSError as exc:
-            raise VectorIndexError(
-                f"{path}: cannot write the confidence examples: {exc.strerror or exc}"
-            ) from exc
+        write_atomically(directory / EXAMPLES_FILE, self.as_json(), "the confidence examples")
 
     @classmethod
     def load(cls, directory: Path | None) -> Kept | None:

@@ -113,15 +113,8 @@ class ConfidenceModel:
             VectorIndexError: The folder cannot be written (names it).
         """
         path = directory / MODEL_FILE
-        try:
-            directory.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".json.tmp")
-            tmp.write_text(json.dumps(self.as_json(), indent=1, sort_keys=True) + "\n", encoding="utf-8")
-            tmp.replace(path)
-        except OSError as exc:
-            raise VectorIndexError(
-                f"{path}: cannot write the confidence model: {exc.strerror or exc}"
-            ) from exc
+        text = json.dumps(self.as_json(), indent=1, sort_keys=True) + "\n"
+        write_atomically(path, text, "the confidence model")
         return path
 
     @classmethod
@@ -219,3 +212,18 @@ def fit(
         momentum = nxt + (step / (step + 3)) * (nxt - theta)
         theta = nxt
     return float(theta[0]), tuple(float(v) for v in theta[1:])
+
+
+def write_atomically(path: Path, text: str, what: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file beside it: a reader never sees half of it.
+
+    Raises:
+        VectorIndexError: The folder cannot be written (names it and ``what`` was written).
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:
+        raise VectorIndexError(f"{path}: cannot write {what}: {exc.strerror or exc}") from exc
