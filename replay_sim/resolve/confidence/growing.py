@@ -137,13 +137,13 @@ class Growth:
         }
         grown = fitted(found, {**(model.tools or {}), **counted}, on, update)
         self._kept = Kept(tuple(found), on, kept.basis, kept.stale | touched)
-        self._adopt(grown)
-        self.refits += 1
-        try:
+        try:  # written before it is served: a refit counted is a refit on disk
             self._kept.save(self.directory)
             grown.save(self.directory)
         except ReplaySimError:
             pass  # an index folder this process cannot write: the refitted model is served from memory
+        self._adopt(grown)
+        self.refits += 1
         return more
 
 
