@@ -20,6 +20,7 @@ from replay_sim.record.config import (
     DEFAULT_SNAPSHOTS,
     RecorderConfig,
 )
+from replay_sim.record.effect_probes import leaves
 from replay_sim.record.instances.clock import recordings_began
 from replay_sim.record.instances.confine import private
 from replay_sim.record.instances.pool import DEFAULT_MAX_INSTANCES, DEFAULT_POOL, InstancePool
@@ -127,13 +128,8 @@ _PAGE = 500
 
 def _paths_in(value: object) -> Iterator[str]:
     """Absolute paths (or ``file://`` URIs) under a private directory among a JSON value's strings."""
-    if isinstance(value, dict):
-        for item in value.values():
-            yield from _paths_in(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _paths_in(item)
-    elif isinstance(value, str) and len(value) < 4096 and "\n" not in value:
-        path = os.path.normpath(value.removeprefix("file://")) if value.startswith(("/", "file:///")) else ""
-        if path and private(path):
-            yield path
+    for text in leaves(value):
+        if len(text) < 4096 and "\n" not in text and text.startswith(("/", "file:///")):
+            path = os.path.normpath(text.removeprefix("file://"))
+            if private(path):
+                yield path
