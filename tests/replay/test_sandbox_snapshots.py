@@ -130,9 +130,9 @@ async def test_a_server_whose_state_a_snapshot_cannot_hold_is_told_apart_and_rep
         assert stats["process_stated"] == ["counter"]
 
 
-async def test_an_instance_given_back_idle_is_snapshotted_and_its_episode_rebuilt_from_it(
-    tmp_path: Path,
-) -> None:
+async def _recorded_memory(tmp_path: Path, max_instances: int) -> tuple[Path, Any]:
+    """A store of server-memory writing ``alpha``, and a pool of its sandbox (its graph a file at a
+    fixed path under ``$HOME``: in each instance's layer), snapshotted from 2 state-changing calls."""
     db = tmp_path / "replay.db"
     await run_script(proxy_stdio(db, "memory", [MEMORY], f"--env=MEMORY_FILE_PATH={tmp_path / 'r.jsonl'}"),
                      [step("read_graph"), _entity("alpha")])  # fmt: skip
@@ -140,7 +140,13 @@ async def test_an_instance_given_back_idle_is_snapshotted_and_its_episode_rebuil
     config = tmp_path / "recorder.toml"
     config.write_text(f'[servers.memory]\ncommand = "{MEMORY}"\nenv = {{ MEMORY_FILE_PATH = "{graph}" }}\n'
                       "sandbox = true\n")  # fmt: skip
-    pool = sandbox_pool(load_config(config), pool=0, max_instances=4, snapshot_after=2)
+    return db, sandbox_pool(load_config(config), pool=0, max_instances=max_instances, snapshot_after=2)
+
+
+async def test_an_instance_given_back_idle_is_snapshotted_and_its_episode_rebuilt_from_it(
+    tmp_path: Path,
+) -> None:
+    db, pool = await _recorded_memory(tmp_path, max_instances=4)
     async with replay_sim.serving(
         db=db, miss="sandbox", sandboxes=pool, index_dir=tmp_path / "index", sandbox_idle=0.5
     ) as sim:
@@ -160,14 +166,7 @@ async def test_an_instance_given_back_idle_is_snapshotted_and_its_episode_rebuil
 async def test_an_instance_reclaimed_at_the_cap_is_snapshotted_and_its_episode_rebuilt_from_it(
     tmp_path: Path,
 ) -> None:
-    db = tmp_path / "replay.db"
-    await run_script(proxy_stdio(db, "memory", [MEMORY], f"--env=MEMORY_FILE_PATH={tmp_path / 'r.jsonl'}"),
-                     [step("read_graph"), _entity("alpha")])  # fmt: skip
-    graph = f"{os.environ.get('HOME', '/root')}/replay-sim-{uuid.uuid4().hex}.jsonl"
-    config = tmp_path / "recorder.toml"
-    config.write_text(f'[servers.memory]\ncommand = "{MEMORY}"\nenv = {{ MEMORY_FILE_PATH = "{graph}" }}\n'
-                      "sandbox = true\n")  # fmt: skip
-    pool = sandbox_pool(load_config(config), pool=0, max_instances=1, snapshot_after=2)
+    db, pool = await _recorded_memory(tmp_path, max_instances=1)
     served = {"sandboxes": pool, "index_dir": tmp_path / "index", "sandbox_idle": None}  # only reclaimed
     async with (
         replay_sim.serving(db=db, miss="sandbox", **served) as sim,
