@@ -11,18 +11,19 @@ mount, PID, IPC, UTS and — unless ``network = true`` — network namespaces):
    writes reaches the host, and the layer ends with the mount namespace;
 3. gives it a private ``/proc`` (its own PID namespace: the replay and the host's process table are
    not there), ``/dev`` (the harmless nodes only), ``/tmp``, ``/dev/shm`` and ``/run`` (on the layer);
-4. covers the paths it must not see with empty tmpfs mounts (the replay's store, index, snapshots,
-   config, every instance's workspace) and makes the paths its config names under a private
-   directory visible copy-on-write, binds its own ``state``/``mounts`` copies back, and hands it
-   its home, working directory and its program's own Python environment's folders (a copy-up
-   owned by its uid);
-5. brings loopback up in its network namespace, then ``chroot``s into the overlay and runs the
-   command through ``prlimit`` (CPU, open files, file size, processes) and ``setpriv`` (an
+4. brings loopback up in its network namespace;
+5. makes the paths its config names under a private directory visible copy-on-write, covers the
+   paths it must not see with empty tmpfs mounts (the replay's store, index, snapshots, config,
+   every instance's workspace), binds its own ``state``/``mounts`` copies back, and hands it its
+   home, working directory and its program's own Python environment's folders (a copy-up owned by
+   its uid) — what :mod:`.planning` chose;
+6. enters the overlay and its working directory (``unshare --root --wd``, a ``chroot``) and runs
+   the command through ``prlimit`` (CPU, open files, file size, processes) and ``setpriv`` (an
    unprivileged uid of its own, no groups, no capabilities in any set, ``no_new_privs``).
 
 Why these tools rather than bubblewrap: Debian's ``bwrap`` (0.8) has no overlay mounts (they came in
 0.10), and a read-only bind of ``/`` breaks every server that writes where it was recorded writing;
-nsjail is not packaged in Debian. ``unshare``, ``mount``, ``setpriv``, ``prlimit`` and ``chroot``
+nsjail is not packaged in Debian. ``unshare``, ``mount``, ``setpriv`` and ``prlimit``
 are util-linux/coreutils, present wherever the SDK's process handling already is, and each does one
 well-reviewed kernel call; the script only orders them. It needs root (or CAP_SYS_ADMIN) for mount
 namespaces, overlayfs and control groups; :func:`confinement_problem` says in one line what is
@@ -34,72 +35,54 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
-import stat
 import subprocess
 import tempfile
 from collections.abc import Iterator
-from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from replay_sim.record.containment import Containment
 from replay_sim.record.instances.cgroups import cgroup_problem
-from replay_sim.record.instances.environment import environment_paths
-
-if TYPE_CHECKING:
-    from replay_sim.record.config import UpstreamSpec
 
 __all__ = [
+    "PRIVATE",
     "UID_BASE",
     "Confinement",
     "Placement",
     "confined_argv",
     "confinement_problem",
     "instance_uids",
-    "plan",
     "private",
 ]
 
 UID_BASE = 1_900_000_000
 """Instances run as ``UID_BASE + n``: a uid no account has, one per instance of a replay."""
 
-_PRIVATE = ("/tmp", "/run", "/dev/shm", "/var/run")  # fresh, empty directories in every instance
-_TOOLS = ("unshare", "mount", "chroot", "setpriv", "prlimit", "env", "ip", "chown")
+PRIVATE = ("/tmp", "/run", "/dev/shm", "/var/run")  # fresh, empty directories in every instance
+_TOOLS = ("unshare", "mount", "setpriv", "prlimit", "env", "ip", "chown")
 
 _SCRIPT = r"""
 set -eu
-root=$1 size=$2 uid=$3 net=$4 seed=$5 was=$6; shift 6
+root=$1 size=$2 uid=$3 seed=$4 was=$5; shift 5
 L=$root/layer M=$root/merged n=0
-base() {
-  mkdir -p "$L" "$M"
-  mount -t tmpfs -o "size=$size,mode=0755" replay-sim-layer "$L"
-  if [ -n "$seed" ]; then  # a state snapshot's layer: its files, given to this instance's uid
-    cp -a "$seed/." "$L/"; find "$L" -xdev -uid "$was" -exec chown -h "$uid:$uid" {} +
-  fi
-  mkdir -p "$L/upper" "$L/work" "$L/tmp" "$L/run" "$L/shm" "$L/reveal"
-  chmod 1777 "$L/tmp" "$L/shm"
-  mount -t overlay replay-sim-root -o "lowerdir=/,upperdir=$L/upper,workdir=$L/work" "$M"
-  mount -t proc -o nosuid,nodev,noexec proc "$M/proc"
-  mount -t sysfs -o ro,nosuid,nodev,noexec sysfs "$M/sys" 2>/dev/null || true
-  mount -t tmpfs -o size=1m,mode=0755,nosuid replay-sim-dev "$M/dev"
-  # The host's nodes made again (one cp, not a touch and a mount each: 3 ms a start, not 32 ms)
-  cp -a /dev/null /dev/zero /dev/full /dev/random /dev/urandom /dev/tty "$M/dev/"
-  ln -s /proc/self/fd "$M/dev/fd"; ln -s fd/0 "$M/dev/stdin"
-  ln -s fd/1 "$M/dev/stdout"; ln -s fd/2 "$M/dev/stderr"
-  mkdir "$M/dev/shm" "$M/dev/pts"; mount --bind "$L/shm" "$M/dev/shm"
-  mount --bind "$L/tmp" "$M/tmp"; mount --bind "$L/run" "$M/run"
-  if [ "$net" = 0 ]; then ip link set lo up; fi
-}
 while [ "$1" != -- ]; do
   case $1 in
     cgroup) echo $$ > "$2/cgroup.procs"; shift 2 ;;
-    base) base; shift ;;
-    hide)
-      if [ -d "$M$2" ]; then mount -t tmpfs -o size=64k,mode=0755 replay-sim-hidden "$M$2"
-      elif [ -e "$M$2" ]; then mount --bind /dev/null "$M$2"; fi
-      shift 2 ;;
+    layer)
+      mkdir -p "$L" "$M"
+      mount -t tmpfs -o "size=$size,mode=0755" replay-sim-layer "$L"
+      if [ -n "$seed" ]; then  # a state snapshot's layer: its files, given to this instance's uid
+        cp -a "$seed/." "$L/"; find "$L" -xdev -uid "$was" -exec chown -h "$uid:$uid" {} +
+      fi
+      mkdir -p "$L/upper" "$L/work" "$L/run" "$L/reveal"; mkdir -p -m 1777 "$L/tmp" "$L/shm"
+      shift ;;
+    mounts) printf '%s\n' "$2" > "$L/fstab"; mount -a -T "$L/fstab"; shift 2 ;;
+    dev)
+      cp -a /dev/null /dev/zero /dev/full /dev/random /dev/urandom /dev/tty /dev/fd /dev/stdin \
+        /dev/stdout /dev/stderr "$M/dev/"
+      mkdir "$M/dev/shm" "$M/dev/pts"; shift ;;
+    lo) ip link set lo up; shift ;;
     reveal)
       n=$((n + 1)); R=$L/reveal/$n; mkdir -p "$R/u" "$R/w" "$M$2"
       mount -t overlay replay-sim-reveal -o "lowerdir=$2,upperdir=$R/u,workdir=$R/w" "$M$2"
@@ -117,8 +100,7 @@ while [ "$1" != -- ]; do
   esac
 done
 shift
-cd "$M"
-exec chroot "$M" "$@"
+exec "$@"
 """
 
 
@@ -199,18 +181,36 @@ def instance_uids() -> Iterator[int]:
 
 
 def confined_argv(command: list[str], confinement: Confinement) -> list[str]:
-    """The command line that runs ``command`` confined as ``confinement`` says."""
+    """The command line that runs ``command`` confined as ``confinement`` says.
+
+    Each step of the script is as few programs as it can be: an instance's start is CPU the episodes
+    wait for, and each program the script runs costs about a millisecond. The mounts that need no
+    directory made first go to one ``mount -a`` each (:func:`_fstab`), and the hidden paths are
+    chosen here, from what the instance will see.
+    """
     c, limits = confinement, confinement.containment.limits
+    layer, merged = c.root / "layer", c.root / "merged"
     namespaces = ["--mount", "--propagation", "private", "--pid", "--fork", "--kill-child=SIGKILL"]
     namespaces += ["--ipc", "--uts"] + ([] if c.containment.network else ["--net"])
     steps: list[str] = []
     for group in c.cgroups:
         steps += ["cgroup", str(group)]
-    steps.append("base")
+    steps += ["layer", "mounts", _fstab(
+        ("replay-sim-root", merged, "overlay", f"lowerdir=/,upperdir={layer}/upper,workdir={layer}/work"),
+        ("proc", merged / "proc", "proc", "nosuid,nodev,noexec"),
+        ("sysfs", merged / "sys", "sysfs", "ro,nosuid,nodev,noexec,nofail"),
+        ("replay-sim-dev", merged / "dev", "tmpfs", "size=1m,mode=0755,nosuid"),
+    ), "dev", "mounts", _fstab(*(
+        (str(layer / inside), merged / target.lstrip("/"), "none", "bind")
+        for inside, target in (("shm", "/dev/shm"), ("tmp", "/tmp"), ("run", "/run"))
+    ))]  # fmt: skip
+    if not c.containment.network:
+        steps.append("lo")
     for path in c.reveal:  # none lies under a hidden path; hidden paths may lie under one
         steps += ["reveal", path]
-    for path in c.hidden:
-        steps += ["hide", path]
+    hides = [h for path in c.hidden if _seen(path, c.reveal) and (h := _hide(path, merged)) is not None]
+    if hides:
+        steps += ["mounts", _fstab(*hides)]
     for copy, path in c.binds:
         steps += ["bind", copy, path]
     for path in c.reach:
@@ -231,14 +231,40 @@ def confined_argv(command: list[str], confinement: Confinement) -> list[str]:
         "setpriv", f"--reuid={c.uid}", f"--regid={c.uid}", "--clear-groups", "--inh-caps=-all",
         "--ambient-caps=-all", "--bounding-set=-all", "--no-new-privs", "--",
     ]  # fmt: skip
-    env = ["env", "-C", c.cwd, *(f"{k}={v}" for k, v in c.env)]
+    env = ["env", *(f"{k}={v}" for k, v in c.env)] if c.env else []
     size = str(limits.layer_bytes)
-    net = "1" if c.containment.network else "0"
     seed = ["" if c.seed is None else c.seed, str(c.seed_uid)]
-    script = ["sh", "-c", _SCRIPT, "replay-sim-confine", str(c.root), size, str(c.uid), net, *seed]
+    script = ["sh", "-c", _SCRIPT, "replay-sim-confine", str(c.root), size, str(c.uid), *seed]
+    into = ["unshare", f"--root={merged}", f"--wd={c.cwd}", "--"]  # chroot, then its working directory
     return [
-        "unshare", *namespaces, "--", *script, *steps, "--", *prlimit, *setpriv, *env, *command,
+        "unshare", *namespaces, "--", *script, *steps, "--", *into, *prlimit, *setpriv, *env, *command,
     ]  # fmt: skip
+
+
+def _fstab(*entries: tuple[str, Path | str, str, str]) -> str:
+    """``(source, target, type, options)`` as fstab lines (``mount -a`` mounts them in order)."""
+    return "\n".join(" ".join(_fstab_field(str(field)) for field in entry) + " 0 0" for entry in entries)
+
+
+def _fstab_field(value: str) -> str:
+    """A field of an fstab line: whitespace and backslashes as fstab(5)'s octal escapes."""
+    return "".join(f"\\{ord(ch):03o}" if ch in " \t\n\\" else ch for ch in value)
+
+
+def _seen(path: str, reveal: tuple[str, ...]) -> bool:
+    """Whether an instance would see ``path``: outside its fresh private directories, or revealed."""
+    return not private(path) or any(path == r or path.startswith(r.rstrip("/") + "/") for r in reveal)
+
+
+def _hide(path: str, merged: Path) -> tuple[str, Path, str, str] | None:
+    """The mount that covers a path an instance must not see: an empty tmpfs over a directory,
+    ``/dev/null`` over a file; None when there is nothing there to cover."""
+    target = merged / path.lstrip("/")
+    if os.path.isdir(path):
+        return ("replay-sim-hidden", target, "tmpfs", "size=64k,mode=0755")
+    if os.path.exists(path):
+        return ("/dev/null", target, "none", "bind")
+    return None
 
 
 def confinement_problem() -> str | None:
@@ -268,118 +294,6 @@ def confinement_problem() -> str | None:
     return None
 
 
-def plan(
-    root: Path, spec: UpstreamSpec, placement: Placement, named: list[str], cwd: str | None,
-    binds: list[tuple[str, str]],
-) -> Confinement:  # fmt: skip
-    """What a confined launch hides, reveals, binds and hands over, for the paths its config names.
-
-    Args:
-        root: The instance's workspace (its parent, where every instance's workspace is, is hidden).
-        spec: The server's spec.
-        placement: Its uid, the paths it must not see and those its recordings name.
-        named: Its command, args and env values (absolute paths among them, or after an ``=`` in
-            one, under a private directory such as ``/tmp`` are revealed copy-on-write and given).
-        cwd: Its working directory (None: the replay's), revealed and handed to it.
-        binds: ``(copy, path)`` of its own copies.
-    """
-    named = [_named_path(value) for value in named]
-    workdir = os.path.abspath(cwd) if cwd else os.getcwd()
-    hidden = list(dict.fromkeys(os.path.abspath(p) for p in (*placement.hidden, str(root.parent))))
-    hidden = [p for p in hidden if p not in _PRIVATE and p != "/"]  # those are fresh already
-
-    def under(path: str, tops: list[str]) -> bool:
-        return any(path == top or path.startswith(top.rstrip("/") + "/") for top in tops)
-
-    reveal: list[str] = []
-    # A path not there yet (a state file the server makes on its first write): its folder.
-    recorded = [p if os.path.exists(p) else os.path.dirname(p) for p in placement.recorded]
-    absent = [os.path.dirname(p) for p in named if os.path.isabs(p) and not os.path.exists(p)]
-    for value in [*named, *absent, workdir, *recorded]:
-        path = os.path.normpath(value) if os.path.isabs(value) else ""
-        if not path or not private(path) or under(path, [*hidden, str(root)]) or not os.path.exists(path):
-            continue
-        path = path if os.path.isdir(path) else os.path.dirname(path)
-        if not private(path) or path in _PRIVATE:
-            continue
-        if not under(path, reveal):
-            reveal = [r for r in reveal if not under(r, [path])] + [path]
-    home = os.environ.get("HOME", "/root") if "HOME" not in spec.env else spec.env["HOME"]
-    folders, files = environment_paths(named)  # its own Python environment's
-    owned = [p for p in dict.fromkeys([home, workdir, *folders]) if p != "/" and not under(p, hidden)]
-    bound = [path for _, path in binds]
-    # A directory revealed under /tmp holds the state the server was started with or recorded using
-    # (its state file's folder, a repository its calls name): it wrote there when recorded, so it may here.
-    given = [p for p in [*_given([*named, *reveal]), *files] if not under(p, [*hidden, *bound, str(root)])]
-    reach = [d for d in _closed_ancestors([*named, workdir]) if not under(d, hidden)]
-    return Confinement(
-        root, placement.uid, spec.containment, hidden=tuple(hidden), reveal=tuple(reveal),
-        binds=tuple(binds), owned=tuple(owned), given=tuple(given), reach=tuple(reach), cwd=workdir,
-    )  # fmt: skip
-
-
-def _named_path(value: str) -> str:
-    """The path an argument names: itself, or the absolute path after its first ``=`` (an option
-    ``--db-path=/srv/shop.db``, or a variable ``MEMORY_FILE_PATH=/tmp/m.jsonl`` for ``env(1)``)."""
-    _, equals, tail = value.partition("=")
-    return tail if equals and not os.path.isabs(value) and os.path.isabs(tail) else value
-
-
-_SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/proc", "/sys", "/dev", "/boot",
-           "/opt", "/var/lib", "/snap", "/root/.pyenv")  # fmt: skip
-_GIVEN_ENTRIES = 20_000  # a named directory holding more is not copied up (it stays the host's, read-only)
-
-
-def _given(named: list[str]) -> list[str]:
-    """The directories a command line names that its instance is given as its own (copied up whole):
-    existing, absolute, outside the system's directories, and of at most ``_GIVEN_ENTRIES`` entries."""
-    found: list[str] = []
-    for value in named:
-        path = os.path.normpath(value) if os.path.isabs(value) else ""
-        if not path or path == "/" or not os.path.isdir(path) or path in found:
-            continue
-        if any(path == s or path.startswith(s + "/") for s in _SYSTEM) or path.count("/") < 2:
-            continue  # a system directory, or a top-level one (/srv, /home): not the server's own data
-        entries = 0
-        for _, dirs, files in os.walk(path):
-            entries += len(dirs) + len(files)
-            if entries > _GIVEN_ENTRIES:
-                break
-        if entries <= _GIVEN_ENTRIES:
-            found.append(path)
-    return found
-
-
-def _closed_ancestors(named: list[str]) -> list[str]:
-    """Directories others may not enter on the way to the programs and paths named (and interpreters)."""
-    paths = []
-    for value in named:
-        found = shutil.which(value) if not os.path.isabs(value) and os.sep not in value else value
-        if found and os.path.isabs(found) and os.path.exists(found):
-            paths += [found, os.path.realpath(found), *_interpreter(os.path.realpath(found))]
-    closed: dict[str, None] = {}
-    for path in paths:
-        for parent in Path(path).parents:
-            with suppress(OSError):
-                if parent != Path("/") and not parent.stat().st_mode & stat.S_IXOTH:
-                    closed[str(parent)] = None
-    return list(closed)
-
-
-def _interpreter(program: str) -> list[str]:
-    """A script's interpreter from its ``#!`` line (its real path too), or nothing."""
-    try:
-        with open(program, "rb") as f:
-            line = f.readline(256)
-    except OSError:
-        return []
-    words = line[2:].split() if line.startswith(b"#!") else []
-    if not words:
-        return []
-    interpreter = os.fsdecode(words[0])
-    return [interpreter, os.path.realpath(interpreter)] if os.path.isabs(interpreter) else []
-
-
 def _failure(argv: list[str]) -> str | None:
     """The last line of a failed run's stderr (or its exit status), None when it succeeds."""
     try:
@@ -394,4 +308,4 @@ def _failure(argv: list[str]) -> str | None:
 
 def private(path: str) -> bool:
     """Whether ``path`` lies under a directory an instance gets a fresh copy of (``/tmp``, ``/run``...)."""
-    return any(path == d or path.startswith(d + os.sep) for d in _PRIVATE)
+    return any(path == d or path.startswith(d + os.sep) for d in PRIVATE)

@@ -38,7 +38,8 @@ from replay_sim.record.config import UpstreamSpec
 from replay_sim.record.containment import Clock
 from replay_sim.record.instances.cgroups import make_cgroups, remove_cgroups, stale_cgroups
 from replay_sim.record.instances.clock import ClockFile, clock_env, faketime_library
-from replay_sim.record.instances.confine import Placement, confined_argv, confinement_problem, plan
+from replay_sim.record.instances.confine import Placement, confined_argv, confinement_problem
+from replay_sim.record.instances.planning import plan
 from replay_sim.record.instances.procfs import started_at
 from replay_sim.record.isolation import STATE_PLACEHOLDER, Isolation
 

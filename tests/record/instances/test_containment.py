@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
+import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,17 +39,21 @@ LIMITS = {
 
 
 @asynccontextmanager
-async def hostile(tmp_path: Path, **options: Any) -> AsyncIterator[tuple[InstancePool, Instance]]:
-    """The pool (hostile and echo sandboxes; store directory and config hidden), a hostile instance."""
+async def hostile(
+    tmp_path: Path, secrets: Path | None = None, **options: Any
+) -> AsyncIterator[tuple[InstancePool, Instance]]:
+    """The pool (hostile and echo sandboxes; store directory and config, in ``secrets`` or
+    ``tmp_path``, hidden), a hostile instance."""
+    secrets = secrets or tmp_path
     command, *args = HOSTILE
     entry = {"command": command, "args": args, "sandbox": True, **LIMITS, **options.pop("entry", {})}
     echo_command, *echo_args = ECHO
     echo = {"command": echo_command, "args": echo_args, "sandbox": True}
     config = parse_config({"servers": {"hostile": entry, "echo": echo}})
-    (tmp_path / "served").mkdir(parents=True)
-    (tmp_path / "served" / "store.db").write_text("recordings")
-    (tmp_path / "replay.toml").write_text("admin_token = 'secret'")
-    hidden = [tmp_path / "served", tmp_path / "replay.toml"]
+    (secrets / "served").mkdir(parents=True)
+    (secrets / "served" / "store.db").write_text("recordings")
+    (secrets / "replay.toml").write_text("admin_token = 'secret'")
+    hidden = [secrets / "served", secrets / "replay.toml"]
     with anyio.fail_after(90):
         async with InstancePool(
             config, pool=0, base=tmp_path / "instances", hidden=hidden, **options
@@ -95,14 +101,30 @@ async def test_a_fixed_path_write_is_private_to_its_instance(tmp_path: Path) -> 
         assert "FileNotFoundError" in await attempt(second, "read", path=spot)
 
 
-async def test_the_store_directory_and_the_config_are_not_visible(tmp_path: Path) -> None:
-    async with hostile(tmp_path) as (_, instance):
-        store = await attempt(instance, "read", path=str(tmp_path / "served" / "store.db"))
-        config = await attempt(instance, "read", path=str(tmp_path / "replay.toml"))
-        assert store.startswith("refused") and config.startswith("refused")
-        overwritten = await attempt(instance, "write", path=str(tmp_path / "served" / "store.db"))
-        assert overwritten.startswith("refused")
-    assert (tmp_path / "served" / "store.db").read_text() == "recordings"
+@pytest.fixture(params=["under /tmp", "elsewhere, a space in its path"])
+def secrets(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path]:
+    """Where the replay's store and config are: under /tmp (an instance's /tmp is its own anyway),
+    or in a directory it would see but for the covering mounts, named with a space."""
+    if request.param == "under /tmp":
+        yield tmp_path
+        return
+    outside = Path(tempfile.mkdtemp(prefix="replay sim secrets ", dir="/var/tmp"))
+    outside.chmod(0o755)  # readable by anyone: only the covering mounts keep it from an instance
+    try:
+        yield outside
+    finally:
+        shutil.rmtree(outside, ignore_errors=True)
+
+
+async def test_the_store_directory_and_the_config_are_not_visible(tmp_path: Path, secrets: Path) -> None:
+    async with hostile(tmp_path, secrets) as (_, instance):
+        store = await attempt(instance, "read", path=str(secrets / "served" / "store.db"))
+        config = await attempt(instance, "read", path=str(secrets / "replay.toml"))
+        assert store.startswith("refused"), store
+        assert config.startswith("refused") or config == "ok read 0 bytes", config  # /dev/null over it
+        overwritten = await attempt(instance, "write", path=str(secrets / "served" / "store.db"))
+        assert overwritten.startswith("refused"), overwritten
+    assert (secrets / "served" / "store.db").read_text() == "recordings"
 
 
 async def test_the_host_process_table_is_not_visible_and_the_replay_cannot_be_signalled_or_traced(

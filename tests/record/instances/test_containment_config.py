@@ -118,14 +118,14 @@ def test_recordings_began_is_the_first_recorded_call_of_a_session_or_a_server(tm
 def test_a_directory_the_command_line_names_is_given_whole_but_not_a_system_or_huge_one(
     tmp_path: Path,
 ) -> None:
-    from replay_sim.record.instances import confine
+    from replay_sim.record.instances import planning
 
     repo = tmp_path / "repo"
     (repo / "sub").mkdir(parents=True)
     (repo / "sub" / "file").write_text("x")
     huge = tmp_path / "huge"
     huge.mkdir()
-    for n in range(confine._GIVEN_ENTRIES + 1):
+    for n in range(planning._GIVEN_ENTRIES + 1):
         (huge / str(n)).touch()
     named = ["/usr/bin/git", "--repository", str(repo), str(huge), "/usr/share", "/srv", "relative"]
-    assert confine._given(named) == [str(repo)]
+    assert planning._given(named) == [str(repo)]
