@@ -53,6 +53,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from bench._cpu import Descendants, own_cpu, process_cpu
 from bench._peers import free_port
 from bench.sandbox_rollouts import MEMORY, REPLAY_SIM, answer, calls, memory_config, record_memory
 from replay_sim import MATCH_META_KEY
@@ -323,21 +324,30 @@ async def run(sizes: tuple[int, ...], tmp: Path, holding: bool) -> None:
         return
     for size in sizes:
         run_id = f"r{size:04d}"
+        before = own_cpu()
         direct_s, truth = await direct(size, run_id, tmp)
+        after = own_cpu()
+        direct_cpu = (after[0] - before[0], after[1] - before[1])  # the trainer's client, the servers
         async with served(db, config, tmp) as sim, httpx2.AsyncClient(timeout=120) as shared:  # defaults
             passes = []
             for client in (shared, shared, None):
                 tally: Counter[str] = Counter()
                 slowest: list[float] = []
+                instances, client_cpu, replay_cpu = Descendants(sim.pid), own_cpu()[0], process_cpu(sim.pid)
                 wall = await replayed(sim, size, run_id, truth, tally, slowest, client)
-                passes.append((wall, dict(tally), max(slowest)))
+                cpu = (own_cpu()[0] - client_cpu, process_cpu(sim.pid) - replay_cpu, instances.stop())
+                passes.append((wall, dict(tally), max(slowest), cpu))
             stats = await sim.stats()
         print(f"{size} episodes x 4 calls, {CONCURRENCY} at a time:")
-        print(f"  the real server, one process per episode (stdio): {direct_s:.1f} s (1x)")
+        client_ms, server_ms = (seconds / size * 1000 for seconds in direct_cpu)
+        print(f"  the real server, one process per episode (stdio): {direct_s:.1f} s (1x); CPU per episode: "
+              f"client {client_ms:.0f} ms, server {server_ms:.0f} ms")  # fmt: skip
         labels = ("pass 1", "pass 2", "pass 2, an HTTP client per episode")
-        for label, (wall, tally, slow) in zip(labels, passes, strict=True):
+        for label, (wall, tally, slow, cpu) in zip(labels, passes, strict=True):
+            client_ms, replay_ms, instances_ms = (seconds / size * 1000 for seconds in cpu)
             print(f"  replay-sim {label}: {wall:.1f} s ({wall / direct_s:.2f}x); answers {tally}; "
-                  f"slowest call {slow:.2f} s")  # fmt: skip
+                  f"slowest call {slow:.2f} s; CPU per episode: client {client_ms:.0f} ms, "
+                  f"replay-sim {replay_ms:.0f} ms, its instances {instances_ms:.0f} ms")  # fmt: skip
         pool_stats = stats["pool"]["memory"]
         print(f"  instances started {pool_stats['started']}, reclaimed {stats.get('reclaimed', 0)}, "
               f"released {stats.get('released', 0)}, rebuilt {stats.get('rebuilt', 0)}",
