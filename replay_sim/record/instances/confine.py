@@ -89,13 +89,14 @@ while [ "$1" != -- ]; do
       shift 2 ;;
     bind)
       chown -R "$uid:$uid" "$2"
-      if [ -d "$2" ]; then mkdir -p "$M$3"; else mkdir -p "$(dirname "$M$3")"; touch "$M$3"; fi
+      if [ -d "$2" ]; then [ -d "$M$3" ] || mkdir -p "$M$3"
+      elif [ ! -e "$M$3" ]; then mkdir -p "$(dirname "$M$3")"; touch "$M$3"; fi
       mount --bind "$2" "$M$3"; shift 3 ;;
-    own) mkdir -p "$M$2"; chown "$uid:$uid" "$M$2"; shift 2 ;;
+    own) [ -d "$M$2" ] || mkdir -p "$M$2"; chown "$uid:$uid" "$M$2"; shift 2 ;;
     give) chown -R "$uid:$uid" "$M$2"; shift 2 ;;
     reach) chmod o+x "$M$2"; shift 2 ;;
     clock)
-      mkdir -p "$M$2"; mount --bind "$2" "$M$2"; mount -o remount,bind,ro "$M$2"; shift 2 ;;
+      [ -d "$M$2" ] || mkdir -p "$M$2"; mount --bind "$2" "$M$2"; mount -o remount,bind,ro "$M$2"; shift 2 ;;
     *) echo "replay-sim confine: unknown step $1" >&2; exit 70 ;;
   esac
 done
