@@ -44,7 +44,7 @@ config's ``read_only = false`` settles a tool for good.
 """
 
 from replay_sim.effects.kinds import kind_of
-from replay_sim.effects.learning import learn
+from replay_sim.effects.learning import Learner, learn
 from replay_sim.effects.model import Call, Declaration, Effect, Pair, Verdict, declare, repeatable
 from replay_sim.effects.sensitivity import can_show, did_nothing, selected
 from replay_sim.effects.things import covers, named
@@ -53,6 +53,7 @@ __all__ = [
     "Call",
     "Declaration",
     "Effect",
+    "Learner",
     "Pair",
     "Verdict",
     "can_show",
