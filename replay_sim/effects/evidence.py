@@ -39,13 +39,16 @@ class Finding:
     why: str
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class _Found:
     """What one call's comparisons found, in the order they found it."""
 
     contrary: list[Finding] = field(default_factory=list)
     witnesses: list[tuple[str, Pair, frozenset[str]]] = field(default_factory=list)
     contested: frozenset[str] | None = None  # changed after calls of several tools of unknown effect
+
+
+_NOTHING = _Found()  # what most calls' comparisons find (never added to)
 
 
 @dataclass(slots=True, eq=False)
@@ -57,8 +60,18 @@ class _Point:
     chain: list[int]  # the session's state hashes, shared (valid up to ``depth``)
     steps: list[Call]  # the session's state-changing calls, shared (valid up to ``depth``)
     depth: int  # how many state-changing calls precede it
-    within: _Found = field(default_factory=_Found)  # in its session: final once found
-    across: _Found = field(default_factory=_Found)  # across sessions: found again when a group moves
+    within: _Found = _NOTHING  # in its session: final once found
+    across: _Found = _NOTHING  # across sessions: found again when a group moves
+
+    def found(self, *, across: bool) -> _Found:
+        """Where its comparisons (within its session, or across) note what they find."""
+        if across:
+            if self.across is _NOTHING:
+                self.across = _Found()
+            return self.across
+        if self.within is _NOTHING:
+            self.within = _Found()
+        return self.within
 
 
 class Evidence:
@@ -68,10 +81,13 @@ class Evidence:
         runs: Every session's calls in recorded order, grown in place by the owner (only appended).
         none: The tools taken as effect-free.
         varied: The tools whose successful answers differ (only they witness their own effect).
+        grows: Whether calls will be folded in later (False: one fold, no note of what each call read).
     """
 
-    def __init__(self, runs: list[list[Call]], none: frozenset[str], varied: frozenset[str]) -> None:
-        self.runs, self.none, self.varied = runs, none, varied
+    def __init__(
+        self, runs: list[list[Call]], none: frozenset[str], varied: frozenset[str], *, grows: bool = True
+    ) -> None:
+        self.runs, self.none, self.varied, self.grows = runs, none, varied, grows
         self.folded = 0
         """How many of the owner's spans are folded in."""
         self.compared_again = 0
@@ -80,7 +96,8 @@ class Evidence:
         self._steps: list[list[Call]] = []
         self._last: dict[tuple[int, str], _Point] = {}  # (session, key) -> its latest call
         self._groups: dict[_Group, dict[str, _Point]] = {}  # answer -> its first recording, in order
-        self._readers: dict[_Group, list[tuple[_Point, int]]] = defaultdict(list)  # (call, steps back)
+        self._readers: dict[_Group, list[_Point]] = {}  # the calls that read a group from their own state
+        self._extenders: dict[_Group, list[_Point]] = {}  # ... from a state their own extends
         self.witnesses: dict[str, dict[Pair, frozenset[str]]] = defaultdict(dict)
         """Tool -> agreeing pair -> the keys of its calls that pair saw change nothing."""
         self._contrary: dict[str, dict[_At, Finding]] = defaultdict(dict)  # each call's last, by tool
@@ -100,6 +117,8 @@ class Evidence:
 
     def fold(self, spans: Sequence[Span]) -> None:
         """Take in calls appended to the sessions (each span once, in the order they were appended)."""
+        if self.folded and spans and not self.grows:
+            raise ValueError("a pass that does not grow is folded once")
         added: list[_Point] = []
         moved: dict[_Group, _At] = {}  # groups whose answers moved -> the earliest place they moved at
         for run, start, stop in spans:
@@ -112,35 +131,42 @@ class Evidence:
                 point = _Point(call, (run, index), chain, steps, len(steps))
                 added.append(point)
                 group = (call.key, chain[-1])
-                if self._join(group, point):
+                read = group in self._readers or group in self._extenders
+                if self._join(group, point) and read:  # a group no call read yet moves nothing
                     moved[group] = min(moved.get(group, point.at), point.at)
                 if _changing(call, self.none):
                     chain.append(hash((chain[-1], call.key)))
                     steps.append(call)
         again: dict[int, _Point] = {}
         for group, at in moved.items():
-            for reader, back in self._readers.get(group, ()):
-                if back or reader.at > at:  # from its own state only earlier recordings count
+            for reader in self._readers.get(group, ()):
+                if reader.at > at:  # from its own state only earlier recordings count
                     again[id(reader)] = reader
+            for reader in self._extenders.get(group, ()):
+                again[id(reader)] = reader
         for point in added:
             self._within(point)
-            self._across(point, read=True)
+            self._across(point, read=self.grows)
             self._add(point)
         for point in again.values():
             self.compared_again += 1
             self._remove(point)
-            point.across = _Found()
+            point.across = _NOTHING
             self._across(point, read=False)
             self._add(point)
 
     def _join(self, group: _Group, point: _Point) -> bool:
         """Put ``point`` in its group; whether the group moved (a new answer or an earlier first)."""
-        answers = self._groups.setdefault(group, {})
+        answers = self._groups.get(group)
+        if answers is None:
+            self._groups[group] = {point.call.answer: point}
+            return True
         first = answers.get(point.call.answer)
         if first is not None and first.at < point.at:
             return False
+        in_order = first is None and next(reversed(answers.values())).at < point.at  # the latest, added last
         answers[point.call.answer] = point
-        if any(other.at > point.at for other in answers.values()):  # kept in the calls' order
+        if not in_order:  # kept in the calls' order, as a pass over every call finds them
             self._groups[group] = dict(sorted(answers.items(), key=lambda item: item[1].at))
         return True
 
@@ -155,11 +181,11 @@ class Evidence:
         changing = [c for c in between if c.name not in self.none]
         suspects = frozenset(c.name for c in changing)
         if not changing:
-            self._same_state(point.within, previous, point, between)
+            self._same_state(point, False, previous, between)
         elif len(suspects) == 1:
-            self._extended(point.within, previous, point, changing)
+            self._extended(point, False, previous, changing)
         elif call.answer != previous.call.answer:
-            point.within.contested = suspects
+            point.found(across=False).contested = suspects
 
     def _across(self, point: _Point, *, read: bool) -> None:
         """Compare ``point`` with other sessions' recordings from its state, or from one its state
@@ -171,34 +197,35 @@ class Evidence:
                 break
             group = (call.key, chain[j])
             if read:
-                self._readers[group].append((point, back))
+                (self._extenders if back else self._readers).setdefault(group, []).append(point)
             for other in self._groups.get(group, {}).values():
                 if other.at[0] == point.at[0]:
                     continue
                 if back:
-                    self._extended(point.across, other, point, steps[j:depth])
+                    self._extended(point, True, other, steps[j:depth])
                 elif other.call.answer != call.answer and other.at < point.at:
                     (r, i), (s, k) = other.at, point.at
                     prefixes = [*self.runs[r][:i], *self.runs[s][:k]]
                     between = [c for c in prefixes if _acting(c) and c.name in self.none]
-                    self._same_state(point.across, other, point, between)
+                    self._same_state(point, True, other, between)
 
-    def _witness(self, found: _Found, a: Call, b: Call, tool: str, calls: Sequence[Call]) -> None:
-        """``a`` and ``b`` agree across ``calls``: a witness for those of them ``a`` covers."""
+    @staticmethod
+    def _witness(after: _Point, across: bool, a: Call, tool: str, calls: Sequence[Call]) -> None:
+        """``a`` and ``after`` agree across ``calls``: a witness for those of them ``a`` covers."""
         seen = frozenset(c.key for c in calls if covers(a, c) and can_show(a, c))
         if seen:
-            found.witnesses.append((tool, (a.id, b.id), seen))
+            after.found(across=across).witnesses.append((tool, (a.id, after.call.id), seen))
 
-    def _extended(self, found: _Found, before: _Point, after: _Point, calls: Sequence[Call]) -> None:
+    def _extended(self, after: _Point, across: bool, before: _Point, calls: Sequence[Call]) -> None:
         """``after``'s state is ``before``'s and ``calls`` (all of one tool of unknown effect)."""
         a, b, tool = before.call, after.call, calls[0].name
         if a.answer != b.answer:
             why = f"{a.name} before/after differed (recordings {a.id}, {b.id})"
-            found.contrary.append(Finding(tool, (a.id, b.id), why))
+            after.found(across=across).contrary.append(Finding(tool, (a.id, b.id), why))
         elif not a.failed and (a.tool != tool or tool in self.varied):
-            self._witness(found, a, b, tool, calls)
+            self._witness(after, across, a, tool, calls)
 
-    def _same_state(self, found: _Found, before: _Point, after: _Point, between: Sequence[Call]) -> None:
+    def _same_state(self, after: _Point, across: bool, before: _Point, between: Sequence[Call]) -> None:
         """Nothing of unknown effect between them: their answers must agree."""
         a, b = before.call, after.call
         tools = {c.name for c in between}
@@ -206,15 +233,18 @@ class Evidence:
             if len(tools) == 1 and not a.failed:
                 tool = next(iter(tools))
                 if a.tool != tool or tool in self.varied:
-                    self._witness(found, a, b, tool, between)
+                    self._witness(after, across, a, tool, between)
             return
         why = f"{a.name} answered differently from one state (recordings {a.id}, {b.id})"
         # Something taken as effect-free is not: each one that could be (its own tool included).
+        found = after.found(across=across)
         for tool in sorted(tools & self.none or ({a.tool} if a.tool is not None else set())):
             found.contrary.append(Finding(tool, (a.id, b.id), why))
 
     def _add(self, point: _Point) -> None:
         """Count what ``point``'s comparisons found (its last change per tool is the one kept)."""
+        if point.within is _NOTHING and point.across is _NOTHING:
+            return
         for tool, pair, seen in (*point.within.witnesses, *point.across.witnesses):
             self.witnesses[tool][pair] = seen
         for finding in (*point.within.contrary, *point.across.contrary):

@@ -31,7 +31,7 @@ def learn(sessions: Iterable[Sequence[Call]], declared: Mapping[str, Declaration
     Returns:
         A verdict for every declared tool and every tool called in ``sessions``.
     """
-    return Learner().learn(sessions, declared)
+    return Learner(grows=False).learn(sessions, declared)
 
 
 class Learner:
@@ -43,10 +43,15 @@ class Learner:
     the earlier ones showed is kept (:class:`~replay_sim.effects.evidence.Evidence`); the verdicts
     are exactly :func:`learn`'s over all the calls. Otherwise (calls removed, reordered or changed,
     or ids that do not tell calls apart) everything is judged again.
+
+    Args:
+        grows: Whether sessions will be given again, grown (False: each learning judges every call,
+            noting nothing for later).
     """
 
-    def __init__(self) -> None:
-        self._whole = _Judged()
+    def __init__(self, *, grows: bool = True) -> None:
+        self._grows = grows
+        self._whole = _Judged(grows)
         self._units: _Judged | None = None  # the calls of tools learned per kind, each kind a tool
         self._split: dict[str, set[str | None]] = {}
         self._ids: set[int] = set()
@@ -64,11 +69,12 @@ class Learner:
         self, sessions: Iterable[Sequence[Call]], declared: Mapping[str, Declaration]
     ) -> dict[str, Verdict]:
         """:func:`learn` over ``sessions`` (judging only the calls added since the last ones)."""
-        runs = [list(s) for s in sessions]
+        runs = [s if isinstance(s, list) else list(s) for s in sessions]
         added = self._added(runs)
         if added is None:
             self.started_over += 1
-            self._whole, self._units, self._split, self._ids, self._exact = _Judged(), None, {}, set(), True
+            self._whole, self._units, self._split = _Judged(self._grows), None, {}
+            self._ids, self._exact = set(), True
             added = list(enumerate(runs))
         for run, calls in added:
             self._whole.append(run, calls)
@@ -81,7 +87,7 @@ class Learner:
             self._units, self._split = None, {}
             return verdicts
         if self._units is None or split != self._split:
-            self._units, self._split, added = _Judged(), split, list(enumerate(self._whole.runs))
+            self._units, self._split, added = _Judged(self._grows), split, list(enumerate(self._whole.runs))
         for run, calls in added:
             self._units.append(
                 run, [replace(c, name=_unit(c.name, c.kind)) if c.tool in split else c for c in calls]
@@ -98,13 +104,16 @@ class Learner:
     def _added(self, runs: list[list[Call]]) -> list[tuple[int, list[Call]]] | None:
         """The calls ``runs`` add to the sessions judged (by session), None when it does not extend them."""
         judged = self._whole.runs
-        if not self._exact or len(runs) < len(judged):
+        if not self._exact or len(runs) < len(judged) or (judged and not self._grows):
             return None
         added = []
         for run, (calls, old) in enumerate(zip(runs, judged, strict=False)):
-            if len(calls) < len(old) or calls[: len(old)] != old:
+            if len(calls) == len(old):
+                if calls != old:  # the same calls, mostly the same objects: compared at C speed
+                    return None
+            elif len(calls) < len(old) or calls[: len(old)] != old:
                 return None
-            if len(calls) > len(old):
+            else:
                 added.append((run, calls[len(old) :]))
         added.extend((run, runs[run]) for run in range(len(judged), len(runs)))
         return added
@@ -113,7 +122,8 @@ class Learner:
 class _Judged:
     """Sessions judged so far, what :func:`learn` needs to know of their calls, and its passes."""
 
-    def __init__(self) -> None:
+    def __init__(self, grows: bool) -> None:
+        self.grows = grows
         self.runs: list[list[Call]] = []
         self._spans: list[Span] = []
         self._tools: set[str] = set()
@@ -133,14 +143,15 @@ class _Judged:
         self.runs[run].extend(calls)
         self._spans.append((run, start, len(self.runs[run])))
         for c in calls:
-            if c.tool is None:
+            if c.method != "tools/call":  # not a tool's call (Call.tool is None)
                 continue
-            self._tools.add(c.tool)
-            if not c.failed and self._answer.setdefault(c.tool, c.answer) != c.answer:
-                self._varied.add(c.tool)
+            tool = c.name
+            self._tools.add(tool)
+            if not c.failed and self._answer.setdefault(tool, c.answer) != c.answer:
+                self._varied.add(tool)
             if not c.inert:
-                self._keys[c.tool].add(c.key)
-                self._kinds[c.tool].add(c.kind)
+                self._keys[tool].add(c.key)
+                self._kinds[tool].add(c.kind)
 
     def kinded(
         self, verdicts: Mapping[str, Verdict], declared: Mapping[str, Declaration]
@@ -157,7 +168,7 @@ class _Judged:
         key = (frozenset(none), varied)
         found = used.get(key) or self._passes.get(key)
         if found is None:
-            found = Evidence(self.runs, *key)
+            found = Evidence(self.runs, *key, grows=self.grows)
             self.built += 1
         before = found.compared_again
         found.fold(self._spans[found.folded :])
