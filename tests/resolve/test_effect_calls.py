@@ -82,3 +82,31 @@ def test_calls_taken_back_make_every_call_be_read_again(tmp_path: Path) -> None:
             '{"error":null,"result":{"content":[{"text":"3","type":"text"}]}}',
         ]
         assert counting.read == 2 + 2  # all, then all again
+
+
+def test_a_grown_stores_runs_are_a_fresh_reads_at_every_step_even_recorded_out_of_order(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "r.db"
+    steps: list[tuple[str, int, str | None, int | None]] = [  # (session, n, answer, seq)
+        ("s-1", 1, None, None),  # failed: inert while `write 1` never succeeded
+        ("s-1", 2, "ok", None),
+        ("s-2", 1, None, None),
+        ("s-3", 3, "ok", 5),
+        ("s-3", 4, "ok", 2),  # recorded after, but earlier in its session (an import): sorted in
+        ("s-2", 1, "ok", None),  # `write 1` succeeds: the failed ones before it are no longer inert
+        ("s-1", 5, None, None),
+        ("s-3", 6, "ok", 1),
+    ]
+    with Store(path) as store:
+        for session, n, answer, seq in steps:
+            store.start_session("echo", session)  # once: a session started again is left as it is
+            store.record_call(
+                "echo", "tools/call", {"name": "write", "arguments": {"n": n}},
+                result=None if answer is None else {"content": [{"type": "text", "text": answer}]},
+                error={"code": -32000, "message": "no"} if answer is None else None, session=session, seq=seq,
+            )  # fmt: skip
+            assert server_runs(store, "echo") == _fresh(path)
+        runs, _ = server_runs(store, "echo")
+        assert [call.inert for call in runs[0]] == [False, False, True]  # `write 5` never succeeded
+        assert [call.id for call in runs[2]] == [8, 5, 4]  # by their seq: 1, 2, 5
