@@ -35,7 +35,10 @@ A tool is :attr:`Effect.NONE` only with witnesses of at least two different call
 sets: one call unchanged says little — the read may not show that part of the state) and no
 contrary evidence. Learning one tool
 effect-free shortens states, which can make other recordings comparable: :func:`learn` iterates
-to a fixpoint, and starts over whenever a tool it relied on turns out to change state.
+to a fixpoint, and starts over whenever a tool it relied on turns out to change state. A
+:class:`Learner` learns again as sessions grow (a served store, every batch of answers): each pass's
+evidence is kept (:mod:`replay_sim.effects.evidence`) and only the calls added are compared, with
+the verdicts of :func:`learn` over all of them.
 
 What no recorded read saw, no evidence shows: a write whose effect no recorded read observed can be
 learned effect-free. The recorder's effect probes (:mod:`replay_sim.record.explore`) re-read what a
