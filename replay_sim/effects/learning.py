@@ -54,7 +54,7 @@ class Learner:
         self._whole = _Judged(grows)
         self._units: _Judged | None = None  # the calls of tools learned per kind, each kind a tool
         self._split: dict[str, set[str | None]] = {}
-        self._ids: set[int] = set()
+        self._ids: set[int | None] = set()
         self._exact = True  # every call has an id of its own: pairs of ids tell comparisons apart
         self.started_over = 0
         """How many times the sessions given did not extend the last ones (all judged again)."""
@@ -78,9 +78,10 @@ class Learner:
             added = list(enumerate(runs))
         for run, calls in added:
             self._whole.append(run, calls)
-            ids = {c.id for c in calls}
-            self._exact = self._exact and None not in ids and len(ids) == len(calls) and not ids & self._ids
-            self._ids |= ids  # type: ignore[arg-type]
+            if self._grows:  # what was found is kept by pairs of ids: they must tell calls apart
+                ids = {c.id for c in calls}
+                self._exact &= None not in ids and len(ids) == len(calls) and self._ids.isdisjoint(ids)
+                self._ids |= ids
         verdicts = self._whole.verdicts(declared)
         split = self._whole.kinded(verdicts, declared)
         if not split:

@@ -83,3 +83,18 @@ def test_sessions_that_do_not_extend_the_last_ones_are_judged_again_whole(
     changed = [run[1:] for run in first] + [[Call(next(ids), **parts) for parts in after]]  # calls taken back
     assert learner.learn(changed, {}) == learn(changed, {})
     assert learner.started_over == (1 if any(first) else 0)
+
+
+def test_calls_without_ids_of_their_own_are_judged_again_whole_each_time() -> None:
+    # What a pass found is kept by the pair of ids that showed it: without ids, nothing is kept.
+    read, write = (
+        Call(None, "tools/call", "r", "r(a)", "A", False, False),
+        Call(None, "tools/call", "w", "w(1)", "ok", False, False),
+    )
+    sessions = [[read, write, read]]
+    learner = Learner()
+    learner.learn(sessions, {})
+    sessions[0].append(write)
+    sessions.append([read, write, read])
+    assert learner.learn(sessions, {}) == learn(sessions, {})
+    assert learner.started_over == 1
