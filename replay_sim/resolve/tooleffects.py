@@ -65,10 +65,10 @@ def _learned(
     store: Store, server: str, schema: Callable[[str, str], Any], config: MatchConfig
 ) -> tuple[dict[str, Verdict], dict[str, Declaration]]:
     """:func:`recorded_effects`, and the declarations they were learned with."""
-    runs, called = server_runs(store, server)  # each call read and derived once per store
-    declared = _declarations(server, called, schema, config)
     learner, lock = _server_learner(store, server)
-    with lock:
+    with lock:  # runs read in one order are judged in it: a later read extends an earlier one
+        runs, called = server_runs(store, server)  # each call read and derived once per store
+        declared = _declarations(server, called, schema, config)
         return learner.learn(runs, declared), declared
 
 
