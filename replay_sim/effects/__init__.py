@@ -35,7 +35,10 @@ A tool is :attr:`Effect.NONE` only with witnesses of at least two different call
 sets: one call unchanged says little — the read may not show that part of the state) and no
 contrary evidence. Learning one tool
 effect-free shortens states, which can make other recordings comparable: :func:`learn` iterates
-to a fixpoint, and starts over whenever a tool it relied on turns out to change state.
+to a fixpoint, and starts over whenever a tool it relied on turns out to change state. A
+:class:`Learner` learns again as sessions grow (a served store, every batch of answers): each pass's
+evidence is kept (:mod:`replay_sim.effects.evidence`) and only the calls added are compared, with
+the verdicts of :func:`learn` over all of them.
 
 What no recorded read saw, no evidence shows: a write whose effect no recorded read observed can be
 learned effect-free. The recorder's effect probes (:mod:`replay_sim.record.explore`) re-read what a
@@ -44,7 +47,7 @@ config's ``read_only = false`` settles a tool for good.
 """
 
 from replay_sim.effects.kinds import kind_of
-from replay_sim.effects.learning import learn
+from replay_sim.effects.learning import Learner, learn
 from replay_sim.effects.model import Call, Declaration, Effect, Pair, Verdict, declare, repeatable
 from replay_sim.effects.sensitivity import can_show, did_nothing, selected
 from replay_sim.effects.things import covers, named
@@ -53,6 +56,7 @@ __all__ = [
     "Call",
     "Declaration",
     "Effect",
+    "Learner",
     "Pair",
     "Verdict",
     "can_show",

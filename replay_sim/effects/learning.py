@@ -4,35 +4,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
+from typing import Any
 
+from replay_sim.effects.evidence import Evidence, Finding, Span
 from replay_sim.effects.model import UNDECLARED, Call, Declaration, Effect, Pair, Verdict
-from replay_sim.effects.sensitivity import can_show
-from replay_sim.effects.things import covers
 
-__all__ = ["learn"]
+__all__ = ["Learner", "learn"]
 
-_MAX_SPAN = 256  # calls between two compared recordings (and extension steps) looked at, at most
 _EXAMPLES = 3  # recording pairs kept per verdict, for the reader
-
-
-@dataclass(frozen=True, slots=True)
-class _Finding:
-    tool: str
-    pair: Pair
-    why: str
-
-
-@dataclass(slots=True)
-class _Evidence:
-    """What one pass over the sessions found, with some tools taken as effect-free."""
-
-    witnesses: dict[str, dict[Pair, frozenset[str]]] = field(default_factory=lambda: defaultdict(dict))
-    """Tool -> agreeing pair -> the keys of its calls that pair saw change nothing."""
-    contrary: list[_Finding] = field(default_factory=list)
-    """Changes attributable to one tool."""
-    contested: list[frozenset[str]] = field(default_factory=list)
-    """Changes after calls of several tools of unknown effect: not all of them are effect-free."""
 
 
 def learn(sessions: Iterable[Sequence[Call]], declared: Mapping[str, Declaration]) -> dict[str, Verdict]:
@@ -51,20 +31,190 @@ def learn(sessions: Iterable[Sequence[Call]], declared: Mapping[str, Declaration
     Returns:
         A verdict for every declared tool and every tool called in ``sessions``.
     """
-    runs = [list(s) for s in sessions]
-    verdicts = _learn(runs, declared)
-    split = _kinded(runs, verdicts, declared)
-    if not split:
+    return Learner(grows=False).learn(sessions, declared)
+
+
+class Learner:
+    """:func:`learn`, again and again over sessions that grow: each call judged once.
+
+    A served store grows by a batch of answers every few tens of milliseconds, and each batch has
+    the server's tool effects learned again. When the sessions given extend those given last (calls
+    appended to sessions, sessions added after them), only the calls added are compared, and what
+    the earlier ones showed is kept (:class:`~replay_sim.effects.evidence.Evidence`); the verdicts
+    are exactly :func:`learn`'s over all the calls. Otherwise (calls removed, reordered or changed,
+    or ids that do not tell calls apart) everything is judged again.
+
+    Args:
+        grows: Whether sessions will be given again, grown (False: each learning judges every call,
+            noting nothing for later).
+    """
+
+    def __init__(self, *, grows: bool = True) -> None:
+        self._grows = grows
+        self._whole = _Judged(grows)
+        self._units: _Judged | None = None  # the calls of tools learned per kind, each kind a tool
+        self._split: dict[str, set[str | None]] = {}
+        self._ids: set[int | None] = set()
+        self._exact = True  # every call has an id of its own: pairs of ids tell comparisons apart
+        self.started_over = 0
+        """How many times the sessions given did not extend the last ones (all judged again)."""
+
+    @property
+    def passes(self) -> tuple[int, int]:
+        """Evidence passes built over every call, and calls compared again since (for measures)."""
+        judged = [self._whole, *([self._units] if self._units is not None else [])]
+        return sum(j.built for j in judged), sum(j.compared_again for j in judged)
+
+    def learn(
+        self, sessions: Iterable[Sequence[Call]], declared: Mapping[str, Declaration]
+    ) -> dict[str, Verdict]:
+        """:func:`learn` over ``sessions`` (judging only the calls added since the last ones)."""
+        runs = [s if isinstance(s, list) else list(s) for s in sessions]
+        added = self._added(runs)
+        if added is None:
+            self.started_over += 1
+            self._whole, self._units, self._split = _Judged(self._grows), None, {}
+            self._ids, self._exact = set(), True
+            added = list(enumerate(runs))
+        for run, calls in added:
+            self._whole.append(run, calls)
+            if self._grows:  # what was found is kept by pairs of ids: they must tell calls apart
+                ids = {c.id for c in calls}
+                self._exact &= None not in ids and len(ids) == len(calls) and self._ids.isdisjoint(ids)
+                self._ids |= ids
+        verdicts = self._whole.verdicts(declared)
+        split = self._whole.kinded(verdicts, declared)
+        if not split:
+            self._units, self._split = None, {}
+            return verdicts
+        if self._units is None or split != self._split:
+            self._units, self._split, added = _Judged(self._grows), split, list(enumerate(self._whole.runs))
+        for run, calls in added:
+            self._units.append(
+                run, [replace(c, name=_unit(c.name, c.kind)) if c.tool in split else c for c in calls]
+            )
+        as_units = dict(declared)
+        for tool, kinds in split.items():
+            as_units.update({_unit(tool, k): declared.get(tool, UNDECLARED) for k in kinds})
+        learned = self._units.verdicts(as_units)
+        for tool, kinds in split.items():
+            own = tuple((k, learned[_unit(tool, k)]) for k in sorted(k for k in kinds if k is not None))
+            verdicts[tool] = replace(verdicts[tool], kinds=own)
         return verdicts
-    units = [[replace(c, name=_unit(c.name, c.kind)) if c.tool in split else c for c in run] for run in runs]
-    as_units = dict(declared)
-    for tool, kinds in split.items():
-        as_units.update({_unit(tool, k): declared.get(tool, UNDECLARED) for k in kinds})
-    learned = _learn(units, as_units)
-    for tool, kinds in split.items():
-        own = tuple((k, learned[_unit(tool, k)]) for k in sorted(k for k in kinds if k is not None))
-        verdicts[tool] = replace(verdicts[tool], kinds=own)
-    return verdicts
+
+    def _added(self, runs: list[list[Call]]) -> list[tuple[int, list[Call]]] | None:
+        """The calls ``runs`` add to the sessions judged (by session), None when it does not extend them."""
+        judged = self._whole.runs
+        if not self._exact or len(runs) < len(judged) or (judged and not self._grows):
+            return None
+        added = []
+        for run, (calls, old) in enumerate(zip(runs, judged, strict=False)):
+            if len(calls) == len(old):
+                if calls != old:  # the same calls, mostly the same objects: compared at C speed
+                    return None
+            elif len(calls) < len(old) or calls[: len(old)] != old:
+                return None
+            else:
+                added.append((run, calls[len(old) :]))
+        added.extend((run, runs[run]) for run in range(len(judged), len(runs)))
+        return added
+
+
+class _Judged:
+    """Sessions judged so far, what :func:`learn` needs to know of their calls, and its passes."""
+
+    def __init__(self, grows: bool) -> None:
+        self.grows = grows
+        self.runs: list[list[Call]] = []
+        self._spans: list[Span] = []
+        self._tools: set[str] = set()
+        self._keys: dict[str, set[str]] = defaultdict(set)  # every call of each tool that could change state
+        self._kinds: dict[str, set[str | None]] = defaultdict(set)
+        self._answer: dict[str, str] = {}  # each tool's first successful answer
+        self._varied: set[str] = set()  # tools whose successful answers differ
+        self._passes: dict[tuple[frozenset[str], frozenset[str]], Evidence] = {}
+        self.built = 0
+        self.compared_again = 0
+
+    def append(self, run: int, calls: list[Call]) -> None:
+        """Calls appended to session ``run`` (the next one, when it is new)."""
+        if run == len(self.runs):
+            self.runs.append([])
+        start = len(self.runs[run])
+        self.runs[run].extend(calls)
+        self._spans.append((run, start, len(self.runs[run])))
+        for c in calls:
+            if c.method != "tools/call":  # not a tool's call (Call.tool is None)
+                continue
+            tool = c.name
+            self._tools.add(tool)
+            if not c.failed and self._answer.setdefault(tool, c.answer) != c.answer:
+                self._varied.add(tool)
+            if not c.inert:
+                self._keys[tool].add(c.key)
+                self._kinds[tool].add(c.kind)
+
+    def kinded(
+        self, verdicts: Mapping[str, Verdict], declared: Mapping[str, Declaration]
+    ) -> dict[str, set[str | None]]:
+        """The tools to learn per kind, with their calls' kinds: not effect-free, not fixed, of 2+ kinds."""
+        return {
+            tool: set(found)
+            for tool, found in self._kinds.items()
+            if len(found) >= 2 and verdicts[tool].changes_state and not declared.get(tool, UNDECLARED).fixed
+        }
+
+    def _evidence(self, none: set[str], varied: frozenset[str], used: dict[Any, Evidence]) -> Evidence:
+        """The pass with ``none`` taken as effect-free, over every call (folding in those added)."""
+        key = (frozenset(none), varied)
+        found = used.get(key) or self._passes.get(key)
+        if found is None:
+            found = Evidence(self.runs, *key, grows=self.grows)
+            self.built += 1
+        before = found.compared_again
+        found.fold(self._spans[found.folded :])
+        found.folded = len(self._spans)
+        self.compared_again += found.compared_again - before
+        used[key] = found
+        return found
+
+    def verdicts(self, declared: Mapping[str, Declaration]) -> dict[str, Verdict]:
+        """:func:`learn`, every tool taken whole."""
+        tools = self._tools | set(declared)
+        decl = {t: declared.get(t, UNDECLARED) for t in tools}
+        varied = frozenset(self._varied)
+        keys = self._keys
+        used: dict[Any, Evidence] = {}
+        changes: dict[str, Finding] = {}
+        while True:  # starts over when a tool relied on as effect-free turns out to change state
+            none = {t for t in tools if decl[t].effect is Effect.NONE and t not in changes}
+            witnesses: dict[str, dict[Pair, frozenset[str]]] = defaultdict(dict)
+            restart = False
+            while True:  # grows the effect-free tools while witnesses allow
+                found = self._evidence(none, varied, used)
+                fresh = {t: f for t, f in found.contrary().items() if t not in changes and not decl[t].fixed}
+                changes.update(fresh)
+                if none & set(fresh):
+                    restart = True
+                    break
+                for tool, pairs in found.witnesses.items():
+                    witnesses[tool].update(pairs)
+                grown = {
+                    t
+                    for t, pairs in witnesses.items()
+                    if t not in none and t not in changes and decl[t].effect is Effect.UNKNOWN
+                    and _shown(set().union(*pairs.values()), keys[t])
+                }  # fmt: skip
+                for suspects in found.contested():  # one of them changed something: keep it changing
+                    if suspects - none <= grown:
+                        grown -= suspects
+                if not grown:
+                    break
+                none |= grown
+            if not restart:
+                break
+        self._passes = used  # the passes this learning took: the next one most likely takes them again
+        return {t: _verdict(decl[t], t in none, changes.get(t), witnesses.get(t, {})) for t in sorted(tools)}
 
 
 def _unit(tool: str, kind: str | None) -> str:
@@ -73,63 +223,6 @@ def _unit(tool: str, kind: str | None) -> str:
     A space is in no tool's name (MCP tool names are letters, digits, ``_``, ``-`` and ``.``).
     """
     return f"{tool} [{kind or '?'}]"
-
-
-def _kinded(
-    runs: list[list[Call]], verdicts: Mapping[str, Verdict], declared: Mapping[str, Declaration]
-) -> dict[str, set[str | None]]:
-    """The tools to learn per kind, with their calls' kinds: not effect-free, not fixed, of 2+ kinds."""
-    kinds: dict[str, set[str | None]] = defaultdict(set)
-    for run in runs:
-        for c in run:
-            if c.tool is not None and not c.inert:
-                kinds[c.tool].add(c.kind)
-    return {
-        tool: found
-        for tool, found in kinds.items()
-        if len(found) >= 2 and verdicts[tool].changes_state and not declared.get(tool, UNDECLARED).fixed
-    }
-
-
-def _learn(runs: list[list[Call]], declared: Mapping[str, Declaration]) -> dict[str, Verdict]:
-    """:func:`learn`, every tool taken whole."""
-    tools = {c.tool for run in runs for c in run if c.tool is not None} | set(declared)
-    decl = {t: declared.get(t, UNDECLARED) for t in tools}
-    varied = _varied(runs)
-    keys: dict[str, set[str]] = defaultdict(set)  # every call of each tool that could change state
-    for run in runs:
-        for c in run:
-            if c.tool is not None and not c.inert:
-                keys[c.tool].add(c.key)
-    changes: dict[str, _Finding] = {}
-    while True:  # starts over when a tool relied on as effect-free turns out to change state
-        none = {t for t in tools if decl[t].effect is Effect.NONE and t not in changes}
-        witnesses: dict[str, dict[Pair, frozenset[str]]] = defaultdict(dict)
-        restart = False
-        while True:  # grows the effect-free tools while witnesses allow
-            found = _evidence(runs, none, varied)
-            fresh = {f.tool: f for f in found.contrary if f.tool not in changes and not decl[f.tool].fixed}
-            changes.update(fresh)
-            if none & set(fresh):
-                restart = True
-                break
-            for tool, pairs in found.witnesses.items():
-                witnesses[tool].update(pairs)
-            grown = {
-                t
-                for t, pairs in witnesses.items()
-                if t not in none and t not in changes and decl[t].effect is Effect.UNKNOWN
-                and _shown(set().union(*pairs.values()), keys[t])
-            }  # fmt: skip
-            for suspects in found.contested:  # one of them changed something: keep it changing
-                if suspects - none <= grown:
-                    grown -= suspects
-            if not grown:
-                break
-            none |= grown
-        if not restart:
-            break
-    return {t: _verdict(decl[t], t in none, changes.get(t), witnesses.get(t, {})) for t in sorted(tools)}
 
 
 def _shown(witnessed: set[str], called: set[str]) -> bool:
@@ -142,7 +235,7 @@ def _shown(witnessed: set[str], called: set[str]) -> bool:
 
 
 def _verdict(
-    declaration: Declaration, none: bool, contrary: _Finding | None, witnesses: dict[Pair, frozenset[str]]
+    declaration: Declaration, none: bool, contrary: Finding | None, witnesses: dict[Pair, frozenset[str]]
 ) -> Verdict:
     examples = tuple(sorted(witnesses, key=lambda p: (p[0] or 0, p[1] or 0))[:_EXAMPLES])
     shown = len(set().union(*witnesses.values()))
@@ -169,114 +262,3 @@ def _verdict(
 def _pairs(pairs: Sequence[Pair]) -> str:
     shown = ", ".join(f"{a} and {b}" for a, b in pairs)
     return f"recordings {shown}" if len(pairs) == 1 else f"recording pairs {shown}"
-
-
-def _varied(runs: list[list[Call]]) -> set[str]:
-    """Tools whose successful answers differ: only they can witness their own effect."""
-    answers: dict[str, set[str]] = defaultdict(set)
-    for run in runs:
-        for c in run:
-            if c.tool is not None and not c.failed:
-                answers[c.tool].add(c.answer)
-    return {t for t, a in answers.items() if len(a) > 1}
-
-
-@dataclass(slots=True)
-class _Point:
-    """Where one recorded call stands: its session, position and state."""
-
-    call: Call
-    run: int
-    index: int
-    chain: list[int]  # the session's state hashes, shared (valid up to ``depth``)
-    steps: list[Call]  # the session's state-changing calls, shared (valid up to ``depth``)
-    depth: int  # how many state-changing calls precede it
-
-
-def _evidence(runs: list[list[Call]], none: set[str], varied: set[str]) -> _Evidence:
-    """Witnesses, attributable changes and contested changes, with ``none`` taken as effect-free."""
-    found = _Evidence()
-    points: list[_Point] = []
-    groups: dict[tuple[str, int], dict[str, _Point]] = defaultdict(dict)  # (key, state) -> answer -> first
-    for r, run in enumerate(runs):
-        chain: list[int] = [0]
-        steps: list[Call] = []
-        for i, call in enumerate(run):
-            point = _Point(call, r, i, chain, steps, len(steps))
-            points.append(point)
-            groups[(call.key, chain[-1])].setdefault(call.answer, point)
-            if _changing(call, none):
-                chain.append(hash((chain[-1], call.key)))
-                steps.append(call)
-
-    def witness(a: Call, b: Call, tool: str, calls: Sequence[Call]) -> None:
-        """``a`` and ``b`` agree across ``calls``: a witness for those of them ``a`` covers."""
-        seen = frozenset(c.key for c in calls if covers(a, c) and can_show(a, c))
-        if seen:
-            found.witnesses[tool][(a.id, b.id)] = seen
-
-    def extended(before: _Point, after: _Point, calls: Sequence[Call]) -> None:
-        """``after``'s state is ``before``'s and ``calls`` (all of one tool of unknown effect)."""
-        a, b, tool = before.call, after.call, calls[0].name
-        if a.answer != b.answer:
-            why = f"{a.name} before/after differed (recordings {a.id}, {b.id})"
-            found.contrary.append(_Finding(tool, (a.id, b.id), why))
-        elif not a.failed and (a.tool != tool or tool in varied):
-            witness(a, b, tool, calls)
-
-    def same_state(before: _Point, after: _Point, between: Sequence[Call]) -> None:
-        """Nothing of unknown effect between them: their answers must agree."""
-        a, b = before.call, after.call
-        tools = {c.name for c in between}
-        if a.answer == b.answer:
-            if len(tools) == 1 and not a.failed:
-                tool = next(iter(tools))
-                if a.tool != tool or tool in varied:
-                    witness(a, b, tool, between)
-            return
-        why = f"{a.name} answered differently from one state (recordings {a.id}, {b.id})"
-        # Something taken as effect-free is not: each one that could be (its own tool included).
-        for tool in sorted(tools & none or ({a.tool} if a.tool is not None else set())):
-            found.contrary.append(_Finding(tool, (a.id, b.id), why))
-
-    last: dict[tuple[int, str], _Point] = {}
-    for point in points:
-        call = point.call
-        previous = last.get((point.run, call.key))
-        last[(point.run, call.key)] = point
-        if previous is not None and point.index - previous.index <= _MAX_SPAN:
-            between = [c for c in runs[point.run][previous.index : point.index] if _acting(c)]
-            changing = [c for c in between if c.name not in none]
-            suspects = frozenset(c.name for c in changing)
-            if not changing:
-                same_state(previous, point, between)
-            elif len(suspects) == 1:
-                extended(previous, point, changing)
-            elif call.answer != previous.call.answer:
-                found.contested.append(suspects)
-        # Across sessions: another session's recording from this state, or from one this state
-        # extends by calls of one tool only.
-        depth, steps, chain = point.depth, point.steps, point.chain
-        for back in range(min(depth, _MAX_SPAN) + 1):
-            j = depth - back
-            if back and steps[j].name != steps[depth - 1].name:
-                break
-            for other in groups.get((call.key, chain[j]), {}).values():
-                if other.run == point.run:
-                    continue
-                if back:
-                    extended(other, point, steps[j:depth])
-                elif other.call.answer != call.answer and (other.run, other.index) < (point.run, point.index):
-                    prefixes = [*runs[other.run][: other.index], *runs[point.run][: point.index]]
-                    same_state(other, point, [c for c in prefixes if _acting(c) and c.name in none])
-    return found
-
-
-def _acting(call: Call) -> bool:
-    """A tool call that may have changed state (not refused, not a dry run)."""
-    return call.tool is not None and not call.inert
-
-
-def _changing(call: Call, none: set[str]) -> bool:
-    """A call that is part of the state: it acted, and its tool is not taken as effect-free."""
-    return _acting(call) and call.name not in none

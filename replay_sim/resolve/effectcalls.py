@@ -10,10 +10,10 @@ id); calls removed (``replay-sim forget``, which counts its removals) make it re
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import threading
 import weakref
-from collections import defaultdict
 from typing import Any
 
 from replay_sim.canonical import answer_text
@@ -30,14 +30,60 @@ def dry_run(tool: str, arguments: Any) -> bool:
 
 
 @dataclasses.dataclass(slots=True)
+class _Session:
+    """One session's calls as read, in recorded order, and as judged (inert when never succeeded)."""
+
+    read: list[tuple[int, int, Call]] = dataclasses.field(default_factory=list)  # (seq, id, call)
+    judged: list[Call] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass(slots=True)
 class _Read:
-    """One server's calls as read so far: ``(session, seq, call)`` each, ``call`` inert only when
-    its own arguments or method make it so (whether its key ever succeeded is judged on the whole)."""
+    """One server's calls as read so far, by session: each call inert only when its own arguments or
+    method make it so, and as judged (whether its key ever succeeded is known of all the calls)."""
 
     last: int = 0
     removals: int = 0
-    rows: list[tuple[Any, int, Call]] = dataclasses.field(default_factory=list)
+    sessions: dict[Any, _Session] = dataclasses.field(default_factory=dict)
+    succeeded: set[str] = dataclasses.field(default_factory=set)  # keys that ever succeeded
+    unsettled: dict[str, set[Any]] = dataclasses.field(
+        default_factory=dict
+    )  # key never succeeded -> sessions
+    called: set[str] = dataclasses.field(default_factory=set)
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+
+    def forget(self, removals: int) -> None:
+        """Forget every call read (some were removed: all are read again)."""
+        self.last, self.removals = 0, removals
+        self.sessions, self.succeeded, self.unsettled, self.called = {}, set(), {}, set()
+
+    def add(self, rows: list[tuple[Any, int, Call]]) -> None:
+        """Calls read since (in id order): each judged once, and again only when its key succeeds."""
+        again: set[Any] = set()
+        for _, _, call in rows:
+            if not call.failed and call.key not in self.succeeded:
+                self.succeeded.add(call.key)
+                again |= self.unsettled.pop(call.key, set())
+        for session, seq, call in rows:
+            if call.method == "tools/call":
+                self.called.add(call.name)
+            found = self.sessions.setdefault(session, _Session())
+            place = (seq, call.id or 0, call)
+            if found.read and place[:2] < found.read[-1][:2]:  # recorded out of order: judged again
+                bisect.insort(found.read, place, key=lambda entry: entry[:2])
+                again.add(session)
+                continue
+            found.read.append(place)
+            found.judged.append(self._judged(session, call))
+        for session in again:
+            found = self.sessions[session]
+            found.judged = [self._judged(session, call) for _, _, call in found.read]
+
+    def _judged(self, session: Any, call: Call) -> Call:
+        if call.inert or call.key in self.succeeded:
+            return call
+        self.unsettled.setdefault(call.key, set()).add(session)
+        return dataclasses.replace(call, inert=True)
 
 
 _reads: weakref.WeakKeyDictionary[Store, dict[str, _Read]] = weakref.WeakKeyDictionary()
@@ -56,19 +102,11 @@ def server_runs(store: Store, server: str) -> tuple[list[list[Call]], set[str]]:
     with read.lock:
         _, _, removals = store.counted(server)  # before the calls: a removal meanwhile is seen next time
         if removals != read.removals:  # calls were removed (their ids may be given again): all again
-            read.last, read.removals, read.rows = 0, removals, []
+            read.forget(removals)
         added = _derived(store.outcomes(server, after=read.last))
-        read.rows.extend(added)
+        read.add(added)
         read.last = max(read.last, *(call.id or 0 for _, _, call in added)) if added else read.last
-        rows = list(read.rows)
-    succeeded = {call.key for _, _, call in rows if not call.failed}
-    sessions: dict[Any, list[tuple[int, Call]]] = defaultdict(list)
-    for session, seq, call in rows:
-        if not call.inert and call.key not in succeeded:
-            call = dataclasses.replace(call, inert=True)
-        sessions[session].append((seq, call))
-    runs = [[c for _, c in sorted(run, key=lambda sc: (sc[0], sc[1].id or 0))] for run in sessions.values()]
-    return runs, {call.name for _, _, call in rows if call.method == "tools/call"}
+        return [list(found.judged) for found in read.sessions.values()], set(read.called)
 
 
 def _derived(outcomes: list[tuple[Any, ...]]) -> list[tuple[Any, int, Call]]:

@@ -14,13 +14,15 @@ import contextlib
 import functools
 import hashlib
 import sys
+import threading
+import weakref
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from replay_sim.canonical import answer_text
-from replay_sim.effects import Declaration, Effect, Verdict, declare, kind_of, learn
+from replay_sim.effects import Declaration, Effect, Learner, Verdict, declare, kind_of
 from replay_sim.errors import StoreError
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.effectcalls import dry_run, server_runs
@@ -63,9 +65,23 @@ def _learned(
     store: Store, server: str, schema: Callable[[str, str], Any], config: MatchConfig
 ) -> tuple[dict[str, Verdict], dict[str, Declaration]]:
     """:func:`recorded_effects`, and the declarations they were learned with."""
-    runs, called = server_runs(store, server)  # each call read and derived once per store
-    declared = _declarations(server, called, schema, config)
-    return learn(runs, declared), declared
+    learner, lock = _server_learner(store, server)
+    with lock:  # runs read in one order are judged in it: a later read extends an earlier one
+        runs, called = server_runs(store, server)  # each call read and derived once per store
+        declared = _declarations(server, called, schema, config)
+        return learner.learn(runs, declared), declared
+
+
+_learners: weakref.WeakKeyDictionary[Store, dict[str, tuple[Learner, threading.Lock]]] = (
+    weakref.WeakKeyDictionary()
+)
+_learners_lock = threading.Lock()
+
+
+def _server_learner(store: Store, server: str) -> tuple[Learner, threading.Lock]:
+    """The learner of ``server``'s effects on ``store``: each batch of answers is judged alone."""
+    with _learners_lock:
+        return _learners.setdefault(store, {}).setdefault(server, (Learner(), threading.Lock()))
 
 
 def _declarations(
