@@ -29,7 +29,8 @@ wrong answer; with the peak of live instances, memory per instance and the repla
 
 Run with ``python -m bench sandbox_scale`` (or ``python -m bench.sandbox_scale [EPISODES ...]``;
 ``python -m bench.sandbox_scale hold [EPISODES ...]`` for the episodes held at once, 64, 256 and
-1,024 by default).
+1,024 by default; ``python -m bench.sandbox_scale path`` for the answer path alone, in both protocol
+eras, a few rounds).
 """
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ HOLD = (64, 256, 1024)
 CONCURRENCY = 16
 WAVES, WAVE_SIZE, WAVE_CONCURRENCY = 3, 40, 20
 WARM_CALLS = 40
+PATH_ROUNDS, PATH_CALLS = 3, 100
+"""``path``: rounds per protocol era, and calls of each kind per round."""
 
 
 def entity(run: str, episode: int) -> str:
@@ -288,23 +291,27 @@ def resident(pid: int) -> int:
     return 0
 
 
-async def answer_path(sim: Served) -> dict[str, float]:
-    """Medians: a warm sandbox answer's round trip, the instance's own latency, a cache hit's round trip."""
+async def answer_path(sim: Served, mode: str = "auto", run: str = "path", count: int = WARM_CALLS) -> dict[str, float]:
+    """Medians: a warm sandbox answer's round trip, the instance's own latency, a cache hit's round trip.
+
+    ``mode`` is the MCP client's (``auto``: the 2026 era; ``legacy``: a handshake-era session);
+    ``run`` names the entity the episode writes (a new one per measurement, so nothing is recorded yet).
+    """
     warm: list[float] = []
     own: list[float] = []
     hits: list[float] = []
-    async with sim.episode() as url, Client(url) as client:
-        await client.call_tool(*calls(entity("path", 0))[0])  # binds (and re-plays nothing)
-        for n in range(WARM_CALLS):
+    async with sim.episode() as url, Client(url, mode=mode) as client:  # type: ignore[arg-type]
+        await client.call_tool(*calls(entity(run, 0))[0])  # binds (and re-plays nothing)
+        for n in range(count):
             started = time.perf_counter()
             result = await client.call_tool("open_nodes", {"names": [f"absent-{n}"]})
             warm.append((time.perf_counter() - started) * 1000)
             assert status(result) == "sandbox", status(result)
             own.append(float((result.meta or {})[MATCH_META_KEY]["sandbox"]["latency_ms"]))
     await anyio.sleep(0.2)  # the answers are recorded off the answer path: a batch every 50 ms
-    async with sim.episode() as url, Client(url) as client:
-        await client.call_tool(*calls(entity("path", 0))[0])
-        for n in range(WARM_CALLS):
+    async with sim.episode() as url, Client(url, mode=mode) as client:  # type: ignore[arg-type]
+        await client.call_tool(*calls(entity(run, 0))[0])
+        for n in range(count):
             started = time.perf_counter()
             result = await client.call_tool("open_nodes", {"names": [f"absent-{n}"]})
             hits.append((time.perf_counter() - started) * 1000)
@@ -354,8 +361,32 @@ async def run(sizes: tuple[int, ...], tmp: Path, holding: bool) -> None:
           f"{path['warm_ms'] - path['hit_ms'] - path['own_ms']:.2f} ms")  # fmt: skip
 
 
+async def paths(tmp: Path) -> None:
+    """Only the answer path, in both protocol eras, on one ``replay-sim serve`` (no episode table)."""
+    db = tmp / "replay.db"
+    await record_memory(db, tmp / "record-state")
+    config = memory_config(tmp / "record.toml", tmp / "pristine")
+    async with served(db, config, tmp) as sim:
+        for round_ in range(PATH_ROUNDS):
+            for mode in ("auto", "legacy"):
+                era = "2026-era" if mode == "auto" else "handshake-era"
+                path = await answer_path(sim, mode, f"p{round_}{mode[0]}", PATH_CALLS)
+                print(f"answer path, {era} client, round {round_ + 1} (medians of {PATH_CALLS}): warm sandbox "
+                      f"answer {path['warm_ms']:.2f} ms round trip, the instance's own latency "
+                      f"{path['own_ms']:.2f} ms, a cache hit {path['hit_ms']:.2f} ms round trip; "
+                      f"sandbox - hit - own = {path['warm_ms'] - path['hit_ms'] - path['own_ms']:.2f} ms",
+                      flush=True)  # fmt: skip
+
+
 def main() -> None:
-    """Print the table, the waves and the answer path (with ``hold``: only the episodes held at once)."""
+    """Print the table, the waves and the answer path (with ``hold``: only the episodes held at once;
+    with ``path``: only the answer path)."""
+    if "path" in sys.argv[1:]:
+        print(f"load before: {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} cores", flush=True)
+        with tempfile.TemporaryDirectory() as folder:
+            anyio.run(paths, Path(folder))
+        print(f"load after: {os.getloadavg()[0]:.2f} (1 min)")
+        return
     holding = "hold" in sys.argv[1:]
     sizes = tuple(int(a) for a in sys.argv[1:] if a.isdigit()) or (HOLD if holding else SIZES)
     print(f"load before: {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} cores", flush=True)
