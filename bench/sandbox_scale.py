@@ -291,7 +291,9 @@ def resident(pid: int) -> int:
     return 0
 
 
-async def answer_path(sim: Served, mode: str = "auto", run: str = "path", count: int = WARM_CALLS) -> dict[str, float]:
+async def answer_path(
+    sim: Served, mode: str = "auto", run: str = "path", count: int = WARM_CALLS
+) -> dict[str, float]:
     """Medians: a warm sandbox answer's round trip, the instance's own latency, a cache hit's round trip.
 
     ``mode`` is the MCP client's (``auto``: the 2026 era; ``legacy``: a handshake-era session);
@@ -371,8 +373,8 @@ async def paths(tmp: Path) -> None:
             for mode in ("auto", "legacy"):
                 era = "2026-era" if mode == "auto" else "handshake-era"
                 path = await answer_path(sim, mode, f"p{round_}{mode[0]}", PATH_CALLS)
-                print(f"answer path, {era} client, round {round_ + 1} (medians of {PATH_CALLS}): warm sandbox "
-                      f"answer {path['warm_ms']:.2f} ms round trip, the instance's own latency "
+                print(f"answer path, {era} client, round {round_ + 1} (medians of {PATH_CALLS}): "
+                      f"warm sandbox answer {path['warm_ms']:.2f} ms round trip, the instance's own latency "
                       f"{path['own_ms']:.2f} ms, a cache hit {path['hit_ms']:.2f} ms round trip; "
                       f"sandbox - hit - own = {path['warm_ms'] - path['hit_ms'] - path['own_ms']:.2f} ms",
                       flush=True)  # fmt: skip

@@ -118,3 +118,10 @@ class SandboxCalls:
             return None  # re-enacted to the client: the SDK path's stream
         self.replay.settle(taken.server, taken.method, taken.params, answer, taken.history, taken.started)
         return self.prepared.dumped(taken.server, taken.method, reply, version, style)
+
+    def count(self, what: str) -> None:
+        """Count a call in the miss policy's stats: ``fast`` (its answer written here), ``handed``
+        (handed over to the SDK path)."""
+        counts = getattr(self.replay.policy, "counts", None)
+        if isinstance(counts, dict):
+            counts[what] = counts.get(what, 0) + 1

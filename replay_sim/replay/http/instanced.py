@@ -114,8 +114,10 @@ class InstanceAnswers:
                 if handed.done.is_set() and handed.error is None:
                     body = self.calls.settle(taken, handed.answer, version, style)
                     if body is not None:
+                        self.calls.count("fast")
                         await respond(send, envelope(request_id, body, style))
                         return
+                self.calls.count("handed")
                 scope[HANDED_OVER] = handed  # an answer (or a call) only the SDK path delivers
                 await handover()
                 tg.cancel_scope.cancel()  # a call still running when the SDK path ended (its client left)

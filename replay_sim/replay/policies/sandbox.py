@@ -101,7 +101,8 @@ class SandboxPolicy:
         """Instances bound, calls re-played, calls answered, episodes lost — since the start; and
         ``rebuilt`` (instances bound again after one was given back), ``released`` (given back idle or
         at a session's end), ``reclaimed`` (given back to make room), ``cut`` (calls ended at the
-        call limit or when their client left)."""
+        call limit or when their client left), ``fast`` and ``handed`` (answers of a warm instance
+        written on the HTTP fast path, or handed from it to the SDK path)."""
         # A read-only store's answers go to the side store, which the resolver does not read.
         self.log = AnswerLog(
             lambda: self.recordings, written=None if self.store.readonly else settings.stored
