@@ -294,32 +294,43 @@ def resident(pid: int) -> int:
 async def answer_path(
     sim: Served, mode: str = "auto", run: str = "path", count: int = WARM_CALLS
 ) -> dict[str, float]:
-    """Medians: a warm sandbox answer's round trip, the instance's own latency, a cache hit's round trip.
+    """Medians, interleaved call by call: a warm sandbox answer's round trip and the instance's own
+    latency, the same through the SDK's request path (a progress token in ``_meta`` sends it there),
+    and a cache hit's round trip.
 
     ``mode`` is the MCP client's (``auto``: the 2026 era; ``legacy``: a handshake-era session);
-    ``run`` names the entity the episode writes (a new one per measurement, so nothing is recorded yet).
+    ``run`` names the entities written (new ones per measurement, so nothing is recorded yet).
     """
-    warm: list[float] = []
-    own: list[float] = []
-    hits: list[float] = []
+    times: dict[str, list[float]] = {k: [] for k in ("warm", "own", "sdk", "sdk_own", "hit")}
     async with sim.episode() as url, Client(url, mode=mode) as client:  # type: ignore[arg-type]
-        await client.call_tool(*calls(entity(run, 0))[0])  # binds (and re-plays nothing)
+        await client.call_tool(*calls(entity(run, 0))[0])  # what the hits are answered from
         for n in range(count):
-            started = time.perf_counter()
-            result = await client.call_tool("open_nodes", {"names": [f"absent-{n}"]})
-            warm.append((time.perf_counter() - started) * 1000)
-            assert status(result) == "sandbox", status(result)
-            own.append(float((result.meta or {})[MATCH_META_KEY]["sandbox"]["latency_ms"]))
+            await client.call_tool("open_nodes", {"names": [f"absent-{n}"]})
     await anyio.sleep(0.2)  # the answers are recorded off the answer path: a batch every 50 ms
-    async with sim.episode() as url, Client(url, mode=mode) as client:  # type: ignore[arg-type]
-        await client.call_tool(*calls(entity(run, 0))[0])
+
+    async def timed(client: Client, names: list[str], meta: dict[str, Any] | None = None) -> Any:
+        started = time.perf_counter()
+        result = await client.call_tool("open_nodes", {"names": names}, meta=meta)  # type: ignore[arg-type]
+        return result, (time.perf_counter() - started) * 1000
+
+    async with (
+        sim.episode() as warm_url, Client(warm_url, mode=mode) as warm,  # type: ignore[arg-type]
+        sim.episode() as hit_url, Client(hit_url, mode=mode) as hits,  # type: ignore[arg-type]
+    ):  # fmt: skip
+        await warm.call_tool(*calls(entity(run, 1))[0])  # binds (and re-plays nothing)
+        await hits.call_tool(*calls(entity(run, 0))[0])  # the recorded state: a hit
         for n in range(count):
-            started = time.perf_counter()
-            result = await client.call_tool("open_nodes", {"names": [f"absent-{n}"]})
-            hits.append((time.perf_counter() - started) * 1000)
+            for key, names, meta in (("warm", [f"absent-{n}"], None),
+                                     ("sdk", [f"absent-sdk-{n}"], {"progressToken": f"p{n}"})):  # fmt: skip
+                result, took = await timed(warm, names, meta)
+                assert status(result) == "sandbox", status(result)
+                times[key].append(took)
+                own = (result.meta or {})[MATCH_META_KEY]["sandbox"]["latency_ms"]
+                times[f"{key}_own"].append(float(own))
+            result, took = await timed(hits, [f"absent-{n}"])
             assert status(result) == "exact", status(result)
-    return {"warm_ms": statistics.median(warm), "own_ms": statistics.median(own),
-            "hit_ms": statistics.median(hits)}  # fmt: skip
+            times["hit"].append(took)
+    return {f"{k}_ms": statistics.median(v) for k, v in times.items()}
 
 
 async def run(sizes: tuple[int, ...], tmp: Path, holding: bool) -> None:
@@ -373,10 +384,13 @@ async def paths(tmp: Path) -> None:
             for mode in ("auto", "legacy"):
                 era = "2026-era" if mode == "auto" else "handshake-era"
                 path = await answer_path(sim, mode, f"p{round_}{mode[0]}", PATH_CALLS)
-                print(f"answer path, {era} client, round {round_ + 1} (medians of {PATH_CALLS}): "
-                      f"warm sandbox answer {path['warm_ms']:.2f} ms round trip, the instance's own latency "
-                      f"{path['own_ms']:.2f} ms, a cache hit {path['hit_ms']:.2f} ms round trip; "
-                      f"sandbox - hit - own = {path['warm_ms'] - path['hit_ms'] - path['own_ms']:.2f} ms",
+                print(f"answer path, {era} client, round {round_ + 1} (medians of {PATH_CALLS}, "
+                      f"interleaved): warm sandbox answer {path['warm_ms']:.2f} ms round trip (the "
+                      f"instance {path['own_ms']:.2f} ms); through the SDK's request path "
+                      f"{path['sdk_ms']:.2f} ms (the instance {path['sdk_own_ms']:.2f} ms); a cache hit "
+                      f"{path['hit_ms']:.2f} ms; sandbox - hit - own = "
+                      f"{path['warm_ms'] - path['hit_ms'] - path['own_ms']:.2f} ms (SDK path: "
+                      f"{path['sdk_ms'] - path['hit_ms'] - path['sdk_own_ms']:.2f} ms)",
                       flush=True)  # fmt: skip
 
 

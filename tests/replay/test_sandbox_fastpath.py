@@ -70,18 +70,18 @@ async def test_a_warm_instances_answer_on_the_fast_path_is_the_sdk_paths_result_
         Client(sim.episode("fast").url("counter"), mode=mode) as fast,  # type: ignore[arg-type]
         Client(sim.episode("sdk").url("counter"), mode=mode) as sdk,  # type: ignore[arg-type]
     ):
-        for client in (fast, sdk):  # binds each episode's instance (the SDK path: none was warm)
-            assert match(await client.call_tool("put", {"key": "k2", "value": "x"}))["status"] == "sandbox"
+        for client, value in ((fast, "fast"), (sdk, "sdk")):  # binds each (SDK path: none was warm)
+            bound = await client.call_tool("put", {"key": "mine", "value": value})  # states differ
+            assert match(bound)["status"] == "sandbox"
         assert counts(sim).get("fast", 0) == 0
-        taken = await fast.call_tool("get", {"key": "k2"})
-        assert counts(sim)["fast"] == 1
-        # A progress token is the SDK path's (it may relay progress): the same call answered there.
-        given = await sdk.call_tool("get", {"key": "k2"}, meta={"progressToken": "p-1"})
-        assert counts(sim)["fast"] == 1
-        assert text(taken) == text(given) == "x"
-        assert taken.model_dump(exclude={"meta"}) == given.model_dump(exclude={"meta"})
-        assert match(taken)["status"] == "sandbox"
-        _same_but_instance(match(taken), match(given))
+        for tool, arguments in (("put", {"key": "k2", "value": "x"}), ("get", {"key": "k2"})):
+            taken = await fast.call_tool(tool, arguments)
+            # A progress token is the SDK path's (it may relay progress): the same call answered there.
+            given = await sdk.call_tool(tool, arguments, meta={"progressToken": "p-1"})
+            assert taken.model_dump(exclude={"meta"}) == given.model_dump(exclude={"meta"})
+            assert match(taken)["status"] == "sandbox"
+            _same_but_instance(match(taken), match(given))
+        assert text(taken) == "x" and counts(sim)["fast"] == 2
 
 
 async def test_a_state_changing_call_on_the_fast_path_marks_the_episode_and_is_recorded_for_the_next(
