@@ -18,8 +18,8 @@ bounds and cancels it:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Awaitable, Callable, Hashable
+from functools import partial
 from typing import Any
 
 import anyio
@@ -98,32 +98,52 @@ class InstanceAnswers:
         key = None if transport is None else (id(transport), request_id)
         if key is not None:
             self._flying[key] = call
+        deliver = partial(
+            self._deliver, taken, handed, request_id, version, style, scope, send, respond, handover
+        )
         try:
+            if disconnect is None:  # handshake era: asked right here, cancelled only through `call`
+                await self._ask(taken, handed, call)
+                await deliver()
+                return
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._ask, taken, handed, call)
                 watch = anyio.CancelScope()
-                if disconnect is not None:
-                    tg.start_soon(_watch, disconnect, watch, tg.cancel_scope)
-                window = _SSE_PING_INTERVAL if disconnect is not None else math.inf
-                with anyio.move_on_after(window):
+                tg.start_soon(_watch, disconnect, watch, tg.cancel_scope)
+                with anyio.move_on_after(_SSE_PING_INTERVAL):  # then the SDK path streams and pings
                     await handed.done.wait()
                 watch.cancel()
-                if isinstance(handed.error, _Cancelled):
-                    await respond(send, _cancelled(request_id))
-                    return
-                if handed.done.is_set() and handed.error is None:
-                    body = self.calls.settle(taken, handed.answer, version, style)
-                    if body is not None:
-                        self.calls.count("fast")
-                        await respond(send, envelope(request_id, body, style))
-                        return
-                self.calls.count("handed")
-                scope[HANDED_OVER] = handed  # an answer (or a call) only the SDK path delivers
-                await handover()
+                await deliver()
                 tg.cancel_scope.cancel()  # a call still running when the SDK path ended (its client left)
         finally:
             if key is not None:
                 self._flying.pop(key, None)
+
+    async def _deliver(
+        self,
+        taken: Taken,
+        handed: Handed,
+        request_id: int | str,
+        version: str,
+        style: Style,
+        scope: Scope,
+        send: Send,
+        respond: Callable[[Send, bytes], Awaitable[None]],
+        handover: Callable[[], Awaitable[None]],
+    ) -> None:
+        """Write the call's answer, or that it was cancelled; or hand it (or the call) to the SDK path."""
+        if isinstance(handed.error, _Cancelled):
+            await respond(send, _cancelled(request_id))
+            return
+        if handed.done.is_set() and handed.error is None:
+            body = self.calls.settle(taken, handed.answer, version, style)
+            if body is not None:
+                self.calls.count("fast")
+                await respond(send, envelope(request_id, body, style))
+                return
+        self.calls.count("handed")
+        scope[HANDED_OVER] = handed  # an answer (or a call) only the SDK path delivers
+        await handover()
 
     async def _ask(self, taken: Taken, handed: Handed, call: anyio.CancelScope) -> None:
         try:
