@@ -148,12 +148,13 @@ class FastPath(RequestChecks):
         scope_key: Hashable = episode if episode is not None else transport
         served = version or LATEST_HANDSHAKE_VERSION
         method, id_ = request["method"], request["id"]
-        result = self.prepared.answer(name, method, params, scope_key, served, Style.PYDANTIC)
-        taken = None
-        if result is None and sandboxed is not None:
-            taken = sandboxed.instances.calls.take(name, method, params, scope_key)
-        if result is None and taken is None:
-            return False
+        # A warm instance's call first: the cache's answer is resolved once, there or by Prepared.
+        taken = None if sandboxed is None else sandboxed.instances.calls.take(name, method, params, scope_key)
+        result = None
+        if taken is None:
+            result = self.prepared.answer(name, method, params, scope_key, served, Style.PYDANTIC)
+            if result is None:
+                return False
         assert session_id is not None
         extra = [(b"mcp-session-id", session_id.encode("latin-1"))]
 
@@ -200,13 +201,13 @@ class FastPath(RequestChecks):
             name, method, params, headers
         ):
             return False
-        result = self.prepared.answer(name, method, params, episode, version, Style.JSON)
-        if result is not None:
-            await _respond(send, envelope(request["id"], result, Style.JSON), [])
-            return True
         taken = None if sandboxed is None else sandboxed.instances.calls.take(name, method, params, episode)
         if taken is None:
-            return False
+            result = self.prepared.answer(name, method, params, episode, version, Style.JSON)
+            if result is None:
+                return False
+            await _respond(send, envelope(request["id"], result, Style.JSON), [])
+            return True
         assert sandboxed is not None
 
         async def respond(send: Send, body: bytes) -> None:
