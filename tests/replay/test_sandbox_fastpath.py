@@ -15,8 +15,11 @@ import anyio
 import httpx2
 import pytest
 from mcp import Client
+from mcp.shared.exceptions import MCPError
 from recording_helpers import step
 from sandbox_helpers import live_instances, match, record, sandboxed, text, until, write_config
+
+from replay_sim.protocol import LOST_CODE
 
 pytestmark = pytest.mark.anyio
 
@@ -31,12 +34,14 @@ def anyio_backend() -> str:
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The counter server's ``put(k1, a)``, ``get(k1)`` and the hang server's ``quick``, recorded once."""
+    """The counter server's ``put(k1, a)``, ``get(k1)``, the hang server's ``quick`` and the echo
+    server's ``echo(hello)``, recorded once."""
     db = tmp_path_factory.mktemp("fastpath") / "replay.db"
 
     async def both() -> None:
         await record(db, "counter", [step("put", key="k1", value="a"), step("get", key="k1")])
         await record(db, "hang", [step("quick")])
+        await record(db, "echo", [step("echo", text="hello")])
 
     anyio.run(both)
     return db
@@ -106,12 +111,13 @@ async def test_a_state_changing_call_on_the_fast_path_marks_the_episode_and_is_r
             assert text(read) == "y" and match(read)["status"] == "exact"  # the cache, in that state
 
 
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_an_answer_with_notifications_is_handed_to_the_sdk_path_and_asked_once(
-    db: Path, tmp_path: Path
+    db: Path, tmp_path: Path, mode: str
 ) -> None:
     config = write_config(tmp_path / "recorder.toml")
     async with sandboxed(db, config, tmp_path) as sim:
-        async with Client(sim.episode("progress").url("hang"), mode="legacy") as client:
+        async with Client(sim.episode("progress").url("hang"), mode=mode) as client:  # type: ignore[arg-type]
             await client.call_tool("slow", {"steps": 1, "interval": 0.01})  # binds
             answered = counts(sim)["answers"]
             # Its instance reports progress (the instance is always given a token): the answer
@@ -121,6 +127,19 @@ async def test_an_answer_with_notifications_is_handed_to_the_sdk_path_and_asked_
         stats = counts(sim)
         assert stats["handed"] == 1 and stats.get("fast", 0) == 0
         assert stats["answers"] == answered + 1  # asked once, on the fast path; delivered by the SDK's
+
+
+async def test_a_call_whose_instance_dies_on_the_fast_path_gets_the_sdk_paths_lost_episode_error(
+    db: Path, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path / "recorder.toml")
+    async with sandboxed(db, config, tmp_path) as sim:
+        async with Client(sim.episode("doomed").url("echo")) as client:
+            assert match(await client.call_tool("echo", {"text": "not recorded"}))["status"] == "sandbox"
+            with pytest.raises(MCPError) as lost:
+                await client.call_tool("crash", {})  # asked on the fast path: its instance dies
+        assert lost.value.error.code == LOST_CODE and "episode 'doomed' is lost" in lost.value.error.message
+        assert counts(sim)["handed"] == 1 and counts(sim)["lost"] == 1
 
 
 async def _open_session(http: httpx2.AsyncClient, url: str) -> str:
