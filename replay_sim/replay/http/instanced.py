@@ -107,12 +107,15 @@ class InstanceAnswers:
                 await deliver()
                 return
             async with anyio.create_task_group() as tg:
-                tg.start_soon(self._ask, taken, handed, call)
-                watch = anyio.CancelScope()
-                tg.start_soon(_watch, disconnect, watch, tg.cancel_scope)
-                with anyio.move_on_after(_SSE_PING_INTERVAL):  # then the SDK path streams and pings
-                    await handed.done.wait()
-                watch.cancel()
+                # The call in a task; this one watches its client until the call ends (which stops the
+                # watch) or the SDK would start streaming (then the SDK path streams and pings).
+                watching = anyio.CancelScope()
+                tg.start_soon(self._ask, taken, handed, call, watching)
+                with watching, anyio.move_on_after(_SSE_PING_INTERVAL):
+                    while (await disconnect())["type"] != "http.disconnect":
+                        pass
+                    tg.cancel_scope.cancel()  # its client left: the call is cancelled, nothing answered
+                    return
                 await deliver()
                 tg.cancel_scope.cancel()  # a call still running when the SDK path ended (its client left)
         finally:
@@ -145,7 +148,10 @@ class InstanceAnswers:
         scope[HANDED_OVER] = handed  # an answer (or a call) only the SDK path delivers
         await handover()
 
-    async def _ask(self, taken: Taken, handed: Handed, call: anyio.CancelScope) -> None:
+    async def _ask(
+        self, taken: Taken, handed: Handed, call: anyio.CancelScope, ended: anyio.CancelScope | None = None
+    ) -> None:
+        """Ask the call (cancelled through ``call``); cancel ``ended`` once it has an outcome."""
         try:
             with call:
                 handed.settle(await self.calls.answer(taken))
@@ -154,14 +160,8 @@ class InstanceAnswers:
         finally:
             if not handed.done.is_set():
                 handed.settle(error=_Cancelled())
-
-
-async def _watch(receive: Receive, watch: anyio.CancelScope, request: anyio.CancelScope) -> None:
-    """Cancel ``request`` when its client closes the connection (until ``watch`` is cancelled)."""
-    with watch:
-        while (await receive())["type"] != "http.disconnect":
-            pass
-        request.cancel()
+            if ended is not None:
+                ended.cancel()
 
 
 def _cancelled(request_id: int | str) -> bytes:
