@@ -29,7 +29,8 @@ wrong answer; with the peak of live instances, memory per instance and the repla
 
 Run with ``python -m bench sandbox_scale`` (or ``python -m bench.sandbox_scale [EPISODES ...]``;
 ``python -m bench.sandbox_scale hold [EPISODES ...]`` for the episodes held at once, 64, 256 and
-1,024 by default).
+1,024 by default; ``python -m bench.sandbox_scale path`` for the answer path alone, in both protocol
+eras, a few rounds).
 """
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ HOLD = (64, 256, 1024)
 CONCURRENCY = 16
 WAVES, WAVE_SIZE, WAVE_CONCURRENCY = 3, 40, 20
 WARM_CALLS = 40
+PATH_ROUNDS, PATH_CALLS = 3, 100
+"""``path``: rounds per protocol era, and calls of each kind per round."""
 
 
 def entity(run: str, episode: int) -> str:
@@ -289,29 +292,47 @@ def resident(pid: int) -> int:
     return 0
 
 
-async def answer_path(sim: Served) -> dict[str, float]:
-    """Medians: a warm sandbox answer's round trip, the instance's own latency, a cache hit's round trip."""
-    warm: list[float] = []
-    own: list[float] = []
-    hits: list[float] = []
-    async with sim.episode() as url, Client(url) as client:
-        await client.call_tool(*calls(entity("path", 0))[0])  # binds (and re-plays nothing)
-        for n in range(WARM_CALLS):
-            started = time.perf_counter()
-            result = await client.call_tool("open_nodes", {"names": [f"absent-{n}"]})
-            warm.append((time.perf_counter() - started) * 1000)
-            assert status(result) == "sandbox", status(result)
-            own.append(float((result.meta or {})[MATCH_META_KEY]["sandbox"]["latency_ms"]))
+async def answer_path(
+    sim: Served, mode: str = "auto", run: str = "path", count: int = WARM_CALLS
+) -> dict[str, float]:
+    """Medians, interleaved call by call: a warm sandbox answer's round trip and the instance's own
+    latency, the same through the SDK's request path (a progress token in ``_meta`` sends it there),
+    and a cache hit's round trip.
+
+    ``mode`` is the MCP client's (``auto``: the 2026 era; ``legacy``: a handshake-era session);
+    ``run`` names the entities written (new ones per measurement, so nothing is recorded yet).
+    """
+    times: dict[str, list[float]] = {k: [] for k in ("warm", "warm_own", "sdk", "sdk_own", "hit")}
+    async with sim.episode() as url, Client(url, mode=mode) as client:  # type: ignore[arg-type]
+        await client.call_tool(*calls(entity(run, 0))[0])  # what the hits are answered from
+        for n in range(count):
+            await client.call_tool("open_nodes", {"names": [f"absent-{n}"]})
     await anyio.sleep(0.2)  # the answers are recorded off the answer path: a batch every 50 ms
-    async with sim.episode() as url, Client(url) as client:
-        await client.call_tool(*calls(entity("path", 0))[0])
-        for n in range(WARM_CALLS):
-            started = time.perf_counter()
-            result = await client.call_tool("open_nodes", {"names": [f"absent-{n}"]})
-            hits.append((time.perf_counter() - started) * 1000)
+
+    async def timed(client: Client, names: list[str], meta: dict[str, Any] | None = None) -> Any:
+        started = time.perf_counter()
+        result = await client.call_tool("open_nodes", {"names": names}, meta=meta)  # type: ignore[arg-type]
+        return result, (time.perf_counter() - started) * 1000
+
+    async with (
+        sim.episode() as warm_url, Client(warm_url, mode=mode) as warm,  # type: ignore[arg-type]
+        sim.episode() as hit_url, Client(hit_url, mode=mode) as hits,  # type: ignore[arg-type]
+    ):  # fmt: skip
+        await warm.call_tool(*calls(entity(run, 1))[0])  # binds (and re-plays nothing)
+        await hits.call_tool(*calls(entity(run, 0))[0])  # the recorded state: a hit
+        for n in range(count):
+            for key, names, meta in (("warm", [f"absent-{n}"], None),
+                                     ("sdk", [f"absent-sdk-{n}"], {"progressToken": f"p{n}"})):  # fmt: skip
+                result, took = await timed(warm, names, meta)
+                assert status(result) == "sandbox", status(result)
+                times[key].append(took)
+                own = (result.meta or {})[MATCH_META_KEY]["sandbox"]["latency_ms"]
+                times[f"{key}_own"].append(float(own))
+            result, took = await timed(hits, [f"absent-{n}"])
             assert status(result) == "exact", status(result)
-    return {"warm_ms": statistics.median(warm), "own_ms": statistics.median(own),
-            "hit_ms": statistics.median(hits)}  # fmt: skip
+            times["hit"].append(took)
+    medians = {f"{k}_ms": statistics.median(v) for k, v in times.items()}
+    return {**medians, "own_ms": medians["warm_own_ms"]}
 
 
 async def run(sizes: tuple[int, ...], tmp: Path, holding: bool) -> None:
@@ -364,8 +385,35 @@ async def run(sizes: tuple[int, ...], tmp: Path, holding: bool) -> None:
           f"{path['warm_ms'] - path['hit_ms'] - path['own_ms']:.2f} ms")  # fmt: skip
 
 
+async def paths(tmp: Path) -> None:
+    """Only the answer path, in both protocol eras, on one ``replay-sim serve`` (no episode table)."""
+    db = tmp / "replay.db"
+    await record_memory(db, tmp / "record-state")
+    config = memory_config(tmp / "record.toml", tmp / "pristine")
+    async with served(db, config, tmp) as sim:
+        for round_ in range(PATH_ROUNDS):
+            for mode in ("auto", "legacy"):
+                era = "2026-era" if mode == "auto" else "handshake-era"
+                path = await answer_path(sim, mode, f"p{round_}{mode[0]}", PATH_CALLS)
+                print(f"answer path, {era} client, round {round_ + 1} (medians of {PATH_CALLS}, "
+                      f"interleaved): warm sandbox answer {path['warm_ms']:.2f} ms round trip (the "
+                      f"instance {path['own_ms']:.2f} ms); through the SDK's request path "
+                      f"{path['sdk_ms']:.2f} ms (the instance {path['sdk_own_ms']:.2f} ms); a cache hit "
+                      f"{path['hit_ms']:.2f} ms; sandbox - hit - own = "
+                      f"{path['warm_ms'] - path['hit_ms'] - path['own_ms']:.2f} ms (SDK path: "
+                      f"{path['sdk_ms'] - path['hit_ms'] - path['sdk_own_ms']:.2f} ms)",
+                      flush=True)  # fmt: skip
+
+
 def main() -> None:
-    """Print the table, the waves and the answer path (with ``hold``: only the episodes held at once)."""
+    """Print the table, the waves and the answer path (with ``hold``: only the episodes held at once;
+    with ``path``: only the answer path)."""
+    if "path" in sys.argv[1:]:
+        print(f"load before: {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} cores", flush=True)
+        with tempfile.TemporaryDirectory() as folder:
+            anyio.run(paths, Path(folder))
+        print(f"load after: {os.getloadavg()[0]:.2f} (1 min)")
+        return
     holding = "hold" in sys.argv[1:]
     sizes = tuple(int(a) for a in sys.argv[1:] if a.isdigit()) or (HOLD if holding else SIZES)
     print(f"load before: {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} cores", flush=True)

@@ -33,6 +33,7 @@ from __future__ import annotations
 import functools
 import glob
 import os
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -93,20 +94,53 @@ class ClockFile:
     def __init__(self, path: Path, start: datetime) -> None:
         self.path = path
         self.at = utc(start)
-        """What its clock reads."""
-        self.set(start)
+        """What its clock reads (or will once a :meth:`set_ahead` under way is written)."""
+        self._ahead: Future[None] | None = None
+        self._stale = False  # a write ahead failed: the file may not read `at`
+        self._write(self.at)
 
     def now(self) -> datetime:
         """What its clock reads now."""
         return self.at
 
     def set(self, at: datetime) -> None:
-        """Make the clock read ``at`` from now until the next :meth:`set` (atomic replace)."""
+        """Make the clock read ``at`` from now until the next :meth:`set` (atomic replace); nothing
+        is written when it reads ``at`` already (set ahead)."""
+        self._settle()
+        at = utc(at)
+        if at == self.at and not self._stale:
+            return
+        self.at = at
+        self._write(at)
+
+    def set_ahead(self, at: datetime) -> None:
+        """Make the clock read ``at`` soon, the file written in a worker thread: a call about to be
+        sent at ``at`` finds it set, and whoever waits for an answer does not wait for the write."""
+        self._settle()
         self.at = utc(at)
+        self._ahead = _writer().submit(self._write, self.at)
+
+    def _settle(self) -> None:
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            try:
+                ahead.result()
+                self._stale = False
+            except OSError:
+                self._stale = True
+
+    def _write(self, at: datetime) -> None:
         aside = self.path.with_name(f".{self.path.name}.new")
         aside.write_text(clock_line(at))
         os.chmod(aside, 0o644)
         os.replace(aside, self.path)
+        self._stale = False
+
+
+@functools.cache
+def _writer() -> ThreadPoolExecutor:
+    """The one thread that writes clocks ahead (made on first use)."""
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-clock")
 
 
 def recordings_began(

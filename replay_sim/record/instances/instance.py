@@ -276,6 +276,14 @@ class Instance:
                 "clock": None if sent is None else sent.isoformat(),
             }
 
+    def clock_ahead(self, at: datetime) -> None:
+        """Set its pinned clock now to when its next call will be sent (``at``), off the answer path:
+        the file is written in a worker thread while the answer goes out, and that call finds it
+        set. Between calls its clock reads ``at`` already; nothing on the host's clock."""
+        clock = None if self._workspace is None else self._workspace.clock
+        if clock is not None and self._clock_set:
+            clock.set_ahead(at)
+
     def _lost(self, method: str) -> InstanceLost:
         child = None if self._upstream is None else self._upstream.child
         limits = self.spec.containment.limits

@@ -29,6 +29,7 @@ from replay_sim.redaction import Redactor
 from replay_sim.replay.core.connections import connection_key, stream_now
 from replay_sim.replay.core.conversation import Rounds, bound_to, questions, reenact, suited
 from replay_sim.replay.core.episodes import Episode, History
+from replay_sim.replay.core.handover import handed_over
 from replay_sim.replay.core.histories import Histories, needs_history
 from replay_sim.replay.core.histories import scope as history_scope
 from replay_sim.replay.core.keeper import MissKeeper
@@ -121,7 +122,8 @@ class Answering:
             code = types.INVALID_REQUEST if exc.status == 400 else -32000
             raise MCPError(code, str(exc)) from exc
         trail = None if history is None else history.trail(server)
-        fault = self.injector.draw(history, server, method, params)
+        handed = handed_over(ctx)  # a fast path asked the instance already (no fault was drawn)
+        fault = None if handed is not None else self.injector.draw(history, server, method, params)
         if fault is not None:
             name = str(params.get("name", ""))
             reply, why = fault_reply(server, name, fault, self.injector.faults.hold, self.snapshot)
@@ -129,8 +131,10 @@ class Answering:
             answer = Answer(name, Resolution(Tier.MISS, 0.0, reason=why), reply, fault=fault)
         else:
             try:
-                answer = await self.resolve(
-                    server, method, params, trail, owner=history, min_confidence=point
+                answer = await (
+                    handed.outcome()
+                    if handed is not None
+                    else self.resolve(server, method, params, trail, owner=history, min_confidence=point)
                 )
                 if answer.resolution.recording is not None:
                     answer = await self._converse(ctx, server, method, params, answer, trail or ())
@@ -144,17 +148,7 @@ class Answering:
             if answer.pending:  # the client retries the call with its answers: that is the call
                 assert isinstance(answer.reply, dict)
                 return answer.reply
-            if trail is not None and not answer.refused:  # a refusal changed nothing on the real server
-                diverged = trail.diverged
-                self.resolver.advance(trail, answer.resolution)
-                if trail.diverged and not diverged:  # a later miss names this call, by tool and arguments
-                    _, arguments = call_identity(method, self.redactor.redact(params))
-                    trail.blamed = self.resolver.lookup.blame(server, answer.name, arguments)
-        if history is not None:
-            history.called(server)
-        self.metrics.observe(server, method, answer.name, answer.status, time.perf_counter() - started)
-        if isinstance(history, Episode):
-            history.count(server, answer.name, answer.status, fault, answer.resolution.reason)
+        self.settle(server, method, params, answer, history, started, fault)
         recording = answer.resolution.recording
         recorded_ms = recording.latency_ms if recording else None
         if fault == FaultKind.TIMEOUT or (fault is None and self.injector.latency.seconds(recorded_ms) > 0):
@@ -163,6 +157,31 @@ class Answering:
         if isinstance(answer.reply, MCPError):
             raise answer.reply
         return answer.reply
+
+    def settle(
+        self,
+        server: str,
+        method: str,
+        params: dict[str, Any],
+        answer: Answer,
+        history: History | None,
+        started: float,
+        fault: FaultKind | None = None,
+    ) -> None:
+        """What an answered call leaves: its episode's trail advanced (not for a fault or a refusal,
+        which changed nothing on the real server), the call counted in metrics and episode stats."""
+        trail = None if history is None else history.trail(server)
+        if fault is None and trail is not None and not answer.refused:
+            diverged = trail.diverged
+            self.resolver.advance(trail, answer.resolution)
+            if trail.diverged and not diverged:  # a later miss names this call, by tool and arguments
+                _, arguments = call_identity(method, self.redactor.redact(params))
+                trail.blamed = self.resolver.lookup.blame(server, answer.name, arguments)
+        if history is not None:
+            history.called(server)
+        self.metrics.observe(server, method, answer.name, answer.status, time.perf_counter() - started)
+        if isinstance(history, Episode):
+            history.count(server, answer.name, answer.status, fault, answer.resolution.reason)
 
     async def resolve(
         self,
@@ -225,17 +244,34 @@ class Answering:
                 answer = Answer(name, sessionless, self._reply(server, method, name, sessionless))
                 self.misses.keep(server, method, name, arguments, answer.status, sessionless, kept=None)
                 return answer
-        miss = resolution
         trail = history if isinstance(history, Trail) else None
         if not resolution.hit or self.claimed(server, method, name, arguments, trail):
-            tool = surface.tools.get(name) if method == "tools/call" else surface.prompts.get(name)
-            try:
-                resolution = await self.policy.answer(Miss(server, method, params, miss, tool, trail, owner))
-            except EpisodeLost:
-                raise
-            except ReplaySimError as exc:  # an upstream or LLM failure is the client's miss, not a crash
-                failed = f"{miss.reason}; miss policy {self.miss_policy_name!r} failed: {exc}".lstrip("; ")
-                resolution = dataclasses.replace(miss, reason=failed)
+            return await self.ask_policy(server, method, params, resolution, history, owner, loading)
+        return Answer(name, resolution, self._reply(server, method, name, resolution))
+
+    async def ask_policy(
+        self,
+        server: str,
+        method: str,
+        params: dict[str, Any],
+        miss: Resolution,
+        history: Sequence[str] | Trail | None,
+        owner: History | None,
+        loading: bool = False,
+    ) -> Answer:
+        """The miss policy's answer to a call the cache misses (``miss``) or the policy claims; args as
+        :meth:`resolve`'s. Raises: EpisodeLost: the episode's sandbox instance died."""
+        name, arguments = call_identity(method, self.redactor.redact(params))
+        trail = history if isinstance(history, Trail) else None
+        surface = self.surfaces[server]
+        tool = surface.tools.get(name) if method == "tools/call" else surface.prompts.get(name)
+        try:
+            resolution = await self.policy.answer(Miss(server, method, params, miss, tool, trail, owner))
+        except EpisodeLost:
+            raise
+        except ReplaySimError as exc:  # an upstream or LLM failure is the client's miss, not a crash
+            failed = f"{miss.reason}; miss policy {self.miss_policy_name!r} failed: {exc}".lstrip("; ")
+            resolution = dataclasses.replace(miss, reason=failed)
         answer = Answer(name, resolution, self._reply(server, method, name, resolution))
         if not miss.hit and not loading:
             self.misses.keep(server, method, name, arguments, answer.status, miss, kept=history)

@@ -339,6 +339,12 @@ class Prepared:
             self._size += len(body)
         return body
 
+    def dumped(self, server: str, method: str, result: dict[str, Any], version: str, style: Style) -> bytes:
+        """A replayed result's JSON (not kept), shaped and serialised as the SDK path does both."""
+        shaped = overlay(result, self._shape(server, method, version))
+        whole = _dump(JSONRPCResponse(jsonrpc="2.0", id=0, result=shaped), style)
+        return whole[len(_HEAD + b'0,"result":') : -1]
+
     def _shape(self, server: str, method: str, version: str) -> dict[str, Any]:
         """What the SDK's result shaping adds to a replayed result of ``method`` at ``version``.
 

@@ -26,6 +26,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from replay_sim.errors import ConfigError
 from replay_sim.listener import HostCheck, is_loopback
 from replay_sim.replay.core.replay import Replay
+from replay_sim.replay.core.sandboxcalls import SandboxCalls
 from replay_sim.replay.http.admission import Admission
 from replay_sim.replay.http.api import admin_api, admin_token
 from replay_sim.replay.http.errors import json_errors
@@ -123,8 +124,11 @@ def create_app(
         lifespan=lifespan,
     )
     json_errors(app)  # every admin API error is JSON with its status, a corrupt row's included
-    # Exact and canonical hits on established sessions skip the SDK (same bytes, prepared once).
-    fast = FastPath(replay.prepared, {name: replay.server(name) for name in managers}, replay.surfaces)
+    # Exact and canonical hits on established sessions skip the SDK (same bytes, prepared once), and
+    # so do misses an episode's warm sandbox instance answers.
+    calls = SandboxCalls(replay, replay.prepared) if hasattr(replay.policy, "warm") else None
+    servers = {name: replay.server(name) for name in managers}
+    fast = FastPath(replay.prepared, servers, replay.surfaces, calls)
     front = ReplayApp(
         app,
         managers,

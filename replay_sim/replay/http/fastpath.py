@@ -14,10 +14,12 @@ fast path is :mod:`~replay_sim.replay.stdio.fastpath`.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
-from collections.abc import Hashable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -31,12 +33,14 @@ from mcp.shared.inbound import (
     validate_mcp_param_headers,
 )
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION
-from starlette.types import Message, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from replay_sim import untrusted
 from replay_sim.replay.core.checks import RequestChecks, handshake_meta
 from replay_sim.replay.core.prepared import Prepared, Style, envelope
+from replay_sim.replay.core.sandboxcalls import SandboxCalls
 from replay_sim.replay.core.surface import Surface
+from replay_sim.replay.http.instanced import InstanceAnswers
 from replay_sim.replay.http.responses import prefers_json
 
 __all__ = ["FastPath"]
@@ -49,13 +53,22 @@ class FastPath(RequestChecks):
         prepared: The replay's prepared answers.
         servers: Each recorded server's SDK server (which requests it serves at all).
         surfaces: Each recorded server's surface (its tools' input schemas).
+        calls: Misses a bound, warm sandbox instance answers (None: the SDK path asks every one).
+
+    Attributes:
+        instances: The sandbox answers it writes, and the handshake-era ones in flight (None: none).
     """
 
     def __init__(
-        self, prepared: Prepared, servers: Mapping[str, Server[Any]], surfaces: Mapping[str, Surface]
+        self,
+        prepared: Prepared,
+        servers: Mapping[str, Server[Any]],
+        surfaces: Mapping[str, Surface],
+        calls: SandboxCalls | None = None,
     ) -> None:
         super().__init__(prepared, servers)
         self.surfaces = surfaces
+        self.instances = None if calls is None else InstanceAnswers(calls)
         self._annotated: dict[tuple[str, str], Any] = {}
 
     async def __call__(
@@ -66,8 +79,10 @@ class FastPath(RequestChecks):
         scope: Scope,
         messages: list[Message],
         send: Send,
+        receive: Receive | None = None,
+        handover: Callable[[], Awaitable[None]] | None = None,
     ) -> bool:
-        """Answer one MCP POST from prepared bytes if it can.
+        """Answer one MCP POST from prepared bytes, or by its episode's warm sandbox instance, if it can.
 
         Args:
             name: The recorded server the request is for.
@@ -76,6 +91,8 @@ class FastPath(RequestChecks):
             scope: The request's ASGI scope.
             messages: The request's body messages, already read.
             send: Where the response goes.
+            receive: The request's own ``receive`` (past its body: a client closing the connection).
+            handover: Runs the SDK path on the request (None: no sandbox answers are taken here).
 
         Returns:
             True when the request was answered; False when nothing was sent and the SDK answers it.
@@ -94,11 +111,14 @@ class FastPath(RequestChecks):
             return False
         body = b"".join(m.get("body", b"") for m in messages)
         version = headers.get("mcp-protocol-version")
+        sandboxed = None
+        if self.instances is not None and handover is not None and receive is not None:
+            sandboxed = _Sandboxed(self.instances, scope, receive, handover)
         if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
-            return await self._modern(name, episode, scope, headers, body, send)
+            return await self._modern(name, episode, scope, headers, body, send, sandboxed)
         if not json_first:
             return False  # the SDK streams it, as this client prefers
-        return await self._handshake(name, manager, episode, headers, body, version, send)
+        return await self._handshake(name, manager, episode, headers, body, version, send, sandboxed)
 
     async def _handshake(
         self,
@@ -109,6 +129,7 @@ class FastPath(RequestChecks):
         body: bytes,
         version: str | None,
         send: Send,
+        sandboxed: _Sandboxed | None = None,
     ) -> bool:
         session_id = headers.get("mcp-session-id")
         transport = manager._server_instances.get(session_id) if session_id is not None else None
@@ -126,29 +147,41 @@ class FastPath(RequestChecks):
             return False
         scope_key: Hashable = episode if episode is not None else transport
         served = version or LATEST_HANDSHAKE_VERSION
-        result = self.prepared.answer(name, request["method"], params, scope_key, served, Style.PYDANTIC)
-        if result is None:
-            return False
-        answer = envelope(request["id"], result, Style.PYDANTIC)
+        method, id_ = request["method"], request["id"]
+        # A warm instance's call first: the cache's answer is resolved once, there or by Prepared.
+        taken = None if sandboxed is None else sandboxed.instances.calls.take(name, method, params, scope_key)
+        result = None
+        if taken is None:
+            result = self.prepared.answer(name, method, params, scope_key, served, Style.PYDANTIC)
+            if result is None:
+                return False
         assert session_id is not None
         extra = [(b"mcp-session-id", session_id.encode("latin-1"))]
-        timeout = transport._idle_timeout
-        if idle is None or timeout is None:
-            await _respond(send, answer, extra)
-            return True
+
+        async def respond(send: Send, body: bytes) -> None:
+            await _respond(send, body, extra)
+
         # As the transport itself does: a request in flight holds the session open.
-        transport._requests_in_flight += 1
-        idle.deadline = math.inf
-        try:
-            await _respond(send, answer, extra)
-        finally:
-            transport._requests_in_flight -= 1
-            if not transport._requests_in_flight:
-                idle.deadline = anyio.current_time() + timeout
+        async with _in_flight(transport):
+            if result is not None:
+                await respond(send, envelope(id_, result, Style.PYDANTIC))
+            else:
+                assert sandboxed is not None and taken is not None
+                await sandboxed.instances(
+                    taken, id_, served, Style.PYDANTIC, sandboxed.scope, send, respond, sandboxed.handover,
+                    transport=transport,
+                )  # fmt: skip
         return True
 
     async def _modern(
-        self, name: str, episode: str | None, scope: Scope, headers: dict[str, str], body: bytes, send: Send
+        self,
+        name: str,
+        episode: str | None,
+        scope: Scope,
+        headers: dict[str, str],
+        body: bytes,
+        send: Send,
+        sandboxed: _Sandboxed | None = None,
     ) -> bool:
         try:
             request = untrusted.loads(body)
@@ -168,10 +201,22 @@ class FastPath(RequestChecks):
             name, method, params, headers
         ):
             return False
-        result = self.prepared.answer(name, method, params, episode, version, Style.JSON)
-        if result is None:
-            return False
-        await _respond(send, envelope(request["id"], result, Style.JSON), [])
+        taken = None if sandboxed is None else sandboxed.instances.calls.take(name, method, params, episode)
+        if taken is None:
+            result = self.prepared.answer(name, method, params, episode, version, Style.JSON)
+            if result is None:
+                return False
+            await _respond(send, envelope(request["id"], result, Style.JSON), [])
+            return True
+        assert sandboxed is not None
+
+        async def respond(send: Send, body: bytes) -> None:
+            await _respond(send, body, [])
+
+        await sandboxed.instances(
+            taken, request["id"], version, Style.JSON, scope, send, respond, sandboxed.handover,
+            disconnect=sandboxed.receive,
+        )  # fmt: skip
         return True
 
     def _param_headers_agree(
@@ -189,6 +234,33 @@ class FastPath(RequestChecks):
         if schema is None:
             return True
         return validate_mcp_param_headers(schema, params.get("arguments") or {}, headers) is None
+
+
+@dataclass(frozen=True, slots=True)
+class _Sandboxed:
+    """What answering a request by its episode's sandbox instance needs beyond the fast path's own."""
+
+    instances: InstanceAnswers
+    scope: Scope
+    receive: Receive
+    handover: Callable[[], Awaitable[None]]
+
+
+@contextlib.asynccontextmanager
+async def _in_flight(transport: Any) -> AsyncIterator[None]:
+    """A session's request in flight: its session is held open (as the SDK's transport holds it)."""
+    idle, timeout = transport.idle_scope, transport._idle_timeout
+    if idle is None or timeout is None:
+        yield
+        return
+    transport._requests_in_flight += 1
+    idle.deadline = math.inf
+    try:
+        yield
+    finally:
+        transport._requests_in_flight -= 1
+        if not transport._requests_in_flight:
+            idle.deadline = anyio.current_time() + timeout
 
 
 @functools.lru_cache(maxsize=256)

@@ -51,6 +51,7 @@ from replay_sim.replay.core.histories import URL_EPISODE
 from replay_sim.replay.http.admission import Admission, BodyTimeout, peek, replaying
 from replay_sim.replay.http.fairness import ClientBuckets, client_of
 from replay_sim.replay.http.fastpath import FastPath
+from replay_sim.replay.http.instanced import InstanceAnswers
 from replay_sim.replay.http.responses import JsonUnlessStreamed, prefers_json
 from replay_sim.replay.observe.readiness import Readiness
 from replay_sim.replay.options import Limits
@@ -178,6 +179,8 @@ class ReplayApp:
         meta = None
         post = scope["method"] == "POST"
         messages: list[Message] = []
+        body = None
+        raw = receive  # past the body: only a client closing the connection
         if post:
             messages = await peek(receive)  # read by the admission already: handed out again
             receive = replaying(messages, receive)
@@ -220,19 +223,39 @@ class ReplayApp:
                 scope[SESSION_KEY] = transport
                 if episode is not None and self.ended is not None:
                     self._named.setdefault(transport, set()).add(episode)
+        instances = None if self.fast is None else self.fast.instances
         if scope["method"] == "DELETE" and transport is not None and self.ended is not None:
             await manager.handle_request(scope, receive, send)
             if transport.is_terminated:  # the session ended: its sandbox instances are given back
+                if instances is not None:
+                    instances.ended(transport)  # its calls in flight on the fast path are cancelled
                 self.ended([transport, *sorted(self._named.pop(transport, ()))])
             return
-        if post and self.fast is not None and await self.fast(name, manager, episode, scope, messages, send):
-            return
+        if post and transport is not None and instances is not None:
+            _cancelling(instances, transport, body)
         app: Callable[[Scope, Receive, Send], Awaitable[None]] = manager.handle_request
         if post and handshake and prefers_json(accept):
             app = JsonUnlessStreamed(app)
         if self.hangups and post:
             app = _hanging_up(app)
+        if post and self.fast is not None:
+            sdk = functools.partial(app, scope, receive, send)
+            if await self.fast(name, manager, episode, scope, messages, send, raw, sdk):
+                return
         await app(scope, receive, send)
+
+
+def _cancelling(instances: InstanceAnswers, transport: object, body: bytes | None) -> None:
+    """Tell ``instances`` of a session's ``notifications/cancelled`` (the SDK is told too)."""
+    if body is None or b"notifications/cancelled" not in body:
+        return
+    try:
+        message = untrusted.loads(body)
+    except ValueError:
+        return
+    params = message.get("params") if isinstance(message, dict) else None
+    if message.get("method") == "notifications/cancelled" and isinstance(params, dict):
+        instances.cancel(transport, params.get("requestId"))
 
 
 def _creating(

@@ -41,7 +41,6 @@ from typing import Any, Self
 import anyio
 import anyio.abc
 
-from replay_sim.canonical import call_identity
 from replay_sim.errors import ConfigError, EpisodeLost, InstanceLost, ReplaySimError, SandboxUnavailable
 from replay_sim.replay.core.episodes import Episode, History
 from replay_sim.replay.core.misses import ErrorPolicy, Miss, MissPolicy
@@ -50,11 +49,12 @@ from replay_sim.replay.policies.canary import Canary
 from replay_sim.replay.policies.instances import SandboxInstance
 from replay_sim.replay.policies.lifecycle import Keeper, rebuild_calls
 from replay_sim.replay.policies.miss import MissSettings
+from replay_sim.replay.policies.outcomes import answered, missed
 from replay_sim.replay.policies.recording import AnswerLog, fingerprints, sandbox_side_file
 from replay_sim.replay.policies.shared import Shared
 from replay_sim.replay.policies.snapshotting import Snapshotting
-from replay_sim.resolve.lineage import DIVERGED, StateLookup, Trail
-from replay_sim.resolve.resolution import Resolution, Tier
+from replay_sim.resolve.lineage import StateLookup, Trail
+from replay_sim.resolve.resolution import Resolution
 from replay_sim.store import Recording, Store
 
 __all__ = ["SandboxPolicy"]
@@ -101,7 +101,8 @@ class SandboxPolicy:
         """Instances bound, calls re-played, calls answered, episodes lost — since the start; and
         ``rebuilt`` (instances bound again after one was given back), ``released`` (given back idle or
         at a session's end), ``reclaimed`` (given back to make room), ``cut`` (calls ended at the
-        call limit or when their client left)."""
+        call limit or when their client left), ``fast`` and ``handed`` (answers of a warm instance
+        written on the HTTP fast path, or handed from it to the SDK path)."""
         # A read-only store's answers go to the side store, which the resolver does not read.
         self.log = AnswerLog(
             lambda: self.recordings, written=None if self.store.readonly else settings.stored
@@ -160,6 +161,13 @@ class SandboxPolicy:
             and method == "tools/call"
             and self.lookup.may_change(server, name, arguments)
         )
+
+    def warm(self, server: str, trail: Trail) -> bool:
+        """Whether the episode's instance of ``server`` is bound, alive and idle (it answers at once)."""
+        binding = self.keeper.bindings.get(id(trail))
+        if binding is None or binding.server != server or binding.lost or binding.refused:
+            return False
+        return binding.instance is not None and binding.instance.alive and not binding.lock.locked()
 
     async def answer(self, miss: Miss) -> Resolution:
         """Answer from the episode's instance (taking, or rebuilding, one first), and record the answer.
@@ -332,48 +340,10 @@ class SandboxPolicy:
         return self._side
 
     def _answered(self, miss: Miss, recording: Recording, instance: str, replayed: int) -> Resolution:
-        step = recording.key
-        if self.store.readonly and self.lookup.may_change(miss.server, recording.name, recording.arguments):
-            # The resolver cannot see the side store: the episode's state is its instance's from here
-            # (a failed call too: on a sandbox server every call not declared read-only is state).
-            step = DIVERGED + step
-        return Resolution(
-            Tier.SANDBOX,
-            1.0,
-            recording,
-            miss.resolution.candidates,
-            reason=f"answered by sandbox instance {instance} of the real server",
-            key=miss.resolution.key,
-            step=step,
-            sandbox={"instance": instance, "latency_ms": recording.latency_ms, "replayed": replayed},
-        )
+        return answered(self.lookup, miss, recording, instance, replayed, readonly=self.store.readonly)
 
     def _missed(self, miss: Miss, why: str, *, unmade: bool = False) -> Resolution:
-        """The miss to serve instead: the resolver's (its state-changing step marked), saying why.
-
-        ``unmade``: the call reached no instance the episode keeps (none could be had, or it was
-        ended). The episode sent it, so one that may change state leaves the episode's state there
-        unknown (its later calls miss, never answered from a state that ignores it).
-        """
-        resolution = miss.resolution
-        step = resolution.step or resolution.key
-        if resolution.hit or unmade:  # not made, or made with no answer: what state follows is unknown
-            _, arguments = call_identity(miss.method, miss.params)
-            name = str(miss.params.get("name", ""))
-            changes = miss.method == "tools/call" and self.lookup.may_change(miss.server, name, arguments)
-            step = DIVERGED + resolution.key if changes else "" if unmade else resolution.key
-        reason = f"{resolution.reason}; {why}".lstrip("; ") if not resolution.hit else why
-        return Resolution(
-            Tier.MISS,
-            0.0,
-            None,
-            resolution.candidates,
-            reason,
-            resolution.key,
-            resolution.problem,
-            step,
-            sandbox={"answered": False},  # the real server was to answer: its miss says why, not "go live"
-        )
+        return missed(self.lookup, miss, why, unmade=unmade)
 
     def _count(self, owner: History | None, **counts: int) -> None:
         for what, n in counts.items():
