@@ -155,9 +155,13 @@ async def served(db: Path, config: Path, tmp: Path) -> AsyncIterator[Served]:
                     await anyio.sleep(0.2)
             yield Served(url, http, process.pid)
     finally:
+        died = process.poll()
         process.terminate()
         await anyio.to_thread.run_sync(process.wait)
         log.close()
+        if died is not None:  # the replay ended on its own: say how, before its log goes with `tmp`
+            tail = (tmp / f"serve-{port}.log").read_text(errors="replace")[-4000:]
+            print(f"replay-sim serve exited by itself ({died}); the end of its log:\n{tail}", file=sys.stderr)
 
 
 async def replayed(

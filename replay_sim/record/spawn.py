@@ -27,13 +27,13 @@ import subprocess
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TextIO
+from typing import IO, TextIO
 
 import anyio
 import anyio.abc
 import anyio.lowlevel
 
-__all__ = ["Spawned", "spawn", "spawnable"]
+__all__ = ["Spawned", "handed", "spawn", "spawnable"]
 
 _CHUNK = 1 << 16
 
@@ -127,10 +127,11 @@ class Spawned(anyio.abc.Process):
         loop = asyncio.get_running_loop()
         assert popen.stdin is not None and popen.stdout is not None
         reader = asyncio.StreamReader(limit=_CHUNK, loop=loop)
-        pipe, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), popen.stdout)
+        output = handed(popen.stdout, loop)
+        pipe, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), output)
         # A write pipe's protocol: asyncio's stream protocol gives the writer its flow control.
         write, protocol = await loop.connect_write_pipe(
-            lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader()), popen.stdin
+            lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader()), handed(popen.stdin, loop)
         )
         writer = asyncio.StreamWriter(write, protocol, None, loop)
         process = cls(popen, _Input(writer), _Output(reader, pipe))
@@ -196,6 +197,38 @@ class Spawned(anyio.abc.Process):
 
     def __repr__(self) -> str:
         return f"Spawned(pid={self.pid}, returncode={self.returncode})"
+
+
+class _Descriptor:
+    """A pipe end handed to uvloop: libuv closes the descriptor, so closing this object does nothing."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def close(self) -> None:
+        pass
+
+
+def handed(file: IO[bytes], loop: asyncio.AbstractEventLoop) -> IO[bytes] | _Descriptor:
+    """``file``'s pipe end as ``loop`` will close it: exactly once.
+
+    uvloop closes a pipe transport's descriptor itself (libuv) and then calls the file object's
+    ``close()`` too (``uvloop/handles/handle.pyx``, ``UVSocketHandle._close``, which expects
+    ``EBADF``): a second ``close`` of the same number — which another thread may have been given
+    meanwhile (a worker thread's ``Popen`` pipes, the pinned clock's file), so that thread's file is
+    closed under it, and a number libuv watches can end up closed or reused. The replay aborted
+    (``SIGABRT``) in some first passes of 1,024 episodes. So the loop gets a duplicate of the
+    descriptor, ``Popen``'s own file object is closed here, once, and uvloop's object does not close
+    it again; asyncio, which closes only the file object, gets a file object of the duplicate.
+    """
+    fd = os.dup(file.fileno())
+    file.close()
+    if type(loop).__module__.partition(".")[0] == "uvloop":
+        return _Descriptor(fd)
+    return open(fd, "rb" if "r" in file.mode else "wb", buffering=0)  # the transport closes it
 
 
 class _Reaper:

@@ -3,6 +3,7 @@ learned from a pidfd — under uvloop (what uvicorn runs) as under asyncio."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import pytest
 from mcp.client.stdio import StdioServerParameters
 
 from replay_sim.record.child import ChildStdio
-from replay_sim.record.spawn import Spawned, spawn, spawnable
+from replay_sim.record.spawn import Spawned, handed, spawn, spawnable
 
 pytestmark = [
     pytest.mark.anyio,
@@ -88,3 +89,43 @@ async def test_closing_the_input_of_a_server_that_does_not_read_it_does_not_wait
         await process.stdin.aclose()
         process.kill()
         assert await process.wait() == -9
+
+
+async def test_the_loop_is_handed_pipe_ends_it_closes_exactly_once(anyio_backend: Any) -> None:
+    """uvloop closes a pipe's descriptor (libuv) and then calls its file object's close() too: a
+    second close of a number another thread may hold by then. The object it is handed must not
+    close it; asyncio closes only the object, so its object must."""
+    uvloop = anyio_backend != "asyncio"
+    read, write = os.pipe()
+    os.close(write)
+    file = open(read, "rb", buffering=0)  # noqa: SIM115  # as Popen makes it
+    given = handed(file, asyncio.get_running_loop())
+    assert file.closed  # Popen's own object: closed here, once
+    fd = given.fileno()
+    given.close()
+    if uvloop:
+        os.fstat(fd)  # still open: libuv closes it, once
+        os.close(fd)
+    else:
+        with pytest.raises(OSError):
+            os.fstat(fd)
+
+
+async def test_spawned_processes_leave_no_descriptor_open() -> None:
+    """Started, answered and closed: every pipe end is closed (by the loop), under both loops."""
+
+    async def run_one() -> None:
+        process = await spawn(sys.executable, ["-c", "import sys; sys.stdout.write(sys.stdin.read(2))"],
+                              None, sys.stderr, None)  # fmt: skip
+        await process.stdin.send(b"ok")
+        with anyio.fail_after(60):
+            assert await process.stdout.receive() == b"ok"
+            await process.aclose()
+
+    await run_one()  # the reaper's epoll and the worker threads: made once, kept
+    before = set(os.listdir("/proc/self/fd"))
+    for _ in range(5):
+        await run_one()
+    with anyio.fail_after(60):
+        while set(os.listdir("/proc/self/fd")) - before:  # the loop closes a pipe on its next turn
+            await anyio.sleep(0.01)
