@@ -213,7 +213,13 @@ class StateLookup:
         before = {server: self._effects.get(server) for server in appended.servers}
         mutating = {key: self._mutating[key] for key in appended.keys if key in self._mutating}
         for key in appended.keys:
-            self._keys.pop(key, None)
+            # Recordings are only appended here (else everything is forgotten): a key read before
+            # gets the new ones, not all of them read again (a key every episode calls has as
+            # many recordings as episodes).
+            cached = self._keys.get(key)
+            if cached is not None:
+                added = self.store.recordings(key=key, after_id=appended.after, upto_id=appended.last)
+                self._keys.put(key, [*cached, *added])
             self._mutating.pop(key, None)
             self._counted.pop(key, None)
         for session in appended.sessions:

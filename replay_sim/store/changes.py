@@ -51,12 +51,16 @@ class Appended:
             call's prefix in its session is part of its state).
         keys: Call keys of the new calls.
         sessions: Sessions the new calls belong to.
+        after: The highest call id before them, and ``last`` the highest of them: the new calls
+            are those with an id in ``(after, last]``.
     """
 
     servers: frozenset[str] = field(default_factory=frozenset)
     tools: frozenset[tuple[str, str]] = field(default_factory=frozenset)
     keys: frozenset[str] = field(default_factory=frozenset)
     sessions: frozenset[str] = field(default_factory=frozenset)
+    after: int = 0
+    last: int = 0
 
     def __bool__(self) -> bool:
         return bool(self.servers)
@@ -107,4 +111,6 @@ def changes_since(store: Store, mark: Mark | None) -> tuple[Mark, Appended | Non
         tools=frozenset((server, name) for server, name, *_ in new) | {(s, n) for s, n in joined},
         keys=frozenset(key for _, _, key, _ in new),
         sessions=sessions,
+        after=mark.last,
+        last=now.last,
     )

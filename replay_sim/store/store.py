@@ -235,11 +235,15 @@ class Store(CallWriter):
         session: str | None = None,
         key: str | None = None,
         after_id: int = 0,
+        upto_id: int | None = None,
         limit: int | None = None,
     ) -> list[Recording]:
-        """Recordings matching every given filter, in recorded (id) order."""
+        """Recordings matching every given filter, in recorded (id) order (ids in ``(after_id, upto_id]``)."""
         clauses: list[str] = ["id > ?"]
         params: list[Any] = [after_id]
+        if upto_id is not None:
+            clauses.append("id <= ?")
+            params.append(upto_id)
         for column, value in (
             ("server", server),
             ("method", method),

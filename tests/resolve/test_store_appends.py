@@ -183,3 +183,29 @@ def test_changes_since_reports_a_replaced_server_or_listing_as_a_change_of_every
         else:
             other.put_listing("demo", "prompts/list", {"prompts": []})
     assert changes_since(store, mark)[1] is None
+
+
+def test_a_key_read_before_gets_only_the_calls_appended_to_it_each_once(
+    tmp_path: Path, embedder: SentenceTransformerEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A key every episode calls has as many recordings as episodes: they are not all read again."""
+    path = tmp_path / "served.db"
+    served = _resolver(build_store(path), embedder)
+    key = _key("demo", "echo", message="x")
+    assert served.lookup.by_key(key) == []  # read (and kept) before anything is appended
+    reads: list[int] = []
+    recordings = Store.recordings
+
+    def counted(self: Store, *args: Any, **kwargs: Any) -> Any:
+        found = recordings(self, *args, **kwargs)
+        if self is served.store and kwargs.get("key") == key:
+            reads.append(len(found))
+        return found
+
+    monkeypatch.setattr(Store, "recordings", counted)
+    for n in range(3):
+        _record(path, f"s-x{n}", [("demo", "echo", {"message": "x"}, "x"), ("demo", "counter", {}, str(n))])
+        served.catch_up()
+        with Store(path) as fresh:
+            assert [r.id for r in served.lookup.by_key(key)] == [r.id for r in fresh.recordings(key=key)]
+    assert reads == [1, 1, 1]  # each append read alone, never the key's every recording

@@ -173,11 +173,10 @@ def describe(
         on("gap_same_tool", any(g.name == rec.name for g, _ in formed.gap))
         on("gap_names_shared", any(named(g.arguments) & mine_named for g, _ in formed.gap))
         on("gap_names_nothing", all(not named(g.arguments) for g, _ in formed.gap))
-    others = [answer_of(r) for r in same_call if r.id not in (rec.id, exclude)]
-    if others:
-        mine = answer_of(rec)
-        on("call_agrees", all(a == mine for a in others))
-        on("call_disagrees", any(a != mine for a in others))
+    agrees = _agreement(rec, [r for r in same_call if r.id not in (rec.id, exclude)])
+    if agrees is not None:
+        on("call_agrees", agrees)
+        on("call_disagrees", not agrees)
     if formed.other_state:  # from this state, a tool's state dependence is what the state match settles
         agreed, disagreed = repeated
         on("tool_consistent", agreed > 0 and disagreed == 0)
@@ -188,3 +187,22 @@ def describe(
     on("changes_state", effect is not None and effect.effect is Effect.CHANGES)
     on("failure", rec.failed)
     return x
+
+
+def _agreement(rec: Recording, others: Sequence[Recording]) -> bool | None:
+    """Whether every other recording gave ``rec``'s answer (None: there are none).
+
+    The first that did not settles it, and one recorded with the very same result is the same
+    answer without its canonical form: a call every episode makes has as many recordings as
+    episodes, and this runs for each answer judged.
+    """
+    if not others:
+        return None
+    mine = None
+    for other in others:
+        if other.result == rec.result and other.error == rec.error:
+            continue
+        mine = answer_of(rec) if mine is None else mine
+        if answer_of(other) != mine:
+            return False
+    return True
