@@ -246,16 +246,18 @@ class ReplayApp:
 
 
 def _cancelling(instances: InstanceAnswers, transport: object, body: bytes | None) -> None:
-    """Tell ``instances`` of a session's ``notifications/cancelled`` (the SDK is told too)."""
+    """Tell ``instances`` of a session's ``notifications/cancelled``, alone or in a batch (the SDK
+    is told too, and answers the body as it does)."""
     if body is None or b"notifications/cancelled" not in body:
         return
     try:
-        message = untrusted.loads(body)
+        decoded = untrusted.loads(body)
     except ValueError:
         return
-    params = message.get("params") if isinstance(message, dict) else None
-    if message.get("method") == "notifications/cancelled" and isinstance(params, dict):
-        instances.cancel(transport, params.get("requestId"))
+    for item in decoded if isinstance(decoded, list) else [decoded]:
+        params = item.get("params") if isinstance(item, dict) else None
+        if isinstance(params, dict) and item.get("method") == "notifications/cancelled":
+            instances.cancel(transport, params.get("requestId"))
 
 
 def _creating(
