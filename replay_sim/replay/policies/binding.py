@@ -191,9 +191,8 @@ class Binding:
         recording = pending_recording(store, row)
         self.made.append(recording)
         self.clock = following(recording)
-        ahead = getattr(self.instance, "clock_ahead", None)
-        if ahead is not None:  # its next call's time, set while this answer goes out
-            ahead(self.clock)
+        if self.instance is not None:  # its next call's time, set while this answer goes out
+            self.instance.clock_ahead(self.clock)
         self.answered += 1
         return recording
 

@@ -44,6 +44,11 @@ class SandboxInstance(Protocol):
         """
         ...
 
+    def clock_ahead(self, at: datetime) -> None:
+        """Set its pinned clock to when its next call will be sent, off the answer path (nothing on
+        the host's clock)."""
+        ...
+
     def memory_bytes(self) -> int | None:
         """Resident memory of its process tree, None if unknown."""
         ...
