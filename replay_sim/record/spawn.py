@@ -234,8 +234,9 @@ def handed(file: IO[bytes], loop: asyncio.AbstractEventLoop) -> IO[bytes] | _Des
 class _Reaper:
     """One thread waiting on the pidfds of every process :func:`spawn` started, in an epoll of its
     own; it tells each process's loop of its exit. The pidfds are never the loop's: while uvloop's
-    poller watched them, libuv aborted the replay (``SIGABRT`` in the loop, most likely a closed
-    descriptor whose number was given again) in two of two first passes of 1,024 episodes."""
+    poller watched them, libuv aborted the replay (``SIGABRT`` in the loop) in two of two first
+    passes of 1,024 episodes — more likely the pipes' double close :func:`handed` mends, but a
+    descriptor the loop never watches cannot be one it aborts on."""
 
     def __init__(self) -> None:
         self._epoll: select.epoll | None = None
