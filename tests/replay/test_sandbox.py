@@ -213,6 +213,10 @@ async def test_a_server_answering_a_replayed_call_otherwise_is_a_miss_naming_the
             recorded = os.environ.get("HOME", "/root")
             first = f'first difference at content[0].text: recorded "{recorded}", re-played "[REDACTED]"'
             assert first in said
+            # A miss served as one carries how sure its best candidate is (recorded from another
+            # state): judged only now, not on every call a sandbox answers.
+            other = await client.call_tool("echo", {"text": "hi"})
+            assert match(other)["status"] == "miss" and 0 < match(other)["confidence"] < 1
         await until(lambda: live_instances(sim, "echo") == 0)  # the instance that diverged is closed
     with Store(db) as store:
         assert all(r.origin != Origin.SANDBOX for r in store.recordings())  # none from another state

@@ -310,17 +310,24 @@ def test_the_models_own_calibration_is_scored_on_a_fixed_sample_of_a_large_store
     assert whole is not None and whole["examples"] == 120
 
 
-def test_a_sandboxed_servers_miss_carries_its_exact_recordings_confidence_without_a_guess(
+def test_a_sandboxed_servers_miss_is_judged_only_when_served_as_a_miss_and_never_by_a_guess(
     learned: tuple[Path, Path], embedder: SentenceTransformerEmbedder
 ) -> None:
-    """A sandbox answers it: the tool's matching state (read from all its recordings, again after
-    each batch of sandbox answers) is not built to form a canonical or nearest candidate."""
+    """A sandbox answers it: no confidence is formed on its way there. Served as a miss after all,
+    it carries its exact recording's (from another state); the tool's matching state (read from all
+    its recordings, again after each batch of sandbox answers) is not built to form a canonical or
+    nearest candidate. With an operating point it is judged at once (it may be served by it)."""
     from replay_sim.store import Store
 
     db, index = learned
     resolver = Resolver(Store(db), embedder=embedder, index_dir=index)
     resolver.lookup.answer_strictly({"srv"})
     history = [call_key("srv", "tools/call", "pure", {"x": 7})]
-    miss = resolver.resolve("srv", "tools/call", {"name": "pure", "arguments": {"x": 100}}, history)
-    assert miss.tier is Tier.MISS and miss.confidence is not None  # its exact recording's, from another state
+    params = {"name": "pure", "arguments": {"x": 100}}
+    miss = resolver.resolve("srv", "tools/call", params, history)
+    assert miss.tier is Tier.MISS and miss.confidence is None  # the sandbox's to answer
+    served = resolver.judge_miss("srv", "tools/call", params, history, miss)
+    assert served.confidence is not None and served.drivers  # its exact recording's, from another state
     assert resolver.tool_states.kept("srv", "pure") is None
+    at_a_point = resolver.resolve("srv", "tools/call", params, history, min_confidence=0.999)
+    assert at_a_point.confidence == served.confidence

@@ -30,7 +30,7 @@ from mcp.shared.exceptions import MCPError
 from replay_sim.errors import InstanceLost, UpstreamError
 from replay_sim.record.config import UpstreamSpec
 from replay_sim.record.instances.confine import Placement
-from replay_sim.record.instances.procfs import group_rss, rearm_cpu
+from replay_sim.record.instances.procfs import CpuBudget, group_rss
 from replay_sim.record.instances.workspace import Launcher, Workspace, prepare
 from replay_sim.record.isolation import Isolation
 from replay_sim.record.rerun import reset
@@ -89,6 +89,7 @@ class Instance:
         self._pending: Upstream | None = None  # the connection being started
         self._workspace: Workspace | None = None
         self._process: Any = None
+        self._cpu: CpuBudget | None = None  # a confined one's CPU time per call
         self._notes: list[dict[str, Any]] = []
         self._tail = ""
         self._starting: anyio.CancelScope | None = None
@@ -127,6 +128,8 @@ class Instance:
         finally:
             self._closing.set()
             workspace, self._workspace = self._workspace, None
+            if self._cpu is not None:
+                self._cpu.close()
             try:
                 if workspace is not None:
                     with anyio.CancelScope(shield=True):
@@ -142,6 +145,8 @@ class Instance:
         """Watch its process, report it started, and end its process group once closed (or crashed)."""
         if upstream.child is not None:
             self._process = upstream.child.process
+            if self._workspace is not None and self._workspace.confined:
+                self._cpu = CpuBudget(self._process.pid, self.spec.containment.limits.cpu_seconds)
             tg.start_soon(self._watch, self._process)
         on_started()
         await self._closing.wait()
@@ -247,8 +252,8 @@ class Instance:
                 raise self._lost(method)
             self.idle_since = None
             self._notes = []
-            if self._workspace is not None and self._workspace.confined and self.pid is not None:
-                rearm_cpu(self.pid, self.spec.containment.limits.cpu_seconds)  # CPU time per call
+            if self._cpu is not None:
+                self._cpu.arm()  # CPU time per call
             clock = None if self._workspace is None else self._workspace.clock
             if clock is not None and at is None and not self._clock_set:
                 at = self.placement.clock_start  # its first call: when its recordings began

@@ -261,7 +261,8 @@ class Answering:
     ) -> Answer:
         """The miss policy's answer to a call the cache misses (``miss``) or the policy claims; args as
         :meth:`resolve`'s. Raises: EpisodeLost: the episode's sandbox instance died."""
-        name, arguments = call_identity(method, self.redactor.redact(params))
+        redacted = self.redactor.redact(params)
+        name, arguments = call_identity(method, redacted)
         trail = history if isinstance(history, Trail) else None
         surface = self.surfaces[server]
         tool = surface.tools.get(name) if method == "tools/call" else surface.prompts.get(name)
@@ -272,6 +273,8 @@ class Answering:
         except ReplaySimError as exc:  # an upstream or LLM failure is the client's miss, not a crash
             failed = f"{miss.reason}; miss policy {self.miss_policy_name!r} failed: {exc}".lstrip("; ")
             resolution = dataclasses.replace(miss, reason=failed)
+        if resolution.tier is Tier.MISS:  # no sandbox instance answered it: how sure its best candidate is
+            resolution = self.resolver.judge_miss(server, method, redacted, history or (), resolution)
         answer = Answer(name, resolution, self._reply(server, method, name, resolution))
         if not miss.hit and not loading:
             self.misses.keep(server, method, name, arguments, answer.status, miss, kept=history)

@@ -153,8 +153,17 @@ class Confidence:
         trail: Trail,
         resolution: Resolution,
         requested: float | None = None,
+        *,
+        sandboxed_misses: bool = False,
     ) -> Resolution:
         """``resolution`` with its confidence, served or refused at the call's operating point.
+
+        A miss of a server a sandbox answers (:attr:`~replay_sim.resolve.lineage.StateLookup.strict`)
+        with no operating point is left unjudged (confidence None): its instance answers it, and
+        forming its best candidate — an exact recording from another state, weighed against every
+        recording of its call — would be work for nothing on the sandbox's answer path. It is
+        judged (``sandboxed_misses``) when it is served as a miss after all
+        (:meth:`~replay_sim.resolve.resolver.Resolver.judge_miss`).
 
         Args:
             resolver: The resolver that resolved the call.
@@ -165,6 +174,7 @@ class Confidence:
             trail: The episode's trail (before this call).
             resolution: What the strict tiers answered.
             requested: The request's own operating point (``_meta``), if any.
+            sandboxed_misses: Judge a miss a sandbox was to answer too.
         """
         exact = resolution.recording.id if resolution.tier is Tier.EXACT and resolution.recording else None
         if exact is not None:  # an exact hit judged before: a dict lookup
@@ -176,6 +186,8 @@ class Confidence:
         point = self.operating_point(server, name, requested)
         formed = from_hit(resolution)
         if formed is None and resolution.tier is Tier.MISS:
+            if point is None and not sandboxed_misses and server in resolver.lookup.strict:
+                return resolution
             nearest = [(c.recording_id, c.score) for c in resolution.candidates]
             formed = form(resolver, server, method, name, arguments, trail, nearest=nearest)
         if formed is None:
