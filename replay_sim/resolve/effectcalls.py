@@ -13,13 +13,13 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import threading
-import weakref
 from typing import Any
 
 from replay_sim.canonical import answer_text
 from replay_sim.effects import Call, kind_of, named, selected
 from replay_sim.schema import ToolSchema
 from replay_sim.store import Store
+from replay_sim.store.derived import PerServer
 
 __all__ = ["dry_run", "server_runs"]
 
@@ -86,8 +86,7 @@ class _Read:
         return dataclasses.replace(call, inert=True)
 
 
-_reads: weakref.WeakKeyDictionary[Store, dict[str, _Read]] = weakref.WeakKeyDictionary()
-_reads_lock = threading.Lock()
+_reads: PerServer[_Read] = PerServer(_Read)
 
 
 def server_runs(store: Store, server: str) -> tuple[list[list[Call]], set[str]]:
@@ -97,8 +96,7 @@ def server_runs(store: Store, server: str) -> tuple[list[list[Call]], set[str]]:
     is inert when it cannot have changed state whatever its tool does: not a tool call, a dry run,
     or a failure of a call (its exact key) that never succeeded.
     """
-    with _reads_lock:
-        read = _reads.setdefault(store, {}).setdefault(server, _Read())
+    read = _reads.of(store, server)
     with read.lock:
         _, _, removals = store.counted(server)  # before the calls: a removal meanwhile is seen next time
         if removals != read.removals:  # calls were removed (their ids may be given again): all again

@@ -15,7 +15,6 @@ import functools
 import hashlib
 import sys
 import threading
-import weakref
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -29,6 +28,7 @@ from replay_sim.resolve.effectcalls import dry_run, server_runs
 from replay_sim.resolve.schemas import RecordedSchemas
 from replay_sim.schema import ToolSchema
 from replay_sim.store import Store
+from replay_sim.store.derived import PerServer
 
 __all__ = [
     "EFFECTS_META_PREFIX",
@@ -65,23 +65,14 @@ def _learned(
     store: Store, server: str, schema: Callable[[str, str], Any], config: MatchConfig
 ) -> tuple[dict[str, Verdict], dict[str, Declaration]]:
     """:func:`recorded_effects`, and the declarations they were learned with."""
-    learner, lock = _server_learner(store, server)
+    learner, lock = _learners.of(store, server)  # each batch of answers is judged alone
     with lock:  # runs read in one order are judged in it: a later read extends an earlier one
         runs, called = server_runs(store, server)  # each call read and derived once per store
         declared = _declarations(server, called, schema, config)
         return learner.learn(runs, declared), declared
 
 
-_learners: weakref.WeakKeyDictionary[Store, dict[str, tuple[Learner, threading.Lock]]] = (
-    weakref.WeakKeyDictionary()
-)
-_learners_lock = threading.Lock()
-
-
-def _server_learner(store: Store, server: str) -> tuple[Learner, threading.Lock]:
-    """The learner of ``server``'s effects on ``store``: each batch of answers is judged alone."""
-    with _learners_lock:
-        return _learners.setdefault(store, {}).setdefault(server, (Learner(), threading.Lock()))
+_learners: PerServer[tuple[Learner, threading.Lock]] = PerServer(lambda: (Learner(), threading.Lock()))
 
 
 def _declarations(

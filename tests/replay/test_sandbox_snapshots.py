@@ -163,6 +163,32 @@ async def test_an_instance_given_back_idle_is_snapshotted_and_its_episode_rebuil
         await anyio.sleep(0)
 
 
+async def test_a_snapshot_that_fails_is_counted_with_its_why_and_its_episode_is_re_played(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db, pool = await _recorded_memory(tmp_path, max_instances=4)
+
+    async def full(*_: Any, **__: Any) -> bool:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(pool.snapshots, "take", full)  # the copy of its files fails
+    async with replay_sim.serving(
+        db=db, miss="sandbox", sandboxes=pool, index_dir=tmp_path / "index", sandbox_idle=0.5
+    ) as sim:
+        policy: Any = sim.replay.policy
+        async with Client(sim.episode("one").url("memory")) as client:
+            await client.call_tool("create_entities", PREFIX[0][1]["arguments"])  # recorded: the cache
+            await client.call_tool("create_entities", _entity("gamma")[1]["arguments"])  # its instance
+            await until(lambda: policy.states.counts["failed"] == 1)  # given back idle: no snapshot
+            again = await client.call_tool("open_nodes", {"names": ["alpha", "gamma"]})
+        async with httpx2.AsyncClient(timeout=30) as http:
+            stats = (await http.get(f"{sim.url}/api/stats")).json()["sandbox"]["snapshots"]
+    assert match(again)["status"] == "sandbox" and match(again)["sandbox"]["replayed"] == 2  # re-played
+    assert sorted(e["name"] for e in json.loads(text(again))["entities"]) == ["alpha", "gamma"]
+    assert stats["failed"] == 1 and stats["taken"] == 0
+    assert "OSError" in stats["failure"] and "No space left on device" in stats["failure"]
+
+
 async def test_an_instance_reclaimed_at_the_cap_is_snapshotted_and_its_episode_rebuilt_from_it(
     tmp_path: Path,
 ) -> None:

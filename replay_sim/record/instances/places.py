@@ -25,7 +25,8 @@ from replay_sim.record.isolation import Isolation
 __all__ = ["Keep", "Places", "Reclaim"]
 
 Keep = Callable[[], Awaitable[None]]
-"""What an owner does with its reclaimed instance before it is ended (takes a state snapshot of it)."""
+"""What an owner does with its reclaimed instance before it is ended (takes a state snapshot of it);
+never raises (a failure only means no snapshot, which the owner counts)."""
 
 Reclaim = Callable[[str | None], Instance | tuple[Instance, Keep] | None]
 """``reclaim(server)``: an idle instance (of ``server``, or any) its owner gives back, or None — or
@@ -149,10 +150,8 @@ def _kept(given: Instance | tuple[Instance, Keep]) -> tuple[Instance, Keep | Non
 
 
 async def _end_after(keep: Keep, instance: Instance) -> None:
-    """End a reclaimed instance once its owner's ``keep`` is done (a failure in it only means no snapshot)."""
+    """End a reclaimed instance once its owner's ``keep`` is done."""
     try:
         await keep()
-    except Exception:  # in the pool's task group: never its end
-        pass
     finally:
         await instance.close()

@@ -91,12 +91,15 @@ class Snapshotting:
         self.counts: Counter[str] = Counter()
         """``taken`` (``reclaimed``: of instances reclaimed at the cap), ``started`` (instances
         started from a snapshot), ``restored`` (calls not re-played thanks to one), ``refused``
-        (starts that failed the probe)."""
+        (starts that failed the probe), ``failed`` (snapshots of instances given back that failed:
+        :attr:`failure` says the last one's why)."""
+        self.failure: str | None = None
 
     def stats(self) -> dict[str, Any]:
         """What was taken and started, the process-stated servers, and the pool's store."""
         store = None if self.store is None else self.store.stats()
-        return {**{k: self.counts[k] for k in ("taken", "reclaimed", "started", "restored", "refused")},
+        counted = ("taken", "reclaimed", "started", "restored", "refused", "failed")
+        return {**{k: self.counts[k] for k in counted}, "failure": self.failure,
                 "process_stated": sorted(self.process_stated), "store": store}  # fmt: skip
 
     async def start(
@@ -190,7 +193,8 @@ class Snapshotting:
 
     async def keep(self, instance: SandboxInstance, made: list[Recording], reclaimed: bool = False) -> None:
         """Snapshot an instance given back idle (before it is closed): the calls it was sent ``made``
-        its state, those declared read-only aside. A failure only means no snapshot.
+        its state, those declared read-only aside. Never raises: a failure only means no snapshot
+        (counted ``failed``, its why kept in :attr:`failure`).
 
         ``reclaimed``: at the cap, a caller waiting for its place (``take(waiting=True)``)."""
         server = instance.server
@@ -199,8 +203,9 @@ class Snapshotting:
         try:
             if instance.alive:
                 await self.take(server, instance, calls, waiting=reclaimed)
-        except Exception:  # it runs in the policy's task group: a failure only means no snapshot
-            return
+        except Exception as exc:  # it runs in the policy's task group: a failure only means no snapshot
+            self.counts["failed"] += 1
+            self.failure = f"instance {instance.id}: {type(exc).__name__}: {exc}"
 
     def _found(
         self, server: str, given: list[Recording]
