@@ -308,23 +308,6 @@ class Resolver:
         except ReplaySimError as exc:
             return Resolution(Tier.MISS, 0.0, reason=str(exc), key=key)
 
-    def judge_miss(
-        self, server: str, method: str, params: Any, history: Sequence[str] | Trail, miss: Resolution
-    ) -> Resolution:
-        """A miss a sandbox was to answer, served as a miss after all (no instance answered it), with
-        its best candidate's confidence: judged only now (:meth:`Confidence.judge`). Args as
-        :meth:`resolve`'s; ``miss`` is what it resolved to. Anything else is returned as it is."""
-        if miss.tier is not Tier.MISS or miss.confidence is not None or server not in self.lookup.strict:
-            return miss
-        name, arguments = call_identity(method, params)
-        try:
-            trail = self.lookup.trail(history)
-            return self.confidence.judge(
-                self, server, method, name, arguments, trail, miss, sandboxed_misses=True
-            )
-        except ReplaySimError:  # (an unreadable store): served without a confidence
-            return miss
-
     def _resolve(
         self, server: str, method: str, name: str, arguments: dict[str, Any], key: str, trail: Trail
     ) -> Resolution:

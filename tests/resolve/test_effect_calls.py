@@ -140,5 +140,5 @@ def test_a_growing_stores_effects_learned_after_each_batch_are_a_fresh_stores(tm
             with Store(path) as fresh:
                 assert learned == recorded_effects(fresh, "echo", RecordedSchemas(fresh, config), config)
         assert learned["calc"].effect is Effect.NONE and learned["put"].effect is Effect.CHANGES
-        learner, _ = tooleffects._server_learner(store, "echo")
+        learner, _ = tooleffects._learners.of(store, "echo")
         assert learner.started_over == 0  # each batch was judged alone

@@ -1,9 +1,7 @@
 """Answering one replayed call: resolve it, refuse it as the real server would, or hand it to the miss
 policy; re-enact what the real server sent during the recorded call; advance the episode's history,
-count the answer and deliver it with the latency and faults asked for.
-
-:class:`Answering` is the half of :class:`~replay_sim.replay.core.replay.Replay` that answers calls; the
-replay holds the state it reads (the store, resolver, miss policy, histories, metrics).
+count the answer and deliver it with the latency and faults asked for. :class:`Answering` is the half
+of :class:`~replay_sim.replay.core.replay.Replay` that answers calls (the replay holds what it reads).
 """
 
 from __future__ import annotations
@@ -273,8 +271,8 @@ class Answering:
         except ReplaySimError as exc:  # an upstream or LLM failure is the client's miss, not a crash
             failed = f"{miss.reason}; miss policy {self.miss_policy_name!r} failed: {exc}".lstrip("; ")
             resolution = dataclasses.replace(miss, reason=failed)
-        if resolution.tier is Tier.MISS:  # no sandbox instance answered it: how sure its best candidate is
-            resolution = self.resolver.judge_miss(server, method, redacted, history or (), resolution)
+        judge = self.resolver.confidence.judge_miss  # no sandbox answered it: how sure its best candidate is
+        resolution = judge(self.resolver, server, method, redacted, history or (), resolution)
         answer = Answer(name, resolution, self._reply(server, method, name, resolution))
         if not miss.hit and not loading:
             self.misses.keep(server, method, name, arguments, answer.status, miss, kept=history)

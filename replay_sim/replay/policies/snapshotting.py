@@ -186,7 +186,11 @@ class Snapshotting:
             return False  # the probe took longer than a waiting caller is kept waiting for it
         seen = answer_text(answer.get("result"), answer.get("error"))
         meta = {"probe": seen, "telling": seen != answer_text(probe.result, probe.error)}
-        kept = await self.store.take(instance, key, meta, waiting=waiting)
+        try:
+            kept = await self.store.take(instance, key, meta, waiting=waiting)
+        except OSError as exc:  # its files could not be read or copied: no snapshot, the instance goes on
+            self._failed(instance, exc)
+            return False
         self.counts["taken"] += kept
         self.counts["reclaimed"] += kept and waiting
         return kept
@@ -204,8 +208,11 @@ class Snapshotting:
             if instance.alive:
                 await self.take(server, instance, calls, waiting=reclaimed)
         except Exception as exc:  # it runs in the policy's task group: a failure only means no snapshot
-            self.counts["failed"] += 1
-            self.failure = f"instance {instance.id}: {type(exc).__name__}: {exc}"
+            self._failed(instance, exc)
+
+    def _failed(self, instance: SandboxInstance, exc: Exception) -> None:
+        self.counts["failed"] += 1
+        self.failure = f"instance {instance.id}: {type(exc).__name__}: {exc}"
 
     def _found(
         self, server: str, given: list[Recording]

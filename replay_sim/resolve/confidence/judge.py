@@ -21,6 +21,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from replay_sim.canonical import call_identity
+from replay_sim.errors import ReplaySimError
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.confidence.features import Formed, bearing, describe
 from replay_sim.resolve.confidence.forming import KIND_TIER, Resolver, form, from_hit
@@ -100,6 +102,21 @@ class Confidence:
             return over
         return self.min_confidence if self.min_confidence is not None else self.config.min_confidence
 
+    def judge_miss(
+        self, resolver: Resolver, server: str, method: str, params: Any, history: Any, miss: Resolution
+    ) -> Resolution:
+        """A miss a sandbox was to answer, served as a miss after all (no instance answered it), with
+        its best candidate's confidence: judged only now (:meth:`judge`). ``params`` redacted and
+        ``history`` as :meth:`Resolver.resolve`'s; anything but such a miss is returned as it is."""
+        if miss.tier is not Tier.MISS or miss.confidence is not None or server not in resolver.lookup.strict:
+            return miss
+        name, arguments = call_identity(method, params)
+        try:
+            trail = resolver.lookup.trail(history)
+            return self.judge(resolver, server, method, name, arguments, trail, miss, sandboxed_misses=True)
+        except ReplaySimError:  # (an unreadable store): served without a confidence
+            return miss
+
     def _repeats(self, resolver: Resolver, server: str, method: str, name: str) -> tuple[int, int]:
         key = (server, method, name)
         found = self._repeated.get(key)
@@ -163,7 +180,7 @@ class Confidence:
         forming its best candidate — an exact recording from another state, weighed against every
         recording of its call — would be work for nothing on the sandbox's answer path. It is
         judged (``sandboxed_misses``) when it is served as a miss after all
-        (:meth:`~replay_sim.resolve.resolver.Resolver.judge_miss`).
+        (:meth:`judge_miss`).
 
         Args:
             resolver: The resolver that resolved the call.
