@@ -74,6 +74,9 @@ def entity(run: str, episode: int) -> str:
     return f"{run}-e{episode:05d}"
 
 
+SERVE_OPTIONS: list[str] = []
+"""``serve`` options the bench was given (``--max-concurrent=2048``): every other one at its default."""
+
 MISSED: Counter[str] = Counter()
 """Why calls missed or failed, over the run (printed at the end: neither is ever silent)."""
 
@@ -138,10 +141,11 @@ class Served:
 
 @contextlib.asynccontextmanager
 async def served(db: Path, config: Path, tmp: Path) -> AsyncIterator[Served]:
-    """``replay-sim serve --miss sandbox`` in its own process, until the block ends (SIGTERM)."""
+    """``replay-sim serve --miss sandbox`` in its own process, until the block ends (SIGTERM); any
+    ``--option=value`` given to the bench is passed on (:data:`SERVE_OPTIONS`)."""
     port = free_port()
     command = [REPLAY_SIM, "serve", "--db", str(db), "--miss", "sandbox", "--config", str(config),
-               "--port", str(port), "--index-dir", str(tmp / "index")]  # fmt: skip
+               "--port", str(port), "--index-dir", str(tmp / "index"), *SERVE_OPTIONS]  # fmt: skip
     log = (tmp / f"serve-{port}.log").open("w")
     process = subprocess.Popen(command, stdout=log, stderr=log, env=dict(os.environ))
     url = f"http://127.0.0.1:{port}"
@@ -214,7 +218,7 @@ async def waves(sim: Served, template: list[str]) -> dict[str, Any]:
                     tally["wrong"] += answer(result) != expected and status(result) != "miss"
 
         await limited(WAVE_SIZE, WAVE_CONCURRENCY, episode)
-    return {"tally": dict(tally), "slowest_s": max(slowest), "calls": len(slowest)}
+    return {"tally": dict(tally), "slowest_s": max(slowest, default=0.0), "calls": len(slowest)}
 
 
 async def hold(sim: Served, size: int, template: list[str]) -> dict[str, Any]:
@@ -228,24 +232,35 @@ async def hold(sim: Served, size: int, template: list[str]) -> dict[str, Any]:
     peak = {"live": 0, "replay": 0}
     memory: list[int] = []
 
+    def arrive() -> None:
+        written["count"] += 1
+        if written["count"] == size:
+            everyone.set()
+
     async def episode(i: int) -> None:
         name = entity(f"h{size:04d}", i)
-        missed = False
-        async with Client(f"{sim.url}/episodes/hold{size}-{i}/mcp/memory", mode="legacy") as client:
-            for step, ((tool, arguments), want) in enumerate(zip(calls(name), template, strict=True)):
-                if step == 1:
-                    written["count"] += 1
-                    if written["count"] == size:
-                        everyone.set()
-                    await everyone.wait()
-                if missed:
-                    continue  # its later calls would be read after a write it did not make
-                started = time.perf_counter()
-                result = await client.call_tool(tool, arguments)
-                slowest.append(time.perf_counter() - started)
-                tally[status(result)] += 1
-                missed = status(result) == "miss"
-                tally["wrong"] += answer(result) != want.replace(entity("tmpl", 0), name) and not missed
+        missed = arrived = False
+        try:
+            async with Client(f"{sim.url}/episodes/hold{size}-{i}/mcp/memory", mode="legacy") as client:
+                for step, ((tool, arguments), want) in enumerate(zip(calls(name), template, strict=True)):
+                    if step == 1:
+                        arrived = True
+                        arrive()
+                        await everyone.wait()
+                    if missed:
+                        continue  # its later calls would be read after a write it did not make
+                    started = time.perf_counter()
+                    result = await client.call_tool(tool, arguments)
+                    slowest.append(time.perf_counter() - started)
+                    tally[status(result)] += 1
+                    missed = status(result) == "miss"
+                    tally["wrong"] += answer(result) != want.replace(entity("tmpl", 0), name) and not missed
+        except* MCPError as refused:  # e.g. the replay's admission limit: counted and said, never a hang
+            tally["refused"] += 1
+            MISSED[f"refused: {refused.exceptions[0]}"[:300]] += 1
+        finally:
+            if not arrived:
+                arrive()  # the others do not wait for a write it will not make
 
     async def watch(done: anyio.Event) -> None:
         while not done.is_set():
@@ -264,7 +279,8 @@ async def hold(sim: Served, size: int, template: list[str]) -> dict[str, Any]:
         wall = await limited(size, size, episode)
         done.set()
     after = await sim.stats()
-    return {"tally": dict(tally), "slowest_s": max(slowest), "wall_s": wall, "peak_live": peak["live"],
+    return {"tally": dict(tally), "slowest_s": max(slowest, default=0.0), "wall_s": wall,
+            "peak_live": peak["live"],
             "instance_mb": statistics.median(memory) / 2**20 if memory else None,
             "replay_mb": peak["replay"] / 2**20,
             "rebuilt": after.get("rebuilt", 0) - before.get("rebuilt", 0),
@@ -278,12 +294,13 @@ async def held_at_once(
     for size in sizes:
         async with served(db, config, tmp) as sim:  # every option at its default: the cap is 32
             held = await hold(sim, size, template)
-        print(f"held at once, the default cap (32): {size} episodes: answers {held['tally']}, slowest call "
+        print(f"held at once, the default cap (32){''.join(' ' + o for o in SERVE_OPTIONS)}: {size} "
+              f"episodes: answers {held['tally']}, slowest call "
               f"{held['slowest_s']:.2f} s, {held['wall_s']:.1f} s; instances started {held['started']} "
               f"(rebuilt {held['rebuilt']}), peak live {held['peak_live']}, "
               f"{held['instance_mb'] and round(held['instance_mb'])} MB per instance, "
               f"the replay process {held['replay_mb']:.0f} MB", flush=True)  # fmt: skip
-        if held["tally"].get("miss") or held["tally"]["wrong"]:
+        if held["tally"].get("miss") or held["tally"].get("wrong") or held["tally"].get("refused"):
             break  # the most this machine holds at the cap is below this size
 
 
@@ -368,9 +385,9 @@ async def run(sizes: tuple[int, ...], tmp: Path, holding: bool) -> None:
         print(f"  the real server, one process per episode (stdio): {direct_s:.1f} s (1x); CPU per episode: "
               f"client {client_ms:.0f} ms, server {server_ms:.0f} ms")  # fmt: skip
         labels = ("pass 1", "pass 2", "pass 2, an HTTP client per episode")
-        for label, (wall, tally, slow, cpu) in zip(labels, passes, strict=True):
+        for label, (wall, answers, slow, cpu) in zip(labels, passes, strict=True):
             client_ms, replay_ms, instances_ms = (seconds / size * 1000 for seconds in cpu)
-            print(f"  replay-sim {label}: {wall:.1f} s ({wall / direct_s:.2f}x); answers {tally}; "
+            print(f"  replay-sim {label}: {wall:.1f} s ({wall / direct_s:.2f}x); answers {answers}; "
                   f"slowest call {slow:.2f} s; CPU per episode: client {client_ms:.0f} ms, "
                   f"replay-sim {replay_ms:.0f} ms, its instances {instances_ms:.0f} ms")  # fmt: skip
         pool_stats = stats["pool"]["memory"]
@@ -418,6 +435,7 @@ def main() -> None:
             anyio.run(paths, Path(folder))
         print(f"load after: {os.getloadavg()[0]:.2f} (1 min)")
         return
+    SERVE_OPTIONS.extend(a for a in sys.argv[1:] if a.startswith("--"))
     holding = "hold" in sys.argv[1:]
     sizes = tuple(int(a) for a in sys.argv[1:] if a.isdigit()) or (HOLD if holding else SIZES)
     print(f"load before: {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} cores", flush=True)
