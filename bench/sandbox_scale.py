@@ -82,11 +82,18 @@ MISSED: Counter[str] = Counter()
 
 
 def status(result: Any) -> str:
-    match = (result.meta or {}).get(MATCH_META_KEY, {})
-    if match.get("status") == "miss":
+    """What an answer's provenance says it is (``sandbox``, ``exact``, ``miss``…)."""
+    return str((result.meta or {}).get(MATCH_META_KEY, {}).get("status"))
+
+
+def tallied(tally: Counter[str], result: Any) -> str:
+    """Count an answer's status in ``tally`` (a miss's reason in :data:`MISSED`); the status."""
+    said = status(result)
+    tally[said] += 1
+    if said == "miss":
         text = str(result.content[0].text) if result.content else ""
         MISSED[next((line for line in text.splitlines() if line.startswith("Reason:")), text)[:300]] += 1
-    return str(match.get("status"))
+    return said
 
 
 async def limited(count: int, concurrency: int, run: Any) -> float:
@@ -193,8 +200,8 @@ async def replayed(
                         MISSED[f"JSON-RPC error {exc.code}: {exc.message}"[:300]] += 1
                         return
                     slowest.append(time.perf_counter() - started)
-                    tally[status(result)] += 1
-                    tally["wrong"] += answer(result) != want and status(result) != "miss"
+                    said = tallied(tally, result)
+                    tally["wrong"] += answer(result) != want and said != "miss"
 
     return await limited(size, CONCURRENCY, episode)
 
@@ -213,9 +220,9 @@ async def waves(sim: Served, template: list[str]) -> dict[str, Any]:
                     started = time.perf_counter()
                     result = await client.call_tool(tool, arguments)
                     slowest.append(time.perf_counter() - started)
-                    tally[status(result)] += 1
                     expected = want.replace(entity("tmpl", 0), name)
-                    tally["wrong"] += answer(result) != expected and status(result) != "miss"
+                    said = tallied(tally, result)
+                    tally["wrong"] += answer(result) != expected and said != "miss"
 
         await limited(WAVE_SIZE, WAVE_CONCURRENCY, episode)
     return {"tally": dict(tally), "slowest_s": max(slowest, default=0.0), "calls": len(slowest)}
@@ -252,8 +259,7 @@ async def hold(sim: Served, size: int, template: list[str]) -> dict[str, Any]:
                     started = time.perf_counter()
                     result = await client.call_tool(tool, arguments)
                     slowest.append(time.perf_counter() - started)
-                    tally[status(result)] += 1
-                    missed = status(result) == "miss"
+                    missed = tallied(tally, result) == "miss"
                     tally["wrong"] += answer(result) != want.replace(entity("tmpl", 0), name) and not missed
         except* MCPError as refused:  # e.g. the replay's admission limit: counted and said, never a hang
             tally["refused"] += 1
