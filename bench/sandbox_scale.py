@@ -30,7 +30,8 @@ wrong answer; with the peak of live instances, memory per instance and the repla
 Run with ``python -m bench sandbox_scale`` (or ``python -m bench.sandbox_scale [EPISODES ...]``;
 ``python -m bench.sandbox_scale hold [EPISODES ...]`` for the episodes held at once, 64, 256 and
 1,024 by default; ``python -m bench.sandbox_scale path`` for the answer path alone, in both protocol
-eras, a few rounds).
+eras, a few rounds). Any ``--option=value`` is passed on to ``serve`` (``hold 512
+--max-concurrent=2048``); every other option stays at its default.
 """
 
 from __future__ import annotations
