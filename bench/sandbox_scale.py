@@ -431,6 +431,40 @@ async def paths(tmp: Path) -> None:
                       f"{path['warm_ms'] - path['hit_ms'] - path['own_ms']:.2f} ms (SDK path: "
                       f"{path['sdk_ms'] - path['hit_ms'] - path['sdk_own_ms']:.2f} ms)",
                       flush=True)  # fmt: skip
+    await stdio_path(db, config, tmp)
+
+
+async def stdio_path(db: Path, config: Path, tmp: Path) -> None:
+    """The answer path over stdio (the SDK's request path: its door has no fast path for a sandbox
+    answer): ``replay-sim serve --stdio`` per client, the index the HTTP rounds built, interleaved
+    per round as :func:`answer_path`, twice as many rounds (the first overlap each replay's own start:
+    its pool starting instances)."""
+    args = ["serve", "--stdio", "--server", "memory", "--db", str(db), "--miss", "sandbox",
+            "--config", str(config), "--index-dir", str(tmp / "index"), *SERVE_OPTIONS]  # fmt: skip
+    door = StdioServerParameters(command=REPLAY_SIM, args=args, env=dict(os.environ))
+    async with Client(door, mode="legacy") as warm, Client(door, mode="legacy") as hits:
+        await warm.call_tool(*calls(entity("stdio", 1))[0])  # binds (and re-plays nothing)
+        await hits.call_tool(*calls(entity("p0a", 0))[0])  # the state the first HTTP round recorded: hits
+        for round_ in range(2 * PATH_ROUNDS):
+            times: dict[str, list[float]] = {"warm": [], "own": [], "hit": []}
+            for n in range(PATH_CALLS):
+                for key, client, names in (
+                    ("warm", warm, [f"absent-s{round_}-{n}"]),
+                    ("hit", hits, [f"absent-{n}"]),
+                ):
+                    started = time.perf_counter()
+                    result = await client.call_tool("open_nodes", {"names": names})
+                    times[key].append((time.perf_counter() - started) * 1000)
+                    assert status(result) == ("sandbox" if key == "warm" else "exact"), status(result)
+                    if key == "warm":
+                        times["own"].append(
+                            float((result.meta or {})[MATCH_META_KEY]["sandbox"]["latency_ms"])
+                        )
+            m = {k: statistics.median(v) for k, v in times.items()}
+            print(f"answer path over stdio, round {round_ + 1} (medians of {PATH_CALLS}, interleaved): warm "
+                  f"sandbox answer {m['warm']:.2f} ms round trip (the instance {m['own']:.2f} ms); a cache "
+                  f"hit {m['hit']:.2f} ms; sandbox - hit - own = {m['warm'] - m['hit'] - m['own']:.2f} ms",
+                  flush=True)  # fmt: skip
 
 
 def main() -> None:

@@ -1,9 +1,7 @@
 """The resolver: which recording answers a call (exact → canonical → semantic → miss).
 
 On a server a sandbox runs (:attr:`~replay_sim.resolve.lineage.StateLookup.strict`) only the
-exact tier answers, from exactly the episode's state; every other call goes to the sandbox.
-
-The tiered lookup (its answers are :mod:`replay_sim.resolve.resolution` types):
+exact tier answers, from exactly the episode's state; every other call goes to the sandbox. The tiered lookup (its answers are :mod:`replay_sim.resolve.resolution` types):
 
 1. **exact** — the call's key equals a recorded call's key;
 2. **canonical** — equal after normalising the arguments against the tool's inputSchema;
@@ -205,13 +203,15 @@ class Resolver:
             self.warmup.wait()
 
     def _warm_up(self) -> None:
-        # Only the index: neither the model (seconds of CPU; the first call that embeds a query
-        # loads it, :attr:`model_loaded`) nor the tools' matching state (each read from all of the
-        # tool's recordings — 30 s of CPU at 100,000 — when one of its calls first needs it:
-        # :meth:`tool_state`), which a replay answering exact hits never needs.
+        # Only the index: neither the model (seconds of CPU; the first call that embeds a query loads
+        # it, :attr:`model_loaded`) nor the tools' matching state (read from all of a tool's
+        # recordings when one of its calls first needs it: :meth:`tool_state`). Not even the index
+        # when a sandbox answers every call no recording does (none needs an embedding).
         if not self.semantic:
             return
         try:
+            if (servers := {server for server, _, _ in self.store.names()}) <= self.lookup.strict and servers:
+                return
             self.index()
         except ReplaySimError:
             return  # reported on each call that needs the index, in its miss reason

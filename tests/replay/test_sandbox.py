@@ -428,7 +428,10 @@ async def test_a_call_needing_the_model_while_it_loads_is_answered_by_the_episod
     counter_db: Path, tmp_path: Path, embedder: SentenceTransformerEmbedder
 ) -> None:
     # The cache tiers that can answer before the model loads did not; the real server can: a
-    # sandboxed call is not held for the warm-up, nor refused as "still starting".
+    # sandboxed call is not held for the warm-up, nor refused as "still starting". (The warm-up
+    # loads the model for a server no sandbox answers: a sandbox-only store's never does.)
+    with Store(counter_db) as store:
+        store.record_call("other", "tools/call", {"name": "echo", "arguments": {"text": "hi"}}, result={})
     pool = sandbox_pool(load_config(write_config(tmp_path / "recorder.toml")), pool=0, max_instances=2)
     replay = open_replay(counter_db, miss="sandbox", sandboxes=pool, index_dir=tmp_path / "index")
     model = GatedEmbedder(embedder)
@@ -438,7 +441,7 @@ async def test_a_call_needing_the_model_while_it_loads_is_answered_by_the_episod
         async with contextlib.AsyncExitStack() as stack:
             await replay.enter(stack)
             replay.resolver.warm(wait=False)
-            await anyio.to_thread.run_sync(model.waiting.wait)
+            assert await anyio.to_thread.run_sync(model.waiting.wait, 60)  # the warm-up loads it
             trail = replay.histories.history("episode-1")
             assert trail is not None
             answer = await replay.resolve(

@@ -342,6 +342,20 @@ def test_warm_builds_the_index_and_loads_the_model_before_the_first_call(tmp_pat
     assert model._model is not None and (tmp_path / "index" / "manifest.json").exists()
 
 
+def test_warm_loads_no_model_when_a_sandbox_answers_every_recorded_server(tmp_path: Path) -> None:
+    """Their calls are answered exactly or by the sandbox, never by a guess: the index and the model
+    (seconds of CPU a replay's start used to spend beside its first answers) load only if asked."""
+    model = SentenceTransformerEmbedder()
+    resolver = Resolver(demo_store(tmp_path / "r.db"), embedder=model, index_dir=tmp_path / "index")
+    resolver.lookup.answer_strictly({"demo"})
+    resolver.warm()
+    assert model._model is None and not (tmp_path / "index" / "manifest.json").exists()
+    resolver.lookup.answer_strictly(set())  # another server would need them: warmed as before
+    fresh = Resolver(demo_store(tmp_path / "s.db"), embedder=model, index_dir=tmp_path / "index")
+    fresh.warm()
+    assert model._model is not None
+
+
 def test_warm_loads_no_model_when_no_tool_call_was_recorded(tmp_path: Path) -> None:
     store = Store(tmp_path / "r.db")
     store.put_listing("demo", "tools/list", {"tools": TOOLS})
