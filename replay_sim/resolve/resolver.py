@@ -1,7 +1,8 @@
 """The resolver: which recording answers a call (exact → canonical → semantic → miss).
 
 On a server a sandbox runs (:attr:`~replay_sim.resolve.lineage.StateLookup.strict`) only the
-exact tier answers, from exactly the episode's state; every other call goes to the sandbox. The tiered lookup (its answers are :mod:`replay_sim.resolve.resolution` types):
+exact tier answers, from exactly the episode's state; every other call goes to the sandbox. The
+tiered lookup (its answers are :mod:`replay_sim.resolve.resolution` types):
 
 1. **exact** — the call's key equals a recorded call's key;
 2. **canonical** — equal after normalising the arguments against the tool's inputSchema;
