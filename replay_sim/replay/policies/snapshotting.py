@@ -91,8 +91,8 @@ class Snapshotting:
         self.counts: Counter[str] = Counter()
         """``taken`` (``reclaimed``: of instances reclaimed at the cap), ``started`` (instances
         started from a snapshot), ``restored`` (calls not re-played thanks to one), ``refused``
-        (starts that failed the probe), ``failed`` (snapshots of instances given back that failed:
-        :attr:`failure` says the last one's why)."""
+        (starts that failed the probe), ``failed`` (snapshots that failed — its files unreadable, its
+        probe unanswered — leaving the instance as it was: :attr:`failure` says the last one's why)."""
         self.failure: str | None = None
 
     def stats(self) -> dict[str, Any]:

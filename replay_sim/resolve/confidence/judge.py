@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -103,7 +104,13 @@ class Confidence:
         return self.min_confidence if self.min_confidence is not None else self.config.min_confidence
 
     def judge_miss(
-        self, resolver: Resolver, server: str, method: str, params: Any, history: Any, miss: Resolution
+        self,
+        resolver: Resolver,
+        server: str,
+        method: str,
+        params: Any,
+        history: Sequence[str] | Trail,
+        miss: Resolution,
     ) -> Resolution:
         """A miss a sandbox was to answer, served as a miss after all (no instance answered it), with
         its best candidate's confidence: judged only now (:meth:`judge`). ``params`` redacted and
