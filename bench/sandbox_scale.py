@@ -437,8 +437,8 @@ async def paths(tmp: Path) -> None:
 async def stdio_path(db: Path, config: Path, tmp: Path) -> None:
     """The answer path over stdio (the SDK's request path: its door has no fast path for a sandbox
     answer): ``replay-sim serve --stdio`` per client, the index the HTTP rounds built, interleaved
-    per round as :func:`answer_path`, twice as many rounds (the first overlap each replay's own start:
-    its pool starting instances)."""
+    per round as :func:`answer_path`, twice as many rounds (the first may overlap each replay's own
+    start: its pool starting instances)."""
     args = ["serve", "--stdio", "--server", "memory", "--db", str(db), "--miss", "sandbox",
             "--config", str(config), "--index-dir", str(tmp / "index"), *SERVE_OPTIONS]  # fmt: skip
     door = StdioServerParameters(command=REPLAY_SIM, args=args, env=dict(os.environ))
@@ -470,13 +470,13 @@ async def stdio_path(db: Path, config: Path, tmp: Path) -> None:
 def main() -> None:
     """Print the table, the waves and the answer path (with ``hold``: only the episodes held at once;
     with ``path``: only the answer path)."""
+    SERVE_OPTIONS.extend(a for a in sys.argv[1:] if a.startswith("--"))
     if "path" in sys.argv[1:]:
         print(f"load before: {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} cores", flush=True)
         with tempfile.TemporaryDirectory() as folder:
             anyio.run(paths, Path(folder))
         print(f"load after: {os.getloadavg()[0]:.2f} (1 min)")
         return
-    SERVE_OPTIONS.extend(a for a in sys.argv[1:] if a.startswith("--"))
     holding = "hold" in sys.argv[1:]
     sizes = tuple(int(a) for a in sys.argv[1:] if a.isdigit()) or (HOLD if holding else SIZES)
     print(f"load before: {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} cores", flush=True)
