@@ -153,8 +153,11 @@ async def test_a_session_that_ends_gives_back_its_instance_and_a_call_in_flight_
         async with httpx2.AsyncClient(timeout=60) as http, anyio.create_task_group() as tg:
             url = sim.episode("left").url("hang")
             session = await _open_session(http, url)
+            bound = policy_stats(sim).get("instances", 0)  # instances episodes were bound to so far
             tg.start_soon(_call, http, url, session, "slow", {"steps": 100_000, "interval": 0.05})
-            await until(lambda: live_instances(sim, "hang") == 1)
+            # The call is on its instance once the episode is bound to one (a warm instance is live
+            # before: a session ended then cancels a call still binding, which cuts nothing).
+            await until(lambda: policy_stats(sim).get("instances", 0) != bound)
             ended = await http.delete(url, headers={"mcp-session-id": session})  # the client leaves
             assert ended.status_code == 200
             await until(lambda: live_instances(sim, "hang") == 0, timeout=4)  # the call was cancelled
