@@ -326,7 +326,8 @@ def test_a_sandboxed_servers_miss_is_judged_only_when_served_as_a_miss_and_never
     params = {"name": "pure", "arguments": {"x": 100}}
     miss = resolver.resolve("srv", "tools/call", params, history)
     assert miss.tier is Tier.MISS and miss.confidence is None  # the sandbox's to answer
-    served = resolver.confidence.judge_miss(resolver, "srv", "tools/call", params, history, miss)
+    judge = resolver.confidence.judge_miss
+    served = judge(resolver, "srv", "tools/call", "pure", {"x": 100}, history, miss)
     assert served.confidence is not None and served.drivers  # its exact recording's, from another state
     assert resolver.tool_states.kept("srv", "pure") is None
     at_a_point = resolver.resolve("srv", "tools/call", params, history, min_confidence=0.999)

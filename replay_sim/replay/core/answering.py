@@ -259,8 +259,7 @@ class Answering:
     ) -> Answer:
         """The miss policy's answer to a call the cache misses (``miss``) or the policy claims; args as
         :meth:`resolve`'s. Raises: EpisodeLost: the episode's sandbox instance died."""
-        redacted = self.redactor.redact(params)
-        name, arguments = call_identity(method, redacted)
+        name, arguments = call_identity(method, self.redactor.redact(params))
         trail = history if isinstance(history, Trail) else None
         surface = self.surfaces[server]
         tool = surface.tools.get(name) if method == "tools/call" else surface.prompts.get(name)
@@ -272,7 +271,7 @@ class Answering:
             failed = f"{miss.reason}; miss policy {self.miss_policy_name!r} failed: {exc}".lstrip("; ")
             resolution = dataclasses.replace(miss, reason=failed)
         judge = self.resolver.confidence.judge_miss  # no sandbox answered it: how sure its best candidate is
-        resolution = judge(self.resolver, server, method, redacted, history or (), resolution)
+        resolution = judge(self.resolver, server, method, name, arguments, history or (), resolution)
         answer = Answer(name, resolution, self._reply(server, method, name, resolution))
         if not miss.hit and not loading:
             self.misses.keep(server, method, name, arguments, answer.status, miss, kept=history)

@@ -22,7 +22,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from replay_sim.canonical import call_identity
 from replay_sim.errors import ReplaySimError
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.confidence.features import Formed, bearing, describe
@@ -108,16 +107,16 @@ class Confidence:
         resolver: Resolver,
         server: str,
         method: str,
-        params: Any,
+        name: str,
+        arguments: dict[str, Any],
         history: Sequence[str] | Trail,
         miss: Resolution,
     ) -> Resolution:
         """A miss a sandbox was to answer, served as a miss after all (no instance answered it), with
-        its best candidate's confidence: judged only now (:meth:`judge`). ``params`` redacted and
-        ``history`` as :meth:`Resolver.resolve`'s; anything but such a miss is returned as it is."""
+        its best candidate's confidence: judged only now (:meth:`judge`; ``arguments`` redacted,
+        ``history`` as :meth:`Resolver.resolve`'s). Anything but such a miss is returned as it is."""
         if miss.tier is not Tier.MISS or miss.confidence is not None or server not in resolver.lookup.strict:
             return miss
-        name, arguments = call_identity(method, params)
         try:
             trail = resolver.lookup.trail(history)
             return self.judge(resolver, server, method, name, arguments, trail, miss, sandboxed_misses=True)
