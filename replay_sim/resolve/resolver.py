@@ -204,14 +204,14 @@ class Resolver:
             self.warmup.wait()
 
     def _warm_up(self) -> None:
-        # Only the index: neither the model (seconds of CPU; the first call that embeds a query loads
-        # it, :attr:`model_loaded`) nor the tools' matching state (read from all of a tool's
-        # recordings when one of its calls first needs it: :meth:`tool_state`). Not even the index
-        # when a sandbox answers every call no recording does (none needs an embedding).
+        # Only the index — not the model (the first call that embeds a query loads it) nor the tools'
+        # matching state (:meth:`tool_state`) — and not even that when a sandbox answers every
+        # recorded server's calls no recording does (none of them needs an embedding).
         if not self.semantic:
             return
         try:
-            if (servers := {server for server, _, _ in self.store.names()}) <= self.lookup.strict and servers:
+            strict = self.lookup.strict
+            if strict and {server for server, _, _ in self.store.names()} <= strict:
                 return
             self.index()
         except ReplaySimError:
