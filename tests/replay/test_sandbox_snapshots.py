@@ -9,9 +9,11 @@ probe, the server is marked process-stated and the episode is re-played as befor
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -143,20 +145,30 @@ async def _recorded_memory(tmp_path: Path, max_instances: int) -> tuple[Path, An
     return db, sandbox_pool(load_config(config), pool=0, max_instances=max_instances, snapshot_after=2)
 
 
+@contextlib.asynccontextmanager
+async def _gamma_written(db: Path, pool: Any, tmp_path: Path) -> AsyncIterator[tuple[Any, Client]]:
+    """Episode ``one`` on a replay that gives an instance back after 0.5 s idle, once it wrote
+    ``alpha`` (recorded: the cache) and ``gamma`` (its instance): the replay and its client."""
+    async with (
+        replay_sim.serving(
+            db=db, miss="sandbox", sandboxes=pool, index_dir=tmp_path / "index", sandbox_idle=0.5
+        ) as sim,
+        Client(sim.episode("one").url("memory")) as client,
+    ):
+        await client.call_tool("create_entities", PREFIX[0][1]["arguments"])  # recorded: the cache
+        await client.call_tool("create_entities", _entity("gamma")[1]["arguments"])  # its instance
+        yield sim, client
+
+
 async def test_an_instance_given_back_idle_is_snapshotted_and_its_episode_rebuilt_from_it(
     tmp_path: Path,
 ) -> None:
     db, pool = await _recorded_memory(tmp_path, max_instances=4)
-    async with replay_sim.serving(
-        db=db, miss="sandbox", sandboxes=pool, index_dir=tmp_path / "index", sandbox_idle=0.5
-    ) as sim:
+    async with _gamma_written(db, pool, tmp_path) as (sim, client):
         policy: Any = sim.replay.policy
-        async with Client(sim.episode("one").url("memory")) as client:
-            await client.call_tool("create_entities", PREFIX[0][1]["arguments"])  # recorded: the cache
-            await client.call_tool("create_entities", _entity("gamma")[1]["arguments"])  # its instance
-            await until(lambda: policy.counts.get("released", 0) == 1)  # given back idle: snapshotted
-            await until(lambda: policy.states.counts["taken"] == 1)
-            again = await client.call_tool("open_nodes", {"names": ["alpha", "gamma"]})
+        await until(lambda: policy.counts.get("released", 0) == 1)  # given back idle: snapshotted
+        await until(lambda: policy.states.counts["taken"] == 1)
+        again = await client.call_tool("open_nodes", {"names": ["alpha", "gamma"]})
         assert match(again)["status"] == "sandbox" and match(again)["sandbox"]["replayed"] == 0
         assert sorted(e["name"] for e in json.loads(text(again))["entities"]) == ["alpha", "gamma"]
         assert policy.states.counts["started"] == 1 and policy.states.counts["restored"] == 2
@@ -172,15 +184,10 @@ async def test_a_snapshot_that_fails_is_counted_with_its_why_and_its_episode_is_
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(pool.snapshots, "take", full)  # its files cannot be read
-    async with replay_sim.serving(
-        db=db, miss="sandbox", sandboxes=pool, index_dir=tmp_path / "index", sandbox_idle=0.5
-    ) as sim:
+    async with _gamma_written(db, pool, tmp_path) as (sim, client):
         policy: Any = sim.replay.policy
-        async with Client(sim.episode("one").url("memory")) as client:
-            await client.call_tool("create_entities", PREFIX[0][1]["arguments"])  # recorded: the cache
-            await client.call_tool("create_entities", _entity("gamma")[1]["arguments"])  # its instance
-            await until(lambda: policy.states.counts["failed"] == 1)  # given back idle: no snapshot
-            again = await client.call_tool("open_nodes", {"names": ["alpha", "gamma"]})
+        await until(lambda: policy.states.counts["failed"] == 1)  # given back idle: no snapshot
+        again = await client.call_tool("open_nodes", {"names": ["alpha", "gamma"]})
         async with httpx2.AsyncClient(timeout=30) as http:
             stats = (await http.get(f"{sim.url}/api/stats")).json()["sandbox"]["snapshots"]
     assert match(again)["status"] == "sandbox" and match(again)["sandbox"]["replayed"] == 2  # re-played
