@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -55,3 +56,11 @@ async def until(condition: Callable[[], bool], timeout: float = 30) -> None:
     with anyio.fail_after(timeout):
         while not condition():
             await anyio.sleep(0.05)
+
+
+def thread_niceness(pid: int) -> set[int]:
+    """The ``nice`` values of process ``pid``'s threads (``/proc/PID/task/TID/stat``, field 19)."""
+    tasks = Path(f"/proc/{pid}/task")
+    return {
+        int((tasks / tid / "stat").read_text().rpartition(")")[2].split()[16]) for tid in os.listdir(tasks)
+    }

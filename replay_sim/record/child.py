@@ -38,6 +38,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
 from replay_sim.record.child_output import ChildOutput, output_pipe, parse
+from replay_sim.record.priority import Priority
 from replay_sim.record.spawn import spawn, spawnable
 
 __all__ = ["Answered", "ChildStdio", "outcome", "request_line"]
@@ -79,12 +80,21 @@ class ChildStdio:
         errlog: Where its stderr goes.
         max_line: The longest line it may write on stdout, in bytes: a longer one ends the server
             (its process group is killed; no request is answered from it). None: no cap.
+        priority: Its CPU priority from its start (:mod:`~replay_sim.record.priority`; applied where
+            :func:`~replay_sim.record.spawn.spawn` starts it). None: the normal one.
     """
 
-    def __init__(self, params: StdioServerParameters, errlog: TextIO, max_line: int | None = None) -> None:
+    def __init__(
+        self,
+        params: StdioServerParameters,
+        errlog: TextIO,
+        max_line: int | None = None,
+        priority: Priority | None = None,
+    ) -> None:
         self.params = params
         self.errlog = errlog
         self.max_line = max_line
+        self.priority = priority
         self.overflow = False
         """Whether it was ended for writing a line longer than ``max_line``."""
         self._waiting: dict[str, _Waiter] = {}
@@ -113,7 +123,7 @@ class ChildStdio:
         command = await _get_executable_command(params.command)
         env = get_default_environment() | (params.env or {})
         if spawnable():  # off the event loop: uvloop's fork would hold every session up meanwhile
-            process: Any = await spawn(command, params.args, env, self.errlog, params.cwd)
+            process: Any = await spawn(command, params.args, env, self.errlog, params.cwd, self.priority)
         else:
             process = await _create_platform_compatible_process(
                 command=command, args=params.args, env=env, errlog=self.errlog, cwd=params.cwd

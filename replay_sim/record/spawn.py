@@ -33,21 +33,32 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 
+from replay_sim.record.priority import Priority
+
 __all__ = ["Spawned", "handed", "spawn", "spawnable"]
 
 _CHUNK = 1 << 16
 
 
 async def spawn(
-    command: str, args: list[str], env: Mapping[str, str] | None, errlog: TextIO, cwd: str | Path | None
+    command: str,
+    args: list[str],
+    env: Mapping[str, str] | None,
+    errlog: TextIO,
+    cwd: str | Path | None,
+    priority: Priority | None = None,
 ) -> Spawned:
     """Start ``command args`` in its own session, its stdin and stdout piped to this loop.
+
+    Args:
+        priority: Its CPU priority, told of the process group as soon as it exists (None: normal).
 
     Raises:
         OSError: It could not be started (no such program, not executable, no such ``cwd``).
     """
-    popen = await anyio.to_thread.run_sync(
-        lambda: subprocess.Popen(
+
+    def start() -> subprocess.Popen[bytes]:
+        popen = subprocess.Popen(
             [command, *args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -57,7 +68,11 @@ async def spawn(
             bufsize=0,
             start_new_session=True,
         )
-    )
+        if priority is not None:
+            priority.started(popen.pid)
+        return popen
+
+    popen = await anyio.to_thread.run_sync(start)
     try:
         return await Spawned.attach(popen)
     except BaseException:

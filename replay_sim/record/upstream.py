@@ -46,6 +46,7 @@ from replay_sim.errors import UpstreamError
 from replay_sim.protocol import error_json
 from replay_sim.record.child import ChildStdio
 from replay_sim.record.config import UpstreamSpec
+from replay_sim.record.priority import Priority
 
 __all__ = ["Exchange", "Upstream", "UpstreamTimeout"]
 
@@ -89,6 +90,7 @@ class Upstream:
             declared it can be asked (:func:`replay_sim.protocol.declared`); the server's
             requests for them go to :attr:`on_request`.
         max_line: A stdio server's longest line on stdout in bytes: a longer one ends it (None: no cap).
+        priority: A stdio server's CPU priority from its start (None: the normal one).
     """
 
     def __init__(
@@ -97,9 +99,11 @@ class Upstream:
         on_notification: NotificationHandler | None = None,
         capabilities: Mapping[str, Any] | None = None,
         max_line: int | None = None,
+        priority: Priority | None = None,
     ) -> None:
         self.spec = spec
         self.max_line = max_line
+        self.priority = priority
         self.on_notification = on_notification
         self.on_request: RequestHandler | None = None
         self.capabilities = dict(capabilities or {})
@@ -180,7 +184,7 @@ class Upstream:
                 env=dict(self.spec.env) or None,
                 cwd=self.spec.cwd,
             )
-            child = ChildStdio(params, errlog=self._stderr, max_line=self.max_line)
+            child = ChildStdio(params, errlog=self._stderr, max_line=self.max_line, priority=self.priority)
             read, write = await stack.enter_async_context(child.open())
             self._child = child
         dispatcher: JSONRPCDispatcher[Any] = JSONRPCDispatcher(read, write)

@@ -13,9 +13,11 @@ from typing import Any
 
 import anyio
 import pytest
+from instances_helpers import thread_niceness
 from mcp.client.stdio import StdioServerParameters
 
 from replay_sim.record.child import ChildStdio
+from replay_sim.record.priority import AHEAD, Priority, raisable
 from replay_sim.record.spawn import Spawned, handed, spawn, spawnable
 
 pytestmark = [
@@ -128,4 +130,37 @@ async def test_spawned_processes_leave_no_descriptor_open() -> None:
         await run_one()
     with anyio.fail_after(60):
         while set(os.listdir("/proc/self/fd")) - before:  # the loop closes a pipe on its next turn
+            await anyio.sleep(0.01)
+
+
+@pytest.mark.skipif(not raisable(), reason="a lowered priority can only be raised again with CAP_SYS_NICE")
+async def test_a_start_ahead_of_demand_runs_at_a_lower_priority_until_restored() -> None:
+    priority = Priority(AHEAD)
+    script = "import sys, threading as t; sys.stdin.readline(); t.Thread(target=sys.stdin.readline).start()"
+    process = await spawn(sys.executable, ["-c", script], dict(os.environ), sys.stderr, None, priority)
+    assert priority.lowered and os.getpriority(os.PRIO_PROCESS, process.pid) == AHEAD
+    await process.stdin.send(b"\n")  # a thread started later: at its process's priority
+    await until_threads(process.pid, 2)
+    assert thread_niceness(process.pid) == {AHEAD}
+    priority.restore()
+    assert not priority.lowered and thread_niceness(process.pid) == {0}  # every thread of its group
+    await process.stdin.send(b"\n")
+    with anyio.fail_after(60):
+        assert await process.wait() == 0
+
+
+@pytest.mark.skipif(not raisable(), reason="a lowered priority can only be raised again with CAP_SYS_NICE")
+async def test_a_start_restored_before_its_process_exists_is_never_lowered() -> None:
+    priority = Priority(AHEAD)
+    priority.restore()
+    process = await spawn(sys.executable, ["-c", "input()"], dict(os.environ), sys.stderr, None, priority)
+    assert os.getpriority(os.PRIO_PROCESS, process.pid) == 0
+    await process.stdin.send(b"\n")
+    with anyio.fail_after(60):
+        assert await process.wait() == 0
+
+
+async def until_threads(pid: int, count: int) -> None:
+    with anyio.fail_after(60):
+        while len(os.listdir(f"/proc/{pid}/task")) < count:
             await anyio.sleep(0.01)

@@ -33,6 +33,7 @@ from replay_sim.record.instances.confine import Placement
 from replay_sim.record.instances.procfs import CpuBudget, group_rss
 from replay_sim.record.instances.workspace import Launcher, Workspace, prepare
 from replay_sim.record.isolation import Isolation
+from replay_sim.record.priority import AHEAD, Priority
 from replay_sim.record.rerun import reset
 from replay_sim.record.upstream import Upstream
 from replay_sim.redaction import Redactor
@@ -57,6 +58,7 @@ class Instance:
         capabilities: Client capabilities declared to the server at ``initialize`` (wire JSON).
         base: Where its workspace directory is made (None: the system's temporary directory).
         placement: Its uid, the paths it must not see and its clock, when confined.
+        ahead: Started ahead of demand: its start runs at a lower CPU priority until :meth:`hurry`.
     """
 
     def __init__(
@@ -70,6 +72,7 @@ class Instance:
         capabilities: Mapping[str, Any] | None = None,
         base: Path | None = None,
         placement: Placement | None = None,
+        ahead: bool = False,
     ) -> None:
         self.server = server
         self.id = id
@@ -85,6 +88,8 @@ class Instance:
         self._capabilities = dict(capabilities or {})
         self._base = base
         self.placement = placement or Placement()
+        self.priority = Priority(AHEAD if ahead else 0)
+        """Its CPU priority: lowered (when it was started ahead of demand) until :meth:`hurry`."""
         self._upstream: Upstream | None = None
         self._pending: Upstream | None = None  # the connection being started
         self._workspace: Workspace | None = None
@@ -161,7 +166,9 @@ class Instance:
             prepare, self.server, self.id, self.spec, self._launcher, self._base, self.placement
         )
         max_line = self.spec.containment.limits.answer_bytes if self._workspace.confined else None
-        upstream = Upstream(self._workspace.spec, self._collect, self._capabilities, max_line=max_line)
+        upstream = Upstream(
+            self._workspace.spec, self._collect, self._capabilities, max_line=max_line, priority=self.priority
+        )
         self._pending = upstream
         await tg.start(upstream.run)
         return upstream
@@ -194,6 +201,10 @@ class Instance:
                 _kill(self._pending)  # spawned and initialising: no use waiting for it
             self._starting.cancel()
         await self._done.wait()
+
+    def hurry(self) -> None:
+        """Somebody needs it now: run it (its start too) at the normal CPU priority from now on."""
+        self.priority.restore()
 
     @property
     def alive(self) -> bool:

@@ -52,8 +52,9 @@ class Places:
     _demand: Demand
 
     # The pool's own (it keeps the instances' books):
-    def _start(self, server: str, seed: tuple[Any, int] | None = None) -> Instance:
-        """Start an instance of ``server`` (from the state snapshot ``seed``: its path and uid)."""
+    def _start(self, server: str, seed: tuple[Any, int] | None = None, *, ahead: bool = False) -> Instance:
+        """Start an instance of ``server`` (from the state snapshot ``seed``: its path and uid;
+        ``ahead`` of demand: at a lower CPU priority until it is needed)."""
         raise NotImplementedError
 
     def _refill(self) -> None:
@@ -72,6 +73,7 @@ class Places:
             instance = warm.popleft()
             self._ready.discard(instance)
             if instance.alive:
+                instance.hurry()
                 self._crash_run[server] = 0
                 self._demand.took(server)
                 self._owned.add(instance)
@@ -94,6 +96,8 @@ class Places:
                 self._seeding[server] -= 1
                 mine.append(self._start(server, seed))
             return
+        for instance in self._live[server] - self._owned:  # started ahead of demand: a caller needs them
+            instance.hurry()
         needed = self._waiting[server] - self._starting[server] - len(self._warm[server])
         for _ in range(needed):
             if not self._room(server, reclaim):

@@ -279,9 +279,9 @@ class InstancePool(Places):
                     exclusive and self._live[server]
                 ):
                     break
-                self._start(server)
+                self._start(server, ahead=True)
 
-    def _start(self, server: str, seed: tuple[Path, int] | None = None) -> Instance:
+    def _start(self, server: str, seed: tuple[Path, int] | None = None, *, ahead: bool = False) -> Instance:
         seed_path, seed_uid = seed or (None, 0)
         placement = Placement(
             next(self._uids), self._hidden, self._clocks.get(server), self._recorded.get(server, ()),
@@ -290,7 +290,7 @@ class InstancePool(Places):
         instance = Instance(
             server, f"{server}-{next(self._ids)}", self._specs[server], redactor=self.config.redactor,
             launcher=self._launcher or Launcher.detect(), capabilities=self._capabilities, base=self._base,
-            placement=placement,
+            placement=placement, ahead=ahead,
         )  # fmt: skip
         self._live[server].add(instance)
         self._starting[server] += 1

@@ -11,7 +11,18 @@ from typing import Any
 
 import anyio
 import pytest
-from instances_helpers import ECHO, HANG, MEMORY, PYTHON, memory, sandboxes, text, tool, until
+from instances_helpers import (
+    ECHO,
+    HANG,
+    MEMORY,
+    PYTHON,
+    memory,
+    sandboxes,
+    text,
+    thread_niceness,
+    tool,
+    until,
+)
 from recording_helpers import echo_http
 
 from replay_sim.errors import ConfigError, InstanceLost, SandboxUnavailable, UpstreamError
@@ -20,6 +31,7 @@ from replay_sim.record.instances import Instance, InstancePool
 from replay_sim.record.instances.unavailable import why_unavailable
 from replay_sim.record.instances.workspace import Workspace
 from replay_sim.record.isolation import Isolation
+from replay_sim.record.priority import AHEAD, raisable
 
 pytestmark = pytest.mark.anyio
 
@@ -303,3 +315,25 @@ async def test_an_instance_whose_state_could_not_be_deleted_still_ends_and_is_co
             await instance.close()
             await until(lambda: pool.stats()["memory"]["live"] == 0)
             assert pool.stats()["memory"]["failed"] == 1 and "the disk went away" in str(pool.stats())
+
+
+@pytest.mark.skipif(not raisable(), reason="a lowered priority can only be raised again with CAP_SYS_NICE")
+async def test_a_warm_instance_is_started_at_a_lower_priority_and_raised_when_taken(tmp_path: Path) -> None:
+    with anyio.fail_after(60):
+        async with InstancePool(sandboxes(memory=memory(tmp_path)), pool=1, max_instances=3) as pool:
+            await until(lambda: pool.stats()["memory"]["warm"] == 1)
+            [warm] = pool.stats()["memory"]["pids"].values()
+            assert group_niceness(warm) == {AHEAD}  # started ahead of demand, every process and thread
+            taken = await pool.acquire("memory", timeout=30)
+            assert taken.pid == warm and group_niceness(warm) == {0}
+            assert "entities" in text(await taken.call(*tool("read_graph")))
+
+
+def group_niceness(group: int) -> set[int]:
+    """The ``nice`` values of every thread of process group ``group`` (``/proc/PID/task/TID/stat``)."""
+    found = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            if os.getpgid(int(pid)) == group:
+                found |= thread_niceness(int(pid))
+    return found
