@@ -156,7 +156,7 @@ async def test_a_session_that_ends_gives_back_its_instance_and_a_call_in_flight_
             bound = policy_stats(sim).get("instances", 0)  # instances episodes were bound to so far
             tg.start_soon(_call, http, url, session, "slow", {"steps": 100_000, "interval": 0.05})
             # The call is on its instance once the episode is bound to one (a warm instance is live
-            # before: a session ended then cancels a call still binding, which cuts nothing).
+            # before: a session ended then cancels the call while it binds, the test below).
             await until(lambda: policy_stats(sim).get("instances", 0) != bound)
             ended = await http.delete(url, headers={"mcp-session-id": session})  # the client leaves
             assert ended.status_code == 200
@@ -166,6 +166,27 @@ async def test_a_session_that_ends_gives_back_its_instance_and_a_call_in_flight_
 
 
 _HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+
+
+async def test_a_session_that_ends_while_its_episode_is_re_played_cuts_the_instance_being_bound(
+    db: Path, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path / "recorder.toml")
+    async with sandboxed(db, config, tmp_path) as sim, httpx2.AsyncClient(timeout=60) as http:
+        url = sim.episode("rebuilt").url("hang")
+        session = await _open_session(http, url)
+        await _call(http, url, session, "slow", {"steps": 40, "interval": 0.05})  # 2 s, of unknown effect
+        await http.delete(url, headers={"mcp-session-id": session})  # its instance is given back
+        await until(lambda: live_instances(sim, "hang") == 0)
+        session = await _open_session(http, url)  # the episode comes back: its state is re-played first
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_call, http, url, session, "quick", {})
+            await until(lambda: live_instances(sim, "hang") == 1)  # started: re-playing the 2 s call
+            assert policy_stats(sim)["instances"] == 1  # not bound yet
+            await http.delete(url, headers={"mcp-session-id": session})  # the client leaves
+            await until(lambda: live_instances(sim, "hang") == 0)
+            tg.cancel_scope.cancel()
+        assert policy_stats(sim)["cut"] == 1 and policy_stats(sim)["instances"] == 1
 
 
 async def _open_session(http: httpx2.AsyncClient, url: str) -> str:

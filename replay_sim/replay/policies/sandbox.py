@@ -246,6 +246,7 @@ class SandboxPolicy:
                 miss, f"re-playing the episode on sandbox instance {instance.id} failed: {exc}"
             )
         except BaseException:  # cancelled (its client left): the instance's state is unknown
+            self._count(None, cut=1)
             with anyio.CancelScope(shield=True):
                 await instance.close()
             raise
