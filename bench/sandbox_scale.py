@@ -37,6 +37,7 @@ eras, a few rounds). Any ``--option=value`` is passed on to ``serve`` (``hold 51
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import statistics
 import subprocess
@@ -44,7 +45,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,8 @@ SIZES = (64,)
 HOLD = (64, 256, 1024)
 """Episodes held open at once (each level until one has a miss or a wrong answer)."""
 CONCURRENCY = 16
+WORKERS = 2
+"""Rollout worker processes the trainer's clients run in, for the second pass's last line."""
 WAVES, WAVE_SIZE, WAVE_CONCURRENCY = 3, 40, 20
 WARM_CALLS = 40
 PATH_ROUNDS, PATH_CALLS = 3, 100
@@ -178,17 +181,19 @@ async def served(db: Path, config: Path, tmp: Path) -> AsyncIterator[Served]:
 
 async def replayed(
     sim: Served,
-    size: int,
+    episodes: Sequence[int],
     run: str,
     truth: dict[int, list[str]],
     tally: Counter[str],
     slowest: list[float],
     shared: httpx2.AsyncClient | None,
+    concurrency: int = CONCURRENCY,
 ) -> float:
     """Each episode on an episode URL of the replay (created, then ended): the wall time. Its MCP
     client rides on ``shared`` (None: the SDK's own HTTP client per episode)."""
 
-    async def episode(i: int) -> None:
+    async def episode(k: int) -> None:
+        i = episodes[k]
         async with sim.episode() as url:
             transport = url if shared is None else streamable_http_client(url, http_client=shared)
             async with Client(transport) as client:
@@ -204,7 +209,39 @@ async def replayed(
                     said = tallied(tally, result)
                     tally["wrong"] += answer(result) != want and said != "miss"
 
-    return await limited(size, CONCURRENCY, episode)
+    return await limited(len(episodes), concurrency, episode)
+
+
+async def in_workers(
+    sim: Served, size: int, run: str, truth: dict[int, list[str]], tally: Counter[str], slowest: list[float]
+) -> tuple[float, float]:
+    """The episodes played by :data:`WORKERS` rollout worker processes (``bench._rollout_worker``),
+    :data:`CONCURRENCY` at a time in all, started together once each is ready: the wall time and
+    the workers' CPU seconds."""
+    command = [sys.executable, "-m", "bench._rollout_worker", sim.url, run, str(CONCURRENCY // WORKERS)]
+    here = Path(__file__).resolve().parent.parent
+    workers = [subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=here)
+               for _ in range(WORKERS)]  # fmt: skip
+    for n, worker in enumerate(workers):
+        assert worker.stdin is not None and worker.stdout is not None
+        share = list(range(n, size, WORKERS))
+        worker.stdin.write(json.dumps({"episodes": share, "truth": {i: truth[i] for i in share}}) + "\n")
+        worker.stdin.flush()
+        assert worker.stdout.readline().strip() == "ready"
+    started = time.perf_counter()
+    for worker in workers:
+        assert worker.stdin is not None
+        worker.stdin.write("go\n")
+        worker.stdin.flush()
+    said = [json.loads(await anyio.to_thread.run_sync(w.stdout.readline)) for w in workers]  # type: ignore[union-attr]
+    wall = time.perf_counter() - started
+    for worker in workers:
+        worker.stdin.close()  # type: ignore[union-attr]
+        await anyio.to_thread.run_sync(worker.wait)
+    for one in said:
+        tally.update(one["tally"])
+        slowest.append(one["slowest"])
+    return wall, sum(one["cpu"] for one in said)
 
 
 async def waves(sim: Served, template: list[str]) -> dict[str, Any]:
@@ -379,19 +416,26 @@ async def run(sizes: tuple[int, ...], tmp: Path, holding: bool) -> None:
         direct_cpu = (after[0] - before[0], after[1] - before[1])  # the trainer's client, the servers
         async with served(db, config, tmp) as sim, httpx2.AsyncClient(timeout=120) as shared:  # defaults
             passes = []
-            for client in (shared, shared, None):
+            for clients in ("shared", "shared", "each", "workers"):  # pass 1, then pass 2 three ways
                 tally: Counter[str] = Counter()
                 slowest: list[float] = []
                 instances, client_cpu, replay_cpu = Descendants(sim.pid), own_cpu()[0], process_cpu(sim.pid)
-                wall = await replayed(sim, size, run_id, truth, tally, slowest, client)
-                cpu = (own_cpu()[0] - client_cpu, process_cpu(sim.pid) - replay_cpu, instances.stop())
+                if clients == "workers":
+                    wall, workers_cpu = await in_workers(sim, size, run_id, truth, tally, slowest)
+                else:
+                    http = shared if clients == "shared" else None
+                    wall = await replayed(sim, range(size), run_id, truth, tally, slowest, http)
+                    workers_cpu = 0.0
+                client_cpu = own_cpu()[0] - client_cpu + workers_cpu
+                cpu = (client_cpu, process_cpu(sim.pid) - replay_cpu, instances.stop())
                 passes.append((wall, dict(tally), max(slowest), cpu))
             stats = await sim.stats()
         print(f"{size} episodes x 4 calls, {CONCURRENCY} at a time:")
         client_ms, server_ms = (seconds / size * 1000 for seconds in direct_cpu)
         print(f"  the real server, one process per episode (stdio): {direct_s:.1f} s (1x); CPU per episode: "
               f"client {client_ms:.0f} ms, server {server_ms:.0f} ms")  # fmt: skip
-        labels = ("pass 1", "pass 2", "pass 2, an HTTP client per episode")
+        labels = ("pass 1", "pass 2", "pass 2, an HTTP client per episode",
+                  f"pass 2, the trainer's clients in {WORKERS} processes")  # fmt: skip
         for label, (wall, answers, slow, cpu) in zip(labels, passes, strict=True):
             client_ms, replay_ms, instances_ms = (seconds / size * 1000 for seconds in cpu)
             print(f"  replay-sim {label}: {wall:.1f} s ({wall / direct_s:.2f}x); answers {answers}; "
