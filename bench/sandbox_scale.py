@@ -14,7 +14,9 @@ the graph (four calls); ``CONCURRENCY`` episodes run at a time. Measured side by
 The episodes' MCP clients share one HTTP client, as a trainer's rollouts do (``Client(
 streamable_http_client(url, http_client=shared))``): the SDK's ``Client(url)`` makes an HTTP client
 per connection, whose TLS context alone costs ~20 ms of the trainer's CPU per episode even for
-``http://``. Pass 2 is played once more that way, for reference.
+``http://``. Pass 2 is played once more that way, for reference; and once more with the clients
+in :data:`WORKERS` processes of their own (``bench._rollout_worker``), as a trainer's rollout
+workers run: in the bench's one process the clients' own CPU is what bounds that pass.
 
 Then **waves** of episodes whose clients only close their MCP sessions (handshake-era sessions on
 episode URLs, never ``DELETE /api/episodes``), with every ``serve`` option at its default:
