@@ -8,7 +8,8 @@ once; each plays its episodes as :func:`~bench.sandbox_scale.replayed` does and 
     python -m bench._rollout_worker URL RUN CONCURRENCY
 
 Reads one JSON line (``{"episodes": [...], "truth": {...}}``), prints ``ready``, waits for a line
-(go), plays, and prints one JSON line: the answers' tally, the slowest call and its own CPU seconds.
+(go), plays, and prints one JSON line: the answers' tally, why calls missed, the slowest call and
+its own CPU seconds.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import anyio
 import httpx2
 
 from bench._cpu import own_cpu
-from bench.sandbox_scale import Served, replayed
+from bench.sandbox_scale import MISSED, Served, replayed
 
 
 async def play(url: str, run: str, concurrency: int) -> None:
@@ -36,7 +37,8 @@ async def play(url: str, run: str, concurrency: int) -> None:
         sim = Served(url, http, 0)
         await replayed(sim, order["episodes"], run, truth, tally, slowest, shared, concurrency)
         cpu = own_cpu()[0] - began
-    print(json.dumps({"tally": dict(tally), "slowest": max(slowest, default=0.0), "cpu": cpu}), flush=True)
+    said = {"tally": dict(tally), "missed": dict(MISSED), "slowest": max(slowest, default=0.0), "cpu": cpu}
+    print(json.dumps(said), flush=True)
 
 
 if __name__ == "__main__":

@@ -225,25 +225,32 @@ async def in_workers(
     workers = [subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=here)
                for _ in range(WORKERS)]  # fmt: skip
     for n, worker in enumerate(workers):
-        assert worker.stdin is not None and worker.stdout is not None
         share = list(range(n, size, WORKERS))
-        worker.stdin.write(json.dumps({"episodes": share, "truth": {i: truth[i] for i in share}}) + "\n")
-        worker.stdin.flush()
-        assert worker.stdout.readline().strip() == "ready"
+        _say(worker, json.dumps({"episodes": share, "truth": {i: truth[i] for i in share}}))
+        assert _heard(worker) == "ready"
     started = time.perf_counter()
     for worker in workers:
-        assert worker.stdin is not None
-        worker.stdin.write("go\n")
-        worker.stdin.flush()
-    said = [json.loads(await anyio.to_thread.run_sync(w.stdout.readline)) for w in workers]  # type: ignore[union-attr]
+        _say(worker, "go")
+    said = [json.loads(await anyio.to_thread.run_sync(_heard, w)) for w in workers]
     wall = time.perf_counter() - started
     for worker in workers:
-        worker.stdin.close()  # type: ignore[union-attr]
-        await anyio.to_thread.run_sync(worker.wait)
+        await anyio.to_thread.run_sync(worker.communicate)  # its input closed: it exits
     for one in said:
         tally.update(one["tally"])
+        MISSED.update(one["missed"])
         slowest.append(one["slowest"])
     return wall, sum(one["cpu"] for one in said)
+
+
+def _say(worker: subprocess.Popen[str], line: str) -> None:
+    assert worker.stdin is not None
+    worker.stdin.write(line + "\n")
+    worker.stdin.flush()
+
+
+def _heard(worker: subprocess.Popen[str]) -> str:
+    assert worker.stdout is not None
+    return worker.stdout.readline().strip()
 
 
 async def waves(sim: Served, template: list[str]) -> dict[str, Any]:
