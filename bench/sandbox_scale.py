@@ -428,15 +428,15 @@ async def run(sizes: tuple[int, ...], tmp: Path, holding: bool) -> None:
             for clients in ("shared", "shared", "each", "workers"):  # pass 1, then pass 2 three ways
                 tally: Counter[str] = Counter()
                 slowest: list[float] = []
-                instances, client_cpu, replay_cpu = Descendants(sim.pid), own_cpu()[0], process_cpu(sim.pid)
+                instances, began, replay_began = Descendants(sim.pid), own_cpu()[0], process_cpu(sim.pid)
                 if clients == "workers":
                     wall, workers_cpu = await in_workers(sim, size, run_id, truth, tally, slowest)
                 else:
                     http = shared if clients == "shared" else None
                     wall = await replayed(sim, range(size), run_id, truth, tally, slowest, http)
                     workers_cpu = 0.0
-                client_cpu = own_cpu()[0] - client_cpu + workers_cpu
-                cpu = (client_cpu, process_cpu(sim.pid) - replay_cpu, instances.stop())
+                client_cpu = own_cpu()[0] - began + workers_cpu  # the bench's own, and its workers'
+                cpu = (client_cpu, process_cpu(sim.pid) - replay_began, instances.stop())
                 passes.append((wall, dict(tally), max(slowest), cpu))
             stats = await sim.stats()
         print(f"{size} episodes x 4 calls, {CONCURRENCY} at a time:")
