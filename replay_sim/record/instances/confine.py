@@ -1,8 +1,8 @@
-"""Confinement of a sandbox instance: util-linux ``unshare`` + overlayfs + ``setpriv``, as root.
+"""Confinement of a sandbox instance: util-linux ``unshare``, overlayfs, a uid of its own, as root.
 
 An instance is untrusted code driven by an untrusted policy. :func:`confined_argv` wraps its
-command so that, before it runs, a short ``sh`` script (run by ``unshare`` as process 1 of new
-mount, PID, IPC, UTS and — unless ``network = true`` — network namespaces):
+command so that, before it runs, :mod:`.confining` (run by ``unshare`` as process 1 of new mount,
+PID, IPC, UTS and — unless ``network = true`` — network namespaces):
 
 1. joins the instance's control groups (:mod:`.cgroups`: memory and process limits);
 2. mounts a size-limited tmpfs (the *layer*, ``layer_mb``) in the instance's workspace, and an
@@ -17,17 +17,20 @@ mount, PID, IPC, UTS and — unless ``network = true`` — network namespaces):
    every instance's workspace), binds its own ``state``/``mounts`` copies back, and hands it its
    home, working directory and its program's own Python environment's folders (a copy-up owned by
    its uid) — what :mod:`.planning` chose;
-6. enters the overlay and its working directory (``unshare --root --wd``, a ``chroot``) and runs
-   the command through ``prlimit`` (CPU, open files, file size, processes) and ``setpriv`` (an
-   unprivileged uid of its own, no groups, no capabilities in any set, ``no_new_privs``).
+6. enters the overlay and its working directory (a ``chroot``), sets its limits (CPU, open files,
+   file size, processes) and runs the command as an unprivileged uid of its own: no groups, no
+   capabilities in any set, ``no_new_privs`` — what ``unshare --root``, ``prlimit`` and ``setpriv``
+   did, in that order.
 
-Why these tools rather than bubblewrap: Debian's ``bwrap`` (0.8) has no overlay mounts (they came in
-0.10), and a read-only bind of ``/`` breaks every server that writes where it was recorded writing;
-nsjail is not packaged in Debian. ``unshare``, ``mount``, ``setpriv`` and ``prlimit``
-are util-linux/coreutils, present wherever the SDK's process handling already is, and each does one
-well-reviewed kernel call; the script only orders them. It needs root (or CAP_SYS_ADMIN) for mount
-namespaces, overlayfs and control groups; :func:`confinement_problem` says in one line what is
-missing where the kernel refuses one.
+Why not bubblewrap: Debian's ``bwrap`` (0.8) has no overlay mounts (they came in 0.10), and a
+read-only bind of ``/`` breaks every server that writes where it was recorded writing; nsjail is not
+packaged in Debian. Util-linux ``unshare`` makes the namespaces; each step after it is one or a few
+kernel calls (``mount``, ``mknod``, ``chown``, ``chroot``, ``setrlimit``, ``setresuid``,
+``prctl``, ``capset``) made by :mod:`.confining` with the replay's own interpreter in isolated
+mode. Those steps were a shell script of util-linux and coreutils programs: about twenty ``exec``
+calls, 23 to 26 ms of CPU on every start, against about 10 ms now. It needs root (or CAP_SYS_ADMIN)
+for mount namespaces, overlayfs and control groups; :func:`confinement_problem` says in one line
+what is missing where the kernel refuses one.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import itertools
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -60,49 +64,10 @@ UID_BASE = 1_900_000_000
 """Instances run as ``UID_BASE + n``: a uid no account has, one per instance of a replay."""
 
 PRIVATE = ("/tmp", "/run", "/dev/shm", "/var/run")  # fresh, empty directories in every instance
-_TOOLS = ("unshare", "mount", "setpriv", "prlimit", "env", "ip", "chown")
-
-_SCRIPT = r"""
-set -eu
-root=$1 size=$2 uid=$3 seed=$4 was=$5; shift 5
-L=$root/layer M=$root/merged n=0
-while [ "$1" != -- ]; do
-  case $1 in
-    cgroup) echo $$ > "$2/cgroup.procs"; shift 2 ;;
-    layer)
-      mkdir -p "$L" "$M"
-      mount -t tmpfs -o "size=$size,mode=0755" replay-sim-layer "$L"
-      if [ -n "$seed" ]; then  # a state snapshot's layer: its files, given to this instance's uid
-        cp -a "$seed/." "$L/"; find "$L" -xdev -uid "$was" -exec chown -h "$uid:$uid" {} +
-      fi
-      mkdir -p "$L/upper" "$L/work" "$L/run" "$L/reveal"; mkdir -p -m 1777 "$L/tmp" "$L/shm"
-      shift ;;
-    mounts) printf '%s\n' "$2" > "$L/fstab"; mount -a -T "$L/fstab"; shift 2 ;;
-    dev)
-      cp -a /dev/null /dev/zero /dev/full /dev/random /dev/urandom /dev/tty /dev/fd /dev/stdin \
-        /dev/stdout /dev/stderr "$M/dev/"
-      mkdir "$M/dev/shm" "$M/dev/pts"; shift ;;
-    lo) ip link set lo up; shift ;;
-    reveal)
-      n=$((n + 1)); R=$L/reveal/$n; mkdir -p "$R/u" "$R/w" "$M$2"
-      mount -t overlay replay-sim-reveal -o "lowerdir=$2,upperdir=$R/u,workdir=$R/w" "$M$2"
-      shift 2 ;;
-    bind)
-      chown -R "$uid:$uid" "$2"
-      if [ -d "$2" ]; then [ -d "$M$3" ] || mkdir -p "$M$3"
-      elif [ ! -e "$M$3" ]; then mkdir -p "$(dirname "$M$3")"; touch "$M$3"; fi
-      mount --bind "$2" "$M$3"; shift 3 ;;
-    own) [ -d "$M$2" ] || mkdir -p "$M$2"; chown "$uid:$uid" "$M$2"; shift 2 ;;
-    give) chown -R "$uid:$uid" "$M$2"; shift 2 ;;
-    reach) chmod o+x "$M$2"; shift 2 ;;
-    clock)
-      [ -d "$M$2" ] || mkdir -p "$M$2"; mount --bind "$2" "$M$2"; mount -o remount,bind,ro "$M$2"; shift 2 ;;
-    *) echo "replay-sim confine: unknown step $1" >&2; exit 70 ;;
-  esac
-done
-shift
-exec "$@"
-"""
+_TOOLS = ("unshare", "cp", "find", "chown")  # cp, find and chown: a state snapshot's files
+_INSIDE = "import sys; sys.path.append(sys.argv[1]); import confining; confining.main(sys.argv[2:])"
+"""What runs inside the namespaces: :mod:`.confining`, imported from its folder (its compiled form kept;
+the folder searched last, so no module of it stands for one of the standard library's)."""
 
 
 @dataclass(frozen=True)
@@ -182,13 +147,10 @@ def instance_uids() -> Iterator[int]:
 
 
 def confined_argv(command: list[str], confinement: Confinement) -> list[str]:
-    """The command line that runs ``command`` confined as ``confinement`` says.
-
-    Each step of the script is as few programs as it can be: an instance's start is CPU the episodes
-    wait for, and each program the script runs costs about a millisecond. The mounts that need no
-    directory made first go to one ``mount -a`` each (:func:`_fstab`), and the hidden paths are
-    chosen here, from what the instance will see.
-    """
+    """The command line that runs ``command`` confined as ``confinement`` says: ``unshare`` making
+    its namespaces, then :mod:`.confining` taking the steps chosen here (the mounts that need no
+    directory made first as fstab lines, :func:`_fstab`; the hidden paths from what the instance
+    will see) and running it."""
     c, limits = confinement, confinement.containment.limits
     layer, merged = c.root / "layer", c.root / "merged"
     namespaces = ["--mount", "--propagation", "private", "--pid", "--fork", "--kill-child=SIGKILL"]
@@ -222,28 +184,16 @@ def confined_argv(command: list[str], confinement: Confinement) -> list[str]:
         steps += ["give", path]
     if c.clock is not None:  # after the hidden paths: it lies in its (hidden) workspace
         steps += ["clock", c.clock]
-    prlimit = [
-        "prlimit", f"--cpu={limits.cpu_seconds}:{limits.cpu_seconds + 1}",
-        f"--nofile={limits.open_files}:{limits.open_files}",
-        f"--fsize={limits.stderr_bytes}:{limits.stderr_bytes}",
-        f"--nproc={limits.processes}:{limits.processes}", "--",
-    ]  # fmt: skip
-    setpriv = [
-        "setpriv", f"--reuid={c.uid}", f"--regid={c.uid}", "--clear-groups", "--inh-caps=-all",
-        "--ambient-caps=-all", "--bounding-set=-all", "--no-new-privs", "--",
-    ]  # fmt: skip
-    env = ["env", *(f"{k}={v}" for k, v in c.env)] if c.env else []
-    size = str(limits.layer_bytes)
+    bounds = [limits.cpu_seconds, limits.open_files, limits.stderr_bytes, limits.processes]
     seed = ["" if c.seed is None else c.seed, str(c.seed_uid)]
-    script = ["sh", "-c", _SCRIPT, "replay-sim-confine", str(c.root), size, str(c.uid), *seed]
-    into = ["unshare", f"--root={merged}", f"--wd={c.cwd}", "--"]  # chroot, then its working directory
-    return [
-        "unshare", *namespaces, "--", *script, *steps, "--", *into, *prlimit, *setpriv, *env, *command,
-    ]  # fmt: skip
+    inside = [sys.executable, "-I", "-S", "-c", _INSIDE, str(Path(__file__).parent), str(c.root)]
+    inside += [str(limits.layer_bytes), str(c.uid)]
+    enter = [c.cwd, *map(str, bounds), *(f"{k}={v}" for k, v in c.env), "--"]
+    return ["unshare", *namespaces, "--", *inside, *seed, *steps, "--", *enter, *command]
 
 
 def _fstab(*entries: tuple[str, Path | str, str, str]) -> str:
-    """``(source, target, type, options)`` as fstab lines (``mount -a`` mounts them in order)."""
+    """``(source, target, type, options)`` as fstab lines (mounted in order, as ``mount -a`` would)."""
     return "\n".join(" ".join(_fstab_field(str(field)) for field in entry) + " 0 0" for entry in entries)
 
 
@@ -276,7 +226,7 @@ def confinement_problem() -> str | None:
     """
     missing = [tool for tool in _TOOLS if shutil.which(tool) is None]
     if missing:
-        return f"{', '.join(missing)} not found (Debian: apt-get install util-linux mount iproute2 coreutils)"
+        return f"{', '.join(missing)} not found (Debian: apt-get install util-linux coreutils findutils)"
     namespaces = ["unshare", "--mount", "--pid", "--fork", "--net", "--ipc", "--uts", "true"]
     if failure := _failure(namespaces):
         return (

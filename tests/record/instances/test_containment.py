@@ -71,8 +71,10 @@ async def attempt(instance: Instance, name: str, /, **arguments: Any) -> str:
 async def test_it_runs_as_an_unprivileged_uid_of_its_own_without_capabilities(tmp_path: Path) -> None:
     async with hostile(tmp_path) as (_, instance):
         who = json.loads((await attempt(instance, "whoami")).removeprefix("ok "))
-        assert who["Uid"] == str(instance.placement.uid) != "0"
-        assert who["CapEff"] == who["CapPrm"] == who["CapBnd"] == "0000000000000000"
+        assert who["Uid"] == who["Gid"] == str(instance.placement.uid) != "0"
+        assert who["Groups"] == ""
+        sets = ("CapInh", "CapEff", "CapPrm", "CapBnd", "CapAmb")
+        assert [who[s] for s in sets] == ["0000000000000000"] * len(sets)
         assert who["NoNewPrivs"] == "1"
 
 
