@@ -27,8 +27,9 @@ read-only bind of ``/`` breaks every server that writes where it was recorded wr
 packaged in Debian. Util-linux ``unshare`` makes the namespaces; each step after it is one or a few
 kernel calls (``mount``, ``mknod``, ``chown``, ``chroot``, ``setrlimit``, ``setresuid``,
 ``prctl``, ``capset``) made by :mod:`.confining` with the replay's own interpreter in isolated
-mode. Those steps were a shell script of util-linux and coreutils programs: about twenty ``exec``
-calls, 23 to 26 ms of CPU on every start, against about 10 ms now. It needs root (or CAP_SYS_ADMIN)
+mode. Those steps were a shell script of util-linux, coreutils and iproute2 programs: 19 ``exec``
+calls, 27 to 29 ms of the machine's CPU on every start, against 16 to 17 now (the interpreter's own
+start is most of it). It needs root (or CAP_SYS_ADMIN)
 for mount namespaces, overlayfs and control groups; :func:`confinement_problem` says in one line
 what is missing where the kernel refuses one.
 """
