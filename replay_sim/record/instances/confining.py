@@ -40,7 +40,6 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT, _MS_BIND = 1, 2, 4, 8, 32, 4096
 _FLAGS = {"ro": _MS_RDONLY, "nosuid": _MS_NOSUID, "nodev": _MS_NODEV, "noexec": _MS_NOEXEC, "bind": _MS_BIND}
 _PR_SET_NO_NEW_PRIVS, _PR_CAPBSET_DROP, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 38, 24, 47, 4
-_SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
 _DEV = ("null", "zero", "full", "random", "urandom", "tty", "fd", "stdin", "stdout", "stderr")
 
@@ -225,12 +224,13 @@ def _clear_inheritable() -> None:
     """capset(2) with every set empty (only the inheritable one is not empty by then)."""
     header = struct.pack("Ii", 0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this thread
     data = bytes(24)  # two (effective, permitted, inheritable) triples of 32 bits, all clear
-    number = _SYS_CAPSET.get(os.uname().machine)
-    if number is None or _libc.syscall(ctypes.c_long(number), header, data) != 0:
-        raise StepFailed(f"capset: {os.strerror(ctypes.get_errno()) if number else 'unknown machine'}")
+    if _libc.capset(header, data) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"capset: {os.strerror(errno)}")
 
 
 def main(argv: list[str]) -> None:
+    """Take the steps ``argv`` gives (the module's docstring says how), then run the server."""
     root, size, uid, seed, was = argv[:5]
     rest = argv[5:]
     try:
@@ -246,7 +246,3 @@ def main(argv: list[str]) -> None:
     except OSError as exc:
         print(f"replay-sim confine: {command[0]}: {exc.strerror}", file=sys.stderr)
         sys.exit(127 if isinstance(exc, FileNotFoundError) else 126)
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])
