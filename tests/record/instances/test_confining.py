@@ -12,10 +12,12 @@ from replay_sim.record.instances.confine import UID_BASE, Confinement, confined_
 UID = UID_BASE + 7
 
 
-def _launch(tmp_path: Path, command: list[str], **given: object) -> subprocess.CompletedProcess[str]:
+def _launch(
+    tmp_path: Path, command: list[str], binds: tuple[tuple[str, str], ...] = ()
+) -> subprocess.CompletedProcess[str]:
     root = tmp_path / "workspace"
     root.mkdir()
-    confinement = Confinement(root, UID, Containment(), **given)  # type: ignore[arg-type]
+    confinement = Confinement(root, UID, Containment(), binds=binds)
     return subprocess.run(confined_argv(command, confinement), capture_output=True, text=True, timeout=60)
 
 
