@@ -29,9 +29,8 @@ kernel calls (``mount``, ``mknod``, ``chown``, ``chroot``, ``setrlimit``, ``setr
 ``prctl``, ``capset``) made by :mod:`.confining` with the replay's own interpreter in isolated
 mode. Those steps were a shell script of util-linux, coreutils and iproute2 programs: 19 ``exec``
 calls, 27 to 29 ms of the machine's CPU on every start, against 16 to 17 now (the interpreter's own
-start is most of it). It needs root (or CAP_SYS_ADMIN)
-for mount namespaces, overlayfs and control groups; :func:`confinement_problem` says in one line
-what is missing where the kernel refuses one.
+start is most of it). It needs root (or CAP_SYS_ADMIN) for mount namespaces, overlayfs and control
+groups; :func:`confinement_problem` says in one line what is missing where the kernel refuses one.
 """
 
 from __future__ import annotations

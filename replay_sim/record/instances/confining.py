@@ -62,7 +62,7 @@ def fstab(text: str) -> None:
         source, target, kind, options = (_unescaped(field) for field in line.split()[:4])
         words = options.split(",")
         flags = sum(_FLAGS.get(word, 0) for word in words)
-        data = ",".join(w for w in words if w not in _FLAGS and w != "nofail" and w != "defaults")
+        data = ",".join(w for w in words if w not in _FLAGS and w not in ("nofail", "defaults"))
         try:
             mount(source, target, None if kind == "none" else kind, flags, data or None)
         except OSError:
@@ -87,9 +87,9 @@ def owned(path: str, uid: int) -> None:
 def run(*argv: str) -> None:
     """Run a program (found on ``PATH``) to its end; a failure is the step's."""
     pid = os.posix_spawnp(argv[0], list(argv), os.environ)
-    _, status = os.waitpid(pid, 0)
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise StepFailed(f"{argv[0]} exited with status {os.waitstatus_to_exitcode(status)}")
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    if code != 0:
+        raise StepFailed(f"{argv[0]} exited with status {code}")
 
 
 def made(path: str, mode: int | None = None) -> None:
