@@ -9,10 +9,12 @@ and name holds exactly that answer (``_meta`` aside). Each step is scored as:
 - **correct miss** — nothing served, and no recording holds the truth;
 - **needless miss** — nothing served, although a recording holds the truth.
 
-precision = correct / (correct + wrong); **truth recall** = correct / answerable. Answerable is
-a statement about the recorded *answers* only: a recording of a different call that happens to hold
-the same answer (an empty search result, an error message that does not name the value) makes a
-step answerable although no rule could know it without asking the server.
+precision = correct / (correct + wrong); **truth recall** = correct / answerable, where the
+answerable steps are the correct hits, the needless misses and the wrong hits whose truth some
+recording holds (a system that serves the wrong recording of an answerable call has not answered
+it). Answerable is a statement about the recorded *answers* only: a recording of a different call
+that happens to hold the same answer (an empty search result, an error message that does not name
+the value) makes a step answerable although no rule could know it without asking the server.
 
 A second, clearly separate figure, **design recall**, is computed over the *design-answerable*
 steps: those for which a recording holding the truth has the same server, method and name and equal
@@ -140,11 +142,16 @@ class Report:
     counts: dict[str, dict[Grade, int]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(int)))
     # category -> [design-answerable steps, correct hits among them]
     design: dict[str, list[int]] = field(default_factory=lambda: defaultdict(lambda: [0, 0]))
+    # category -> wrong hits whose truth some recording holds
+    answerable_wrong: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     findings: list[Finding] = field(default_factory=list)
 
-    def add(self, category: str, grade: Grade, design_answerable: bool = False) -> None:
-        """Count one scored step (and whether it was design-answerable)."""
+    def add(
+        self, category: str, grade: Grade, design_answerable: bool = False, answerable: bool = False
+    ) -> None:
+        """Count one scored step, whether it was design-answerable and, for a wrong hit, answerable."""
         self.counts[category][grade] += 1
+        self.answerable_wrong[category] += grade is Grade.WRONG_HIT and answerable
         if design_answerable:
             self.design[category][0] += 1
             self.design[category][1] += grade is Grade.CORRECT_HIT
@@ -161,12 +168,14 @@ class Report:
         correct = sum(self.design[c][1] for c in cats if c in self.design)
         return correct, answerable, (correct / answerable if answerable else 1.0)
 
-    @staticmethod
-    def rates(counts: dict[Grade, int]) -> tuple[float, float]:
-        """``(precision, truth recall)``; 1.0 when undefined (nothing served / nothing answerable)."""
+    def rates(self, category: str | None = None) -> tuple[float, float]:
+        """``(precision, truth recall)`` of one category, or of all; 1.0 when undefined (nothing
+        served / nothing answerable)."""
+        counts = self.total(category)
+        cats = [category] if category else list(self.counts)
         correct, wrong = counts[Grade.CORRECT_HIT], counts[Grade.WRONG_HIT]
-        answerable = correct + counts[Grade.NEEDLESS_MISS]
-        # A wrong hit is always counted against precision; it is answerable only if the truth was recorded.
+        # A wrong hit counts against precision always, and against recall when its truth was recorded.
+        answerable = correct + counts[Grade.NEEDLESS_MISS] + sum(self.answerable_wrong[c] for c in cats)
         return (correct / (correct + wrong) if correct + wrong else 1.0), (
             correct / answerable if answerable else 1.0
         )
@@ -221,7 +230,7 @@ def evaluate(
                 grade = Grade.NEEDLESS_MISS if answerable else Grade.CORRECT_MISS
             else:
                 grade = Grade.CORRECT_HIT if answer_of(served) == truth else Grade.WRONG_HIT
-            report.add(probe.category, grade, design_answerable)
+            report.add(probe.category, grade, design_answerable, answerable)
             if grade in (Grade.WRONG_HIT, Grade.NEEDLESS_MISS):
                 call = f"{name} {canonical_json(arguments)}"
                 if served is not None:
@@ -334,7 +343,7 @@ def render(reports: dict[str, Report], by_category: str | None = "replay-sim") -
 
     def row(label: str, report: Report, category: str | None) -> str:
         counts = report.total(category)
-        precision, recall = Report.rates(counts)
+        precision, recall = report.rates(category)
         hits, answerable, design = report.design_recall(category)
         cells = " | ".join(str(counts[o]) for o in Grade)
         return f"| {label} | {cells} | {precision:.1%} | {recall:.1%} | {design:.1%} ({hits}/{answerable}) |"

@@ -14,6 +14,7 @@ from replay_sim.replay.core.replay import Replay
 from replay_sim.replay.http.app import create_app
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.confidence.learning import learn
+from replay_sim.resolve.confidence.population import summary
 from replay_sim.resolve.embedding import SentenceTransformerEmbedder
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.store import Store
@@ -57,16 +58,20 @@ def test_the_calibration_api_serves_the_models_reliability_diagram_and_the_opera
         assert low <= mean <= high and 0.0 <= accuracy <= 1.0 and n > 0
     assert 0.0 <= diagram["ece"] <= 1.0
     assert 'id="reliability"' in page and "/api/calibration" in script  # the dashboard draws it
+    # And the population the model was fitted toward: real servers, each scored without its own.
+    population = view["population"]
+    assert population["validated"] == "by server" and population["folds"] == 15
+    assert sum(b[2] for b in population["bins"]) == population["examples"] > 0
 
 
-def test_without_a_learned_model_the_calibration_api_says_it_serves_the_prior(
+def test_without_a_learned_model_the_calibration_api_says_it_serves_the_populations(
     learned: tuple[Path, Path], embedder: SentenceTransformerEmbedder
 ) -> None:
     db, _ = learned
     with serving_in_thread(create_app(_served(db, None, embedder))) as url:
         view = httpx2.get(f"{url}/api/calibration", timeout=30).json()
-    assert view["model"] == "prior" and view["examples"] == 0
-    assert view["reliability"] is None and view["min_confidence"] is None
+    assert view["model"] == "population" and view["examples"] == view["population"]["examples"] > 0
+    assert view["reliability"] == view["population"] and view["min_confidence"] is None
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (apt-get install chromium)")
@@ -82,6 +87,8 @@ def test_the_dashboard_draws_the_reliability_diagram(
     assert done.returncode == 0, done.stderr[-2000:]
     assert 'data-ready="1"' in dom, dom[:2000]
     assert "validated by tool" in dom and "ECE " in dom and "operating point strict tiers" in dom
+    shown = summary()
+    assert shown is not None and f"fitted toward {shown['examples']} answers of 15 real servers" in dom
     for low, *_ in bins:  # a table row per bin
         assert f'<tr data-bin="{low:.1f}">' in dom
     assert dom.count("data-bin=") == 2 * len(bins)  # and a bar

@@ -11,12 +11,14 @@ from replay_sim.canonical import call_key
 from replay_sim.replay.core.provenance import match_of, provenance
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.confidence.features import FEATURES
+from replay_sim.resolve.confidence.forming import form
 from replay_sim.resolve.confidence.learning import learn
 from replay_sim.resolve.confidence.leaveoneout import Example, validated
 from replay_sim.resolve.confidence.model import MODEL_FILE, PRIOR, ConfidenceModel, fit
 from replay_sim.resolve.confidence.reliability import Scored, ece, reliability, render_calibration
 from replay_sim.resolve.embedding import SentenceTransformerEmbedder
 from replay_sim.resolve.evaluate import Grade, Report
+from replay_sim.resolve.lineage import DIVERGED
 from replay_sim.resolve.resolution import Resolution, Tier
 from replay_sim.resolve.resolver import Resolver
 from tests.resolver_helpers import confidence_store, record_x, x_tool
@@ -55,6 +57,14 @@ def _resolve(
     return resolver.resolve("srv", "tools/call", {"name": name, "arguments": {"x": x}}, history)
 
 
+def _features(resolver: Resolver, name: str, arguments: dict[str, object], history: list[str]) -> set[str]:
+    """The features of the best candidate the store holds for ``name(arguments)`` after ``history``."""
+    formed = form(resolver, "srv", "tools/call", name, dict(arguments), resolver.lookup.trail(history))
+    assert formed is not None
+    x = resolver.confidence.features(resolver, formed, "tools/call")
+    return {f.name for f, on in zip(FEATURES, x, strict=True) if on}
+
+
 def test_index_build_keeps_the_learned_model_in_the_index_folder(learned: tuple[Path, Path]) -> None:
     _, index = learned
     model = ConfidenceModel.load(index)
@@ -78,7 +88,14 @@ def test_a_state_independent_tool_gets_a_high_confidence_and_a_disagreeing_one_a
     assert pure.confidence is not None and counter.confidence is not None
     assert pure.confidence >= 0.9, pure.drivers
     assert counter.confidence <= 0.5, counter.drivers
-    assert "call_disagrees" in dict(counter.drivers) or "tool_inconsistent" in dict(counter.drivers)
+    # counter(0)'s recordings say 1, 2, 3…, each made after more calls of counter, which changes state.
+    from replay_sim.store import Store
+
+    resolver = Resolver(Store(db), embedder=embedder, index_dir=index)
+    history = [call_key("srv", "tools/call", "counter", {"x": 0})] * (SESSIONS + 1)
+    assert {"call_varies", "gap_writes", "tool_inconsistent"} <= _features(
+        resolver, "counter", {"x": 0}, history
+    )
 
 
 def test_a_stateful_tools_strict_hit_from_the_episodes_own_state_keeps_a_high_confidence(
@@ -101,6 +118,24 @@ def test_a_stateful_tools_strict_hit_from_the_episodes_own_state_keeps_a_high_co
         drivers = dict(hit.drivers)
         assert "call_agrees" in drivers  # the recordings from this state agree: 3 each time
         assert "call_disagrees" not in drivers and "tool_inconsistent" not in drivers
+
+
+def test_an_episode_that_lost_track_of_its_state_doubts_every_recording(
+    learned: tuple[Path, Path], embedder: SentenceTransformerEmbedder
+) -> None:
+    """After a state change no recording followed (a ``DIVERGED`` step), the episode's state is one
+    nobody recorded: a candidate says ``diverged`` and is doubted more than after a recorded one."""
+    from replay_sim.store import Store
+
+    db, index = learned
+    resolver = Resolver(Store(db), embedder=embedder, index_dir=index)
+    step = call_key("srv", "tools/call", "pure", {"x": 7})
+    known = resolver.resolve("srv", "tools/call", {"name": "pure", "arguments": {"x": 100}}, [step])
+    lost = resolver.resolve("srv", "tools/call", {"name": "pure", "arguments": {"x": 100}}, [DIVERGED + step])
+    assert "diverged" in _features(resolver, "pure", {"x": 100}, [DIVERGED + step])
+    assert "diverged" not in _features(resolver, "pure", {"x": 100}, [step])
+    assert known.confidence is not None and lost.confidence is not None
+    assert lost.confidence < known.confidence
 
 
 def test_an_operating_point_serves_a_confident_candidate_and_refuses_a_doubtful_one(
@@ -250,13 +285,15 @@ def test_once_the_store_grows_a_tools_evidence_is_counted_from_the_store_not_the
     with Store(db) as store:
         resolver = Resolver(store, embedder=embedder, index_dir=index)
         before = resolver.resolve("srv", "tools/call", params, history)
+        seen_before = _features(resolver, "read", params["arguments"], history)
         # Later, read(300) is answered two ways from the initial state: the tool is not consistent.
         record_x(store, "late-1", "read", 300, "300")
         record_x(store, "late-2", "read", 300, "301")
         after = resolver.resolve("srv", "tools/call", params, history)
+        seen_after = _features(resolver, "read", params["arguments"], history)
     assert before.tier is Tier.MISS and after.tier is Tier.MISS  # a candidate from another state
-    assert "tool_consistent" in dict(before.drivers), before.drivers
-    assert "tool_inconsistent" in dict(after.drivers), after.drivers
+    assert "tool_consistent" in seen_before and "tool_inconsistent" not in seen_before
+    assert "tool_inconsistent" in seen_after and "tool_consistent" not in seen_after
     assert after.confidence is not None and before.confidence is not None
     assert after.confidence < before.confidence
 

@@ -15,7 +15,7 @@ from resolver_helpers import (
 from replay_sim.errors import InterchangeError
 from replay_sim.resolve.calibration import MatchConfig, ToolOverride
 from replay_sim.resolve.embedding import SentenceTransformerEmbedder
-from replay_sim.resolve.evaluate import Grade, Probe, Report, compare, evaluate, explain, load_probes, render
+from replay_sim.resolve.evaluate import Grade, Probe, compare, evaluate, explain, load_probes, render
 from replay_sim.resolve.floor import exact_floor, render_floor
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.store import Store
@@ -64,7 +64,7 @@ def test_each_outcome_is_scored_from_the_truth(tmp_path: Path, embedder: Sentenc
         Grade.CORRECT_MISS: 1,
         Grade.NEEDLESS_MISS: 1,
     }
-    assert Report.rates(report.total()) == (0.5, 0.5)
+    assert report.rates() == (0.5, 0.5)
     # The wrong hit and the needless miss are listed with the resolver's reason.
     assert [(f.probe, f.grade) for f in report.findings] == [
         ("p2", Grade.WRONG_HIT),
@@ -72,6 +72,27 @@ def test_each_outcome_is_scored_from_the_truth(tmp_path: Path, embedder: Sentenc
     ]
     listed = explain(report)
     assert '- p4 step 1 (new) needless miss: `echo {"message":"hi world"}`' in listed
+
+
+def test_a_wrong_hit_on_a_call_whose_truth_was_recorded_counts_against_recall(
+    tmp_path: Path, embedder: SentenceTransformerEmbedder
+) -> None:
+    """Serving the wrong recording of an answerable call is not answering it: the step stays in
+    recall's denominator (else a system that serves more wrong answers looks more complete)."""
+    store = demo_store(tmp_path / "r.db")
+    lines = [
+        _probe("p1", "c", "echo", {"message": "hello world"}, "Echo: hello world"),  # correct hit
+        _probe("p2", "c", "echo", {"message": "hello world"}, "Echo: good morning"),  # wrong, answerable
+        _probe("p3", "c", "echo", {"message": "hello world"}, "Echo: never said"),  # wrong, unanswerable
+    ]
+    path = tmp_path / "probes.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    resolver = Resolver(store, embedder=embedder, index_dir=None)
+    report = evaluate(
+        store, load_probes(path), lambda s, m, p, h: (resolver.resolve(s, m, p, h).recording, "", "")
+    )
+    assert report.total()[Grade.WRONG_HIT] == 2
+    assert report.rates() == (1 / 3, 1 / 2)  # p1 and p2 answerable; p3's truth is in no recording
 
 
 def test_design_recall_counts_only_steps_a_same_identifier_recording_answers(
@@ -103,7 +124,7 @@ def test_design_recall_counts_only_steps_a_same_identifier_recording_answers(
         resolver.tool_schema,
     )
     assert report.total("c")[Grade.CORRECT_HIT] == 1
-    assert Report.rates(report.total())[1] == 1 / 4  # truth: p1-p4 answerable
+    assert report.rates()[1] == 1 / 4  # truth: p1-p4 answerable
     assert report.design_recall() == (1, 2, 0.5)  # design: only p1 and p2 (limit 5 is the default)
     table = render({"replay-sim": report})
     assert "| truth recall |" in table and "design recall" in table
@@ -135,10 +156,10 @@ def test_the_dev_probe_set_scores_what_the_readme_claims_with_no_wrong_hit(
     resolver = Resolver(store, embedder=embedder, index_dir=tmp_path / "index")
     reports = compare(store, load_probes(PROBES / "probes.jsonl"), resolver)
     ours, exact = reports["replay-sim"].total(), reports["exact-only cache"].total()
-    precision, recall = Report.rates(ours)
+    precision, recall = reports["replay-sim"].rates()
     assert precision >= 0.995
     assert ours[Grade.CORRECT_HIT] > exact[Grade.CORRECT_HIT]
-    assert recall > Report.rates(exact)[1]
+    assert recall > reports["exact-only cache"].rates()[1]
     assert "| replay-sim |" in render(reports)
     # What README's "Resolver quality" table claims, exactly: no wrong hit, and these counts.
     assert ours == {

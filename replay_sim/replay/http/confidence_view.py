@@ -6,8 +6,10 @@ grew, ``update`` saying where and how many examples were kept and formed — or 
 operating points in force (served, per tool), its weights, and its reliability diagram — the
 model's own examples, each scored by a model that never saw its server
 (:func:`~replay_sim.resolve.confidence.leaveoneout.validated`), binned by confidence against how
-often the candidate was right, with the expected calibration error. ``replay-sim eval
---calibration`` draws the same diagram on a probe set with live truth.
+often the candidate was right, with the expected calibration error — and the same measured on
+the population the model is fitted toward (:mod:`~replay_sim.resolve.confidence.population`: real
+servers' answers, each server scored by the model fitted without it). ``replay-sim eval
+--calibration`` draws the diagram on a probe set with live truth.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 from replay_sim.replay.core.replay import Replay
 from replay_sim.resolve.confidence.features import FEATURES
+from replay_sim.resolve.confidence.population import summary
 
 __all__ = ["calibration"]
 
@@ -25,8 +28,9 @@ def calibration(replay: Replay) -> dict[str, Any]:
 
     Returns:
         ``{"model", "update", "examples", "positives", "min_confidence", "per_tool", "bias", "weights",
-        "reliability"}``; ``reliability`` is None for the prior or a model learned before it was kept
-        (``replay-sim index build`` learns it again).
+        "reliability", "population"}``; ``reliability`` is None for the prior or a model learned
+        before it was kept (``replay-sim index build`` learns it again), ``population`` (the
+        population's diagram) None when the package holds no population.
     """
     judge = replay.resolver.confidence
     model, config = judge.model, judge.config
@@ -47,4 +51,5 @@ def calibration(replay: Replay) -> dict[str, Any]:
             if w
         ],
         "reliability": model.calibration,
+        "population": summary(),
     }

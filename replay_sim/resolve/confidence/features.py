@@ -8,12 +8,16 @@ judge (:mod:`replay_sim.resolve.confidence.model`):
 
 - how it was matched (tier), and for a nearest recording whether its identifiers differ and how
   close its free text is (cumulative similarity bins: monotone by construction);
-- whether it was made from another state than the episode's;
+- whether it was made from another state than the episode's, and whether the episode's own state
+  is one no recording followed;
 - whether other recordings of the same call agree with it or disagree, and whether the tool's
   repeated calls ever disagreed. For a candidate made from the episode's state only recordings
   from that same state bear on it (:func:`bearing`: a disagreement there is a server answering
   one call two ways); recordings from other states show how the answer depends on state, which
-  is evidence against a candidate from another state and says nothing of one from this state;
+  is evidence against a candidate from another state and says nothing of one from this state.
+  A disagreement is told apart by where it came from: from a state that only calls known to be
+  effect-free separate from the candidate's (``call_disagrees``: the server answers one call two
+  ways), or only across calls that may have changed state (``call_varies``: the state's doing);
 - the tool's effect, declared or learned (:mod:`replay_sim.effects`);
 - whether the recorded answer is a failure.
 
@@ -53,12 +57,18 @@ FEATURES: tuple[Feature, ...] = (
     Feature("similarity>=0.9", 1, "free text at cosine 0.9 or more"),
     Feature("similarity>=0.95", 1, "free text at cosine 0.95 or more"),
     Feature("other_state", -1, "recorded after state changes this episode did not make (or lost track of)"),
+    Feature("diverged", -1, "the episode changed state in a way no recording followed: its state is unknown"),
     Feature("gap_writes", -1, "those state changes include a call of a tool known to change state"),
     Feature("gap_same_tool", -1, "those state changes include calls of this very tool"),
     Feature("gap_names_shared", -1, "those state changes name a thing this call names (a path, a table)"),
     Feature("gap_names_nothing", 0, "those state changes name nothing (numbers and prose only)"),
     Feature("call_agrees", 1, "other recordings of this call that bear on it all gave this answer"),
-    Feature("call_disagrees", -1, "another recording of this call that bears on it gave another answer"),
+    Feature(
+        "call_disagrees",
+        -1,
+        "a recording of this call that bears on it, from a state nothing could have changed, said otherwise",
+    ),
+    Feature("call_varies", -1, "only recordings of this call across possible state changes said otherwise"),
     Feature("tool_consistent", 1, "from another state: each call of the tool recorded twice got one answer"),
     Feature("tool_inconsistent", -1, "from another state: a call of the tool recorded twice got two answers"),
     Feature("effect_free", 1, "the tool changes nothing (declared, or learned from the recordings)"),
@@ -83,6 +93,7 @@ class Formed:
         same_identifiers: A nearest recording's non-free-text arguments equal the call's.
         gap: For another state: the recorded state-changing calls by which the candidate's state
             and the episode's differ, each with whether its tool is known to change state.
+        diverged: For another state: the episode changed state in a way no recording followed.
     """
 
     recording: Recording
@@ -91,6 +102,7 @@ class Formed:
     other_state: bool = False
     same_identifiers: bool = True
     gap: tuple[tuple[Recording, bool], ...] = ()
+    diverged: bool = False
 
 
 def repeated_calls(recordings: Iterable[Recording], exclude: int | None = None) -> tuple[int, int]:
@@ -139,6 +151,7 @@ def describe(
     repeated: tuple[int, int],
     effect: Verdict | None,
     exclude: int | None = None,
+    separated: Callable[[Recording], bool] = lambda other: False,
 ) -> np.ndarray:
     """The feature vector of a candidate.
 
@@ -148,6 +161,9 @@ def describe(
         repeated: Its tool's repeated calls that agreed and disagreed (:func:`repeated_calls`).
         effect: The tool's effect (None for resources, prompts, completions: effect-free reads).
         exclude: A recording to leave out of every count (the hidden one, in leave-one-out).
+        separated: Whether a recording of the call was made across possible state changes from
+            the candidate's state (:func:`~.forming.across_writes`): its other answer is
+            ``call_varies``, not ``call_disagrees``.
 
     Returns:
         A 0/1 float vector in :data:`FEATURES` order.
@@ -167,16 +183,17 @@ def describe(
         on("similarity>=0.9", formed.score >= 0.9)
         on("similarity>=0.95", formed.score >= 0.95)
     on("other_state", formed.other_state)
+    on("diverged", formed.diverged)
     if formed.gap:
         mine_named = named(rec.arguments)
         on("gap_writes", any(known for _, known in formed.gap))
         on("gap_same_tool", any(g.name == rec.name for g, _ in formed.gap))
         on("gap_names_shared", any(named(g.arguments) & mine_named for g, _ in formed.gap))
         on("gap_names_nothing", all(not named(g.arguments) for g, _ in formed.gap))
-    agrees = _agreement(rec, [r for r in same_call if r.id not in (rec.id, exclude)])
-    if agrees is not None:
-        on("call_agrees", agrees)
-        on("call_disagrees", not agrees)
+    said = _agreement(rec, [r for r in same_call if r.id not in (rec.id, exclude)], separated)
+    on("call_agrees", said == "agrees")
+    on("call_disagrees", said == "disagrees")
+    on("call_varies", said == "varies")
     if formed.other_state:  # from this state, a tool's state dependence is what the state match settles
         agreed, disagreed = repeated
         on("tool_consistent", agreed > 0 and disagreed == 0)
@@ -189,20 +206,26 @@ def describe(
     return x
 
 
-def _agreement(rec: Recording, others: Sequence[Recording]) -> bool | None:
-    """Whether every other recording gave ``rec``'s answer (None: there are none).
+def _agreement(
+    rec: Recording, others: Sequence[Recording], separated: Callable[[Recording], bool]
+) -> str | None:
+    """Whether the other recordings gave ``rec``'s answer: ``agrees`` (all did), ``disagrees`` (one
+    made from a state no possible change separates did not), ``varies`` (only ones made across
+    possible changes did not), None (there are none).
 
-    The first that did not settles it, and one recorded with the very same result is the same
-    answer without its canonical form: a call every episode makes has as many recordings as
-    episodes, and this runs for each answer judged.
+    The first unexplained disagreement settles it, and one recorded with the very same result is
+    the same answer without its canonical form: a call every episode makes has as many recordings
+    as episodes, and this runs for each answer judged.
     """
     if not others:
         return None
-    mine = None
+    mine, varies = None, False
     for other in others:
         if other.result == rec.result and other.error == rec.error:
             continue
         mine = answer_of(rec) if mine is None else mine
         if answer_of(other) != mine:
-            return False
-    return True
+            if not separated(other):
+                return "disagrees"
+            varies = True
+    return "varies" if varies else "agrees"

@@ -9,6 +9,7 @@ then the same from another state, then the tool's nearest recording by embedding
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -27,7 +28,7 @@ from replay_sim.schema import ToolSchema
 from replay_sim.store import Recording, Store
 from replay_sim.store.changes import Mark
 
-__all__ = ["KIND_TIER", "Resolver", "form", "from_hit"]
+__all__ = ["KIND_TIER", "Resolver", "across_writes", "form", "from_hit"]
 
 
 class Resolver(Protocol):
@@ -70,19 +71,42 @@ def from_hit(resolution: Resolution) -> Formed | None:
     return Formed(resolution.recording, kind, float(resolution.score) if kind == "nearest" else 1.0)
 
 
-def _other(resolver: Resolver, recording: Recording, trail: Trail) -> dict[str, Any]:
-    """``other_state`` and ``gap`` of a candidate (see :class:`Formed`)."""
-    made = resolver.lookup.state_of(recording)
-    if trail.diverged is None and made == trail.state:
-        return {}
+def _changes(resolver: Resolver, mine: Counter[str], theirs: Counter[str]) -> list[tuple[Recording, Effect]]:
+    """The recorded calls one state made more often than the other (a repeated write is a change
+    too), each with its tool's effect."""
     gap = []
-    for key in sorted(set(made) ^ set(trail.state)):
+    for key in sorted((mine - theirs) + (theirs - mine)):
         found = resolver.lookup.by_key(key)
         if found and found[0].method == "tools/call":
             rec = found[0]
-            known = resolver.lookup.effect(rec.server, rec.name).effect is Effect.CHANGES
-            gap.append((rec, known))
-    return {"other_state": True, "gap": tuple(gap)}
+            gap.append((rec, resolver.lookup.effect(rec.server, rec.name).effect))
+    return gap
+
+
+def _other(resolver: Resolver, recording: Recording, trail: Trail) -> dict[str, Any]:
+    """``other_state``, ``gap`` and ``diverged`` of a candidate (see :class:`Formed`)."""
+    made = resolver.lookup.state_of(recording)
+    if trail.diverged is None and made == trail.state:
+        return {}
+    gap = tuple(
+        (rec, effect is Effect.CHANGES)
+        for rec, effect in _changes(resolver, Counter(made), Counter(trail.state))
+    )
+    return {"other_state": True, "gap": gap, "diverged": trail.diverged is not None}
+
+
+def across_writes(resolver: Resolver, recording: Recording) -> Callable[[Recording], bool]:
+    """Whether another recording was made from a state that calls not known to be effect-free
+    separate from ``recording``'s: a different answer there may be the state's doing, where one
+    from the same state (or across effect-free calls only) is the server answering one call two
+    ways."""
+    mine = Counter(resolver.lookup.state_of(recording))
+
+    def separated(other: Recording) -> bool:
+        gap = _changes(resolver, mine, Counter(resolver.lookup.state_of(other)))
+        return any(effect is not Effect.NONE for _, effect in gap)
+
+    return separated
 
 
 def _pick(resolver: Resolver, groups: Sequence[tuple[str, list[Recording]]], trail: Trail) -> Formed | None:

@@ -22,12 +22,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from replay_sim.errors import ReplaySimError
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.confidence.features import Formed, bearing, describe
-from replay_sim.resolve.confidence.forming import KIND_TIER, Resolver, form, from_hit
+from replay_sim.resolve.confidence.forming import KIND_TIER, Resolver, across_writes, form, from_hit
 from replay_sim.resolve.confidence.growing import Growth
-from replay_sim.resolve.confidence.model import PRIOR, ConfidenceModel
+from replay_sim.resolve.confidence.model import ConfidenceModel
+from replay_sim.resolve.confidence.population import prior
 from replay_sim.resolve.confidence.repeats import RepeatedCalls
 from replay_sim.resolve.lineage import DIVERGED, Trail
 from replay_sim.resolve.reasons import differences_from
@@ -44,7 +47,7 @@ class Confidence:
     """Judges resolutions with a confidence model and gates them at an operating point.
 
     Args:
-        model: The learned model (None: :data:`~replay_sim.resolve.confidence.model.PRIOR`).
+        model: The learned model (None: the population's, :func:`~.population.prior`).
         config: The matching config (its default and per-tool ``min_confidence``).
         min_confidence: The operating point set by the caller (``serve --min-confidence``); None
             leaves the config's, and without either the strict tiers decide alone.
@@ -59,7 +62,7 @@ class Confidence:
         min_confidence: float | None = None,
         directory: Path | None = None,
     ) -> None:
-        self.model = model or PRIOR
+        self.model = model or prior()
         self.growth = None if directory is None else Growth(directory, self.adopt, lambda: self.model)
         self.config = config
         self.min_confidence = min_confidence
@@ -148,19 +151,32 @@ class Confidence:
                 self.growth.grew(resolver)  # the model was learned on a smaller store: refit it
         self._mark = mark
 
+    def features(self, resolver: Resolver, formed: Formed, method: str) -> np.ndarray:
+        """A candidate's feature vector, read from the store as it is now."""
+        rec = formed.recording
+        effect = resolver.lookup.effect(rec.server, rec.name) if method == "tools/call" else None
+        repeats = self._repeats(resolver, rec.server, method, rec.name)
+        same_call = bearing(formed, resolver.lookup.by_key(rec.key), resolver.lookup.state_of)
+        return describe(formed, same_call, repeats, effect, separated=across_writes(resolver, rec))
+
     def of(self, resolver: Resolver, formed: Formed, method: str) -> Judged:
         """The confidence of a candidate, and its drivers (cached per recording and match)."""
         rec = formed.recording
         self._current(resolver)
         gap = tuple(g.id for g, _ in formed.gap)
-        cache = (rec.id, formed.kind, formed.other_state, formed.score, formed.same_identifiers, gap)
+        cache = (
+            rec.id,
+            formed.kind,
+            formed.other_state,
+            formed.diverged,
+            formed.score,
+            formed.same_identifiers,
+            gap,
+        )
         found = self._judged.get(cache)
         if found is None:
             model = self.model
-            effect = resolver.lookup.effect(rec.server, rec.name) if method == "tools/call" else None
-            repeats = self._repeats(resolver, rec.server, method, rec.name)
-            same_call = bearing(formed, resolver.lookup.by_key(rec.key), resolver.lookup.state_of)
-            x = describe(formed, same_call, repeats, effect)
+            x = self.features(resolver, formed, method)
             found = (round(model.predict(x), 4), model.explain(x))
             if model is self.model:  # not swapped meanwhile (:meth:`adopt`)
                 self._judged[cache] = found

@@ -22,8 +22,9 @@ import numpy as np
 
 from replay_sim.resolve.confidence.diagram import ece, reliability
 from replay_sim.resolve.confidence.features import bearing, describe, repeated_calls
-from replay_sim.resolve.confidence.forming import Resolver, form, index_neighbours
-from replay_sim.resolve.confidence.model import PRIOR, ConfidenceModel, fit
+from replay_sim.resolve.confidence.forming import Resolver, across_writes, form, index_neighbours
+from replay_sim.resolve.confidence.model import ConfidenceModel, fit
+from replay_sim.resolve.confidence.population import STRENGTH, prior
 from replay_sim.resolve.toolstate import answer_of
 from replay_sim.store import Recording
 
@@ -112,7 +113,8 @@ def examples(
         effect = resolver.lookup.effect(rec.server, rec.name) if rec.method == "tools/call" else None
         repeats = repeated_calls(tools[(rec.server, rec.method, rec.name)], exclude=rec.id)
         same_call = bearing(formed, resolver.lookup.by_key(formed.recording.key), resolver.lookup.state_of)
-        x = describe(formed, same_call, repeats, effect, exclude=rec.id)
+        separated = across_writes(resolver, formed.recording)
+        x = describe(formed, same_call, repeats, effect, exclude=rec.id, separated=separated)
         right = answer_of(formed.recording) == answer_of(rec)
         found.append(Example(rec.server, rec.name, rec.id, formed.kind, formed.other_state, x, right))
     if progress is not None:
@@ -121,24 +123,29 @@ def examples(
 
 
 def learn_from(
-    found: Sequence[Example], tools: dict[str, tuple[int, int]] | None = None, *, leave_out: str | None = None
+    found: Sequence[Example],
+    tools: dict[str, tuple[int, int]] | None = None,
+    *,
+    leave_out: frozenset[str] = frozenset(),
 ) -> ConfidenceModel:
-    """Fit a model on examples (``leave_out``: a server whose examples are not used).
+    """Fit a model on examples, toward the population's model (:func:`~.population.prior`).
 
     Args:
         found: Leave-one-out examples.
         tools: Per-tool repeated-call counts to keep with the model.
-        leave_out: Cross-validation: the server the model will be scored on.
+        leave_out: Cross-validation: the servers the model will be scored on, whose examples
+            neither the store's nor the population's are used.
     """
-    used = [e for e in found if e.server != leave_out]
+    toward = prior(leave_out)
+    used = [e for e in found if e.server not in leave_out]
     if not used:
-        return PRIOR
+        return toward
     rows = np.stack([e.x for e in used])
     labels = np.fromiter((e.right for e in used), dtype=float, count=len(used))
     # The same fit with each distinct (binary features, label) once, weighted by its count.
     code = (rows > 0).astype(np.int64) @ (1 << np.arange(rows.shape[1], dtype=np.int64)) * 2 + labels
     _, first, counts = np.unique(code, return_index=True, return_counts=True)
-    bias, weights = fit(rows[first], labels[first], counts=counts)
+    bias, weights = fit(rows[first], labels[first], counts=counts, l2=STRENGTH, base=None, prior=toward)
     return ConfidenceModel(bias, weights, len(used), int(labels.sum()), tools)
 
 
@@ -169,7 +176,8 @@ def validated(found: Sequence[Example], folds: int = FOLDS, sample: int = SAMPLE
     for fold in sorted(set(fold_of.values())):
         inside = [e for e, g in zip(found, group, strict=True) if fold_of[g] == fold]
         rest = [e for e, g in zip(found, group, strict=True) if fold_of[g] != fold]
-        model = learn_from(rest)
+        held = frozenset(name for name in names if fold_of[name] == fold) if by == "server" else frozenset()
+        model = learn_from(rest, leave_out=held)  # nor the population's examples of its servers
         scores = model.predict_many(np.array([e.x for e in inside]))
         pairs += [(float(c), e.right) for c, e in zip(scores, inside, strict=True)]
     return {

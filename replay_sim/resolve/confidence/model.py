@@ -5,11 +5,12 @@ features of :mod:`replay_sim.resolve.confidence.features`. Each weight is held t
 feature's meaning allows (evidence of disagreement never raises a confidence, a closer text never
 lowers it), so the model is monotone where it should be, and a confidence is explained by its
 largest terms ``wᵢ·xᵢ`` (:meth:`ConfidenceModel.explain`). Fitted by projected gradient descent on
-the log loss with an L2 penalty (numpy only): a feature seen in few examples stays near 0, the way
-Laplace smoothing keeps a rare bin near its prior.
+the log loss with an L2 penalty (numpy only): a feature seen in few examples stays near its prior
+weight, the way Laplace smoothing keeps a rare bin near its prior.
 
-With no examples at all (an empty store), :data:`PRIOR` stands in: weights a reader can check,
-certain for an exact repeat from the episode's state and doubtful for anything else.
+:data:`PRIOR` is written by hand: weights a reader can check, certain for an exact repeat from the
+episode's state and doubtful for anything else. What real servers showed is fitted toward it
+(:mod:`~replay_sim.resolve.confidence.population`), and a store's own examples toward that.
 """
 
 from __future__ import annotations
@@ -146,15 +147,15 @@ class ConfidenceModel:
 def _prior() -> ConfidenceModel:
     named = {
         "canonical": -0.5, "nearest": -3.0, "identifiers_differ": -2.0, "similarity>=0.9": 1.0,
-        "similarity>=0.95": 1.0, "other_state": -4.0, "call_agrees": 1.0, "call_disagrees": -3.0,
-        "tool_consistent": 0.5, "tool_inconsistent": -1.5, "failure": -0.5, "gap_writes": -2.0,
-        "gap_same_tool": -1.0, "gap_names_shared": -2.0,
+        "similarity>=0.95": 1.0, "other_state": -4.0, "diverged": -2.0, "call_agrees": 1.0,
+        "call_disagrees": -3.0, "call_varies": -1.0, "tool_consistent": 0.5, "tool_inconsistent": -1.5,
+        "failure": -0.5, "gap_writes": -2.0, "gap_same_tool": -1.0, "gap_names_shared": -2.0,
     }  # fmt: skip
     return ConfidenceModel(6.0, tuple(named.get(f.name, 0.0) for f in FEATURES), source="prior")
 
 
 PRIOR = _prior()
-"""The model used before any is learned: an exact repeat from this state at 0.998."""
+"""The hand-written root of every fit: an exact repeat from this state at 0.998."""
 
 
 def fit(
@@ -163,8 +164,9 @@ def fit(
     *,
     counts: np.ndarray | None = None,
     l2: float = 2.0,
-    base: float = 50.0,
+    base: float | None = 50.0,
     steps: int = 4000,
+    prior: ConfidenceModel = PRIOR,
 ) -> tuple[float, tuple[float, ...]]:
     """Fit ``bias`` and sign-constrained weights to leave-one-out examples.
 
@@ -174,7 +176,7 @@ def fit(
         counts: How many examples each row stands for (None: one each). The same objective as the
             rows repeated: :func:`~.leaveoneout.learn_from` fits each distinct ``(features, label)``
             once, so a fit costs the same on 100 examples as on 100,000.
-        l2: Pull toward :data:`PRIOR`, in examples: a feature (or the bias) seen in few examples
+        l2: Pull toward ``prior``, in examples: a feature (or the bias) seen in few examples
             stays near the prior's weight, the way Laplace smoothing keeps a rare bin near its prior;
             the bias says how certain an exact repeat from the episode's state is, which a store
             holding each call once cannot show.
@@ -182,8 +184,12 @@ def fit(
             only an exact repeat from the episode's state (no feature on) is evidence of it; held
             firmly, the other candidates' outcomes move their own features' weights instead of
             the base (a store of candidates often wrong would otherwise drag every strict hit's
-            confidence down with them, and an operating point of 0.99 refuse them all).
+            confidence down with them, and an operating point of 0.99 refuse them all). None:
+            the prior's bias, not fitted (a store's fit toward the population, whose strict hits
+            are the evidence of it).
         steps: Gradient steps (the problem is convex and tiny; this is far past convergence).
+        prior: The weights pulled toward: :data:`PRIOR`, or the population's model that is
+            itself fitted toward it (:mod:`~.population`).
 
     Returns:
         ``(bias, weights)``.
@@ -192,20 +198,22 @@ def fit(
     weight = np.ones(len(rows)) if counts is None else np.asarray(counts, dtype=float)
     n = float(weight.sum())
     if n == 0:
-        return PRIOR.bias, PRIOR.weights
+        return prior.bias, prior.weights
     signs = np.array([f.sign for f in FEATURES], dtype=float)
     X = np.hstack([np.ones((len(rows), 1)), rows])
     y = labels.astype(float)
-    prior = np.r_[PRIOR.bias, PRIOR.weights]
-    theta = prior.copy()
+    pulled = np.r_[prior.bias, prior.weights]
+    theta = pulled.copy()
     penalty = np.full(d + 1, l2 / n)
-    penalty[0] = base / n
+    penalty[0] = 0.0 if base is None else base / n
     rate = 1.0 / (float(np.max(np.sum(X * X, axis=1))) / 4 + float(penalty.max()) + 1e-9)  # 1/L
     momentum = theta.copy()
     for step in range(steps):  # accelerated projected gradient (FISTA)
         p = 1.0 / (1.0 + np.exp(-(X @ momentum)))
-        grad = X.T @ ((p - y) * weight) / n + penalty * (momentum - prior)
+        grad = X.T @ ((p - y) * weight) / n + penalty * (momentum - pulled)
         nxt = momentum - rate * grad
+        if base is None:
+            nxt[0] = pulled[0]
         w = nxt[1:]
         w[(signs > 0) & (w < 0)] = 0.0
         w[(signs < 0) & (w > 0)] = 0.0

@@ -11,14 +11,20 @@ served answers' confidences are compared with whether they were right (ECE). At 
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from replay_sim.resolve.confidence.diagram import ece, reliability
+from replay_sim.resolve.confidence.features import FEATURES, Formed
+from replay_sim.resolve.confidence.judge import Confidence
 from replay_sim.resolve.confidence.leaveoneout import Example, examples, learn_from
 from replay_sim.resolve.confidence.model import ConfidenceModel
+from replay_sim.resolve.confidence.population import Observed
 from replay_sim.resolve.evaluate import Grade, Probe, Report, evaluate, truth_of
 from replay_sim.resolve.resolver import Resolver
 from replay_sim.resolve.toolstate import answer_of
@@ -29,6 +35,7 @@ __all__ = [
     "Scored",
     "cross_validated",
     "ece",
+    "observe",
     "plot",
     "reliability",
     "render_calibration",
@@ -60,7 +67,7 @@ def cross_validated(
     """
     resolver.index()
     found: list[Example] = examples(resolver)
-    models = {s: learn_from(found, leave_out=s) for s in {p.server for p in probes}}
+    models = {s: learn_from(found, leave_out=frozenset({s})) for s in {p.server for p in probes}}
     judge = resolver.confidence
     kept_model, kept_point, growth = judge.model, judge.min_confidence, judge.growth
     judge.growth = None  # each server's model is the one scored: no refit swaps it meanwhile
@@ -134,12 +141,55 @@ def render_calibration(scored: Sequence[Scored], baselines: Mapping[str, Report]
 
 def _row(label: str, report: Report, error: float | None) -> str:
     counts = report.total()
-    precision, recall = Report.rates(counts)
+    precision, recall = report.rates()
     shown = "—" if error is None else f"{error:.3f}"
     return (
         f"| {label} | {counts[Grade.CORRECT_HIT]} | {counts[Grade.WRONG_HIT]} | "
         f"{counts[Grade.NEEDLESS_MISS]} | {precision:.1%} | {recall:.1%} | {shown} |"
     )
+
+
+def observe(resolver: Resolver, probes: Sequence[Probe]) -> list[Observed]:
+    """The candidates the resolver forms for the probes' steps, labelled by each step's truth: the
+    population's evidence (:mod:`~.population`).
+
+    Each step's best candidate is served (operating point 0, the loosest point
+    :func:`cross_validated` scores, so the episode's history is what serving every candidate
+    makes it) and its features are read as serving reads them.
+    """
+    judge = _Observing(resolver.confidence)
+    resolver.confidence = judge
+    counted: Counter[tuple[str, tuple[str, ...], bool]] = Counter()
+    try:
+        for probe in probes:
+            history: list[str] = []
+            for step in probe.steps:
+                judge.clear()  # a candidate judged before is not described again
+                judge.seen = None
+                found = resolver.resolve(probe.server, step["method"], step["params"], history)
+                history.append(found.step)
+                if found.recording is not None and judge.seen is not None:
+                    on = tuple(f.name for f, v in zip(FEATURES, judge.seen, strict=True) if v)
+                    counted[(probe.server, on, answer_of(found.recording) == truth_of(step))] += 1
+    finally:
+        resolver.confidence = judge.inner
+    merged: dict[tuple[str, tuple[str, ...]], list[int]] = {}
+    for (server, on, right), n in counted.items():
+        merged.setdefault((server, on), [0, 0])[0 if right else 1] += n
+    return [Observed(server, on, right, wrong) for (server, on), (right, wrong) in sorted(merged.items())]
+
+
+class _Observing(Confidence):
+    """A resolver's judge at operating point 0 that keeps the features of the candidate it judged last."""
+
+    def __init__(self, inner: Confidence) -> None:
+        super().__init__(inner.model, inner.config, 0.0)
+        self.inner = inner
+        self.seen: np.ndarray | None = None
+
+    def features(self, resolver: Any, formed: Formed, method: str) -> np.ndarray:
+        self.seen = super().features(resolver, formed, method)
+        return self.seen
 
 
 def plot(scored: Sequence[Scored], path: Path) -> bool:

@@ -152,12 +152,16 @@ function drawCalibration(view) {
   const point = view.min_confidence === null ? "strict tiers (no --min-confidence)" : `--min-confidence ${view.min_confidence}`;
   const tools = Object.entries(view.per_tool).map(([t, p]) => `${t} ${p}`).join(", ");
   document.getElementById("calibration-summary").textContent =
-    `model ${view.model} from ${view.examples} leave-one-out examples (${view.positives} right)` +
+    `model ${view.model} from ${view.examples} ` +
+    (view.model === "population" ? "answers of real servers (no index build yet)" : "leave-one-out examples") +
+    ` (${view.positives} right)` +
     (view.update ? ` — updated at ${view.update.where}: ${view.update.kept} kept, ${view.update.formed} recordings formed` : "") +
     " · " +
     `operating point ${point}` + (tools ? ` · per tool ${tools}` : "") +
     (r ? ` · ECE ${r.ece.toFixed(3)} over ${r.examples} examples, validated ${r.validated} (${r.folds} folds)`
-       : " · no reliability measured (the prior, or a model learned before it was kept: run replay-sim index build)");
+       : " · no reliability measured (the prior, or a model learned before it was kept: run replay-sim index build)") +
+    (view.population ? ` · fitted toward ${view.population.examples} answers of ${view.population.folds} real servers` +
+       ` (ECE ${view.population.ece.toFixed(3)}, validated ${view.population.validated})` : "");
   const svg = document.getElementById("reliability");
   const size = 240, pad = 24, span = size - 2 * pad;
   const x = (c) => pad + c * span, y = (a) => size - pad - a * span;
