@@ -72,6 +72,10 @@ def test_the_installed_wheel_imports_from_its_own_venv_with_only_declared_depend
     assert elsewhere == []  # nothing of another environment or this checkout on its path
     listed = _run([python, "-m", "pip", "list", "--format=freeze"], tmp_path, 120).stdout
     assert "openai" not in listed.lower()  # what brought sniffio to the dev venv is not here
+    # The package data it reads at run time came with it: the confidence model's population.
+    rows = "from replay_sim.resolve.confidence.population import rows; print(len(rows()))"
+    done = _run([python, "-c", rows], tmp_path, 120)
+    assert done.returncode == 0 and int(done.stdout) > 0, done.stdout + done.stderr[-3000:]
 
 
 def test_the_installed_wheel_runs_the_demo_outside_the_repository(installed: Path, tmp_path: Path) -> None:

@@ -67,10 +67,11 @@ def test_a_served_store_that_grows_gets_its_model_refitted_without_an_index_buil
     assert refitted.update == {"where": "serving", "kept": learned.examples, "formed": 6, "refits": 1}
     assert refitted.examples == learned.examples + 6
     assert refitted.learned_on == (learned.learned_on[0] + 6, learned.learned_on[1] + 6)  # type: ignore[index]
-    # The new examples are candidates that disagreed: the weight of disagreement moved down, and
-    # the served confidence (judged with the refitted model) with it.
+    # The new examples are candidates that disagreed: the weight of disagreement moved down (as far
+    # as six examples move a weight the population holds as if by 100), and the served confidence
+    # (judged with the refitted model) with it.
     disagrees = WEIGHT["call_disagrees"]
-    assert refitted.weights[disagrees] < learned.weights[disagrees] - 0.5
+    assert refitted.weights[disagrees] < learned.weights[disagrees] - 0.01
     assert dict(after.drivers)["call_disagrees"] == pytest.approx(refitted.weights[disagrees], abs=1e-3)
     assert after.confidence is not None and after.confidence < 0.6 < before.confidence, after.drivers
     # Kept with the index, so the next index build starts from them; the refitted tool is marked stale.

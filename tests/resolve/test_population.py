@@ -24,10 +24,10 @@ ROOT = Path(__file__).resolve().parents[2]
 def shipped() -> Iterator[None]:
     """Forget what was read of the population file before and after a test that swaps it."""
     population._file.cache_clear()
-    prior.cache_clear()
+    population._prior.cache_clear()
     yield
     population._file.cache_clear()
-    prior.cache_clear()
+    population._prior.cache_clear()
 
 
 def test_the_shipped_population_is_what_the_dev_sets_real_servers_show() -> None:
@@ -81,5 +81,5 @@ def test_a_population_of_another_feature_set_is_not_used(
     data["features"] = data["features"][:-1]  # written before a feature was added
     path.write_text(json.dumps(data))
     population._file.cache_clear()
-    prior.cache_clear()
+    population._prior.cache_clear()
     assert rows() == () and prior() is PRIOR and population.summary() is None

@@ -145,10 +145,13 @@ class ConfidenceModel:
 
 
 def _prior() -> ConfidenceModel:
+    # call_disagrees: a server that answered one call two ways from one state gives each answer
+    # about half the time, so its weight nearly cancels the base (no real server of the
+    # population showed one: this is the weight it has).
     named = {
         "canonical": -0.5, "nearest": -3.0, "identifiers_differ": -2.0, "similarity>=0.9": 1.0,
         "similarity>=0.95": 1.0, "other_state": -4.0, "diverged": -2.0, "call_agrees": 1.0,
-        "call_disagrees": -3.0, "call_varies": -1.0, "tool_consistent": 0.5, "tool_inconsistent": -1.5,
+        "call_disagrees": -5.0, "call_varies": -1.0, "tool_consistent": 0.5, "tool_inconsistent": -1.5,
         "failure": -0.5, "gap_writes": -2.0, "gap_same_tool": -1.0, "gap_names_shared": -2.0,
     }  # fmt: skip
     return ConfidenceModel(6.0, tuple(named.get(f.name, 0.0) for f in FEATURES), source="prior")
