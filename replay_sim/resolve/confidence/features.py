@@ -152,6 +152,7 @@ def describe(
     effect: Verdict | None,
     exclude: int | None = None,
     separated: Callable[[Recording], bool] = lambda other: False,
+    answer: Callable[[Recording], str] = answer_of,
 ) -> np.ndarray:
     """The feature vector of a candidate.
 
@@ -164,6 +165,7 @@ def describe(
         separated: Whether a recording of the call was made across possible state changes from
             the candidate's state (:func:`~.forming.across_writes`): its other answer is
             ``call_varies``, not ``call_disagrees``.
+        answer: A recording's canonical answer (leave-one-out passes one that remembers them).
 
     Returns:
         A 0/1 float vector in :data:`FEATURES` order.
@@ -190,7 +192,7 @@ def describe(
         on("gap_same_tool", any(g.name == rec.name for g, _ in formed.gap))
         on("gap_names_shared", any(named(g.arguments) & mine_named for g, _ in formed.gap))
         on("gap_names_nothing", all(not named(g.arguments) for g, _ in formed.gap))
-    said = _agreement(rec, [r for r in same_call if r.id not in (rec.id, exclude)], separated)
+    said = _agreement(rec, [r for r in same_call if r.id not in (rec.id, exclude)], separated, answer)
     on("call_agrees", said == "agrees")
     on("call_disagrees", said == "disagrees")
     on("call_varies", said == "varies")
@@ -207,15 +209,19 @@ def describe(
 
 
 def _agreement(
-    rec: Recording, others: Sequence[Recording], separated: Callable[[Recording], bool]
+    rec: Recording,
+    others: Sequence[Recording],
+    separated: Callable[[Recording], bool],
+    answer: Callable[[Recording], str],
 ) -> str | None:
     """Whether the other recordings gave ``rec``'s answer: ``agrees`` (all did), ``disagrees`` (one
     made from a state no possible change separates did not), ``varies`` (only ones made across
     possible changes did not), None (there are none).
 
-    The first unexplained disagreement settles it, and one recorded with the very same result is
-    the same answer without its canonical form: a call every episode makes has as many recordings
-    as episodes, and this runs for each answer judged.
+    The first unexplained disagreement settles it; one recorded with the very same result is the
+    same answer without its canonical form, and once the answer is known to vary across changes,
+    another recording across changes is not compared at all: a call every episode makes has as
+    many recordings as episodes, and this runs for each answer judged.
     """
     if not others:
         return None
@@ -223,9 +229,12 @@ def _agreement(
     for other in others:
         if other.result == rec.result and other.error == rec.error:
             continue
-        mine = answer_of(rec) if mine is None else mine
-        if answer_of(other) != mine:
-            if not separated(other):
+        apart = separated(other)
+        if apart and varies:
+            continue
+        mine = answer(rec) if mine is None else mine
+        if answer(other) != mine:
+            if not apart:
                 return "disagrees"
             varies = True
     return "varies" if varies else "agrees"

@@ -28,7 +28,7 @@ from replay_sim.schema import ToolSchema
 from replay_sim.store import Recording, Store
 from replay_sim.store.changes import Mark
 
-__all__ = ["KIND_TIER", "Resolver", "across_writes", "form", "from_hit"]
+__all__ = ["KIND_TIER", "Resolver", "Signatures", "form", "from_hit"]
 
 
 class Resolver(Protocol):
@@ -71,42 +71,64 @@ def from_hit(resolution: Resolution) -> Formed | None:
     return Formed(resolution.recording, kind, float(resolution.score) if kind == "nearest" else 1.0)
 
 
-def _changes(resolver: Resolver, mine: Counter[str], theirs: Counter[str]) -> list[tuple[Recording, Effect]]:
-    """The recorded calls one state made more often than the other (a repeated write is a change
-    too), each with its tool's effect."""
+def _other(resolver: Resolver, recording: Recording, trail: Trail) -> dict[str, Any]:
+    """``other_state``, ``gap`` and ``diverged`` of a candidate (see :class:`Formed`): the gap is the
+    recorded calls one state made more often than the other (a repeated write is a change too),
+    each with whether its tool is known to change state."""
+    made = resolver.lookup.state_of(recording)
+    if trail.diverged is None and made == trail.state:
+        return {}
+    mine, theirs = Counter(made), Counter(trail.state)
     gap = []
     for key in sorted((mine - theirs) + (theirs - mine)):
         found = resolver.lookup.by_key(key)
         if found and found[0].method == "tools/call":
             rec = found[0]
-            gap.append((rec, resolver.lookup.effect(rec.server, rec.name).effect))
-    return gap
+            gap.append((rec, resolver.lookup.effect(rec.server, rec.name).effect is Effect.CHANGES))
+    return {"other_state": True, "gap": tuple(gap), "diverged": trail.diverged is not None}
 
 
-def _other(resolver: Resolver, recording: Recording, trail: Trail) -> dict[str, Any]:
-    """``other_state``, ``gap`` and ``diverged`` of a candidate (see :class:`Formed`)."""
-    made = resolver.lookup.state_of(recording)
-    if trail.diverged is None and made == trail.state:
-        return {}
-    gap = tuple(
-        (rec, effect is Effect.CHANGES)
-        for rec, effect in _changes(resolver, Counter(made), Counter(trail.state))
-    )
-    return {"other_state": True, "gap": gap, "diverged": trail.diverged is not None}
+class Signatures:
+    """Which states calls not known to be effect-free separate (:func:`~.features.describe`'s
+    ``separated``): a recording's *signature* is the calls of its state that may change state,
+    counted; two recordings whose signatures differ were made across possible changes, so a
+    different answer there may be the state's doing, where one between equal signatures (the same
+    state, or states apart by effect-free calls only) is the server answering one call two ways.
 
+    Each recording's signature is formed once (a call every episode makes has as many recordings
+    as episodes, compared with each other's); forget them when the store changes (a tool's learned
+    effect may have).
+    """
 
-def across_writes(resolver: Resolver, recording: Recording) -> Callable[[Recording], bool]:
-    """Whether another recording was made from a state that calls not known to be effect-free
-    separate from ``recording``'s: a different answer there may be the state's doing, where one
-    from the same state (or across effect-free calls only) is the server answering one call two
-    ways."""
-    mine = Counter(resolver.lookup.state_of(recording))
+    def __init__(self, resolver: Resolver) -> None:
+        self._lookup = resolver.lookup
+        self._may_change: dict[str, bool] = {}
+        self._of: dict[int | None, tuple[tuple[str, int], ...]] = {}
 
-    def separated(other: Recording) -> bool:
-        gap = _changes(resolver, mine, Counter(resolver.lookup.state_of(other)))
-        return any(effect is not Effect.NONE for _, effect in gap)
+    def of(self, recording: Recording) -> tuple[tuple[str, int], ...]:
+        """The recording's signature."""
+        found = self._of.get(recording.id)
+        if found is None:
+            counted = Counter(key for key in self._lookup.state_of(recording) if self._changes(key))
+            found = self._of[recording.id] = tuple(sorted(counted.items()))
+        return found
 
-    return separated
+    def separated_from(self, recording: Recording) -> Callable[[Recording], bool]:
+        """Whether another recording's signature differs from ``recording``'s."""
+        mine = self.of(recording)
+        return lambda other: self.of(other) != mine
+
+    def _changes(self, key: str) -> bool:
+        found = self._may_change.get(key)
+        if found is None:
+            recs = self._lookup.by_key(key)
+            rec = recs[0] if recs else None
+            found = self._may_change[key] = (
+                rec is not None
+                and rec.method == "tools/call"
+                and self._lookup.effect(rec.server, rec.name).effect is not Effect.NONE
+            )
+        return found
 
 
 def _pick(resolver: Resolver, groups: Sequence[tuple[str, list[Recording]]], trail: Trail) -> Formed | None:

@@ -27,7 +27,7 @@ import numpy as np
 from replay_sim.errors import ReplaySimError
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.confidence.features import Formed, bearing, describe
-from replay_sim.resolve.confidence.forming import KIND_TIER, Resolver, across_writes, form, from_hit
+from replay_sim.resolve.confidence.forming import KIND_TIER, Resolver, Signatures, form, from_hit
 from replay_sim.resolve.confidence.growing import Growth
 from replay_sim.resolve.confidence.model import ConfidenceModel
 from replay_sim.resolve.confidence.population import prior
@@ -70,6 +70,7 @@ class Confidence:
         self._repeated: dict[tuple[str, str, str], tuple[int, int]] = {}
         self._counted = RepeatedCalls()  # counted again from the recordings added since
         self._exact: dict[tuple[int, float | None], Resolution] = {}  # the hot path: judged exact hits
+        self._signatures: Signatures | None = None  # formed on need, forgotten with what was judged
         self._lock = threading.Lock()
         self._version: object = None
         self._mark: object = None
@@ -88,6 +89,7 @@ class Confidence:
             self._judged.clear()
             self._repeated.clear()
             self._exact.clear()
+            self._signatures = None
 
     def clear(self) -> None:
         """Forget what was judged (the store changed)."""
@@ -95,6 +97,7 @@ class Confidence:
             self._judged.clear()
             self._repeated.clear()
             self._exact.clear()
+            self._signatures = None
 
     def operating_point(self, server: str, tool: str, requested: float | None = None) -> float | None:
         """The confidence an answer of this tool must reach: per request, per tool, served, default."""
@@ -157,7 +160,10 @@ class Confidence:
         effect = resolver.lookup.effect(rec.server, rec.name) if method == "tools/call" else None
         repeats = self._repeats(resolver, rec.server, method, rec.name)
         same_call = bearing(formed, resolver.lookup.by_key(rec.key), resolver.lookup.state_of)
-        return describe(formed, same_call, repeats, effect, separated=across_writes(resolver, rec))
+        signatures = self._signatures
+        if signatures is None:  # (read once: another thread may forget them meanwhile)
+            signatures = self._signatures = Signatures(resolver)
+        return describe(formed, same_call, repeats, effect, separated=signatures.separated_from(rec))
 
     def of(self, resolver: Resolver, formed: Formed, method: str) -> Judged:
         """The confidence of a candidate, and its drivers (cached per recording and match)."""

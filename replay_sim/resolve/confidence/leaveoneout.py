@@ -13,7 +13,7 @@ are formed again (:mod:`~replay_sim.resolve.confidence.incremental`, and while s
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 
 from replay_sim.resolve.confidence.diagram import ece, reliability
-from replay_sim.resolve.confidence.features import bearing, describe, repeated_calls
-from replay_sim.resolve.confidence.forming import Resolver, across_writes, form, index_neighbours
+from replay_sim.resolve.confidence.features import bearing, describe
+from replay_sim.resolve.confidence.forming import Resolver, Signatures, form, index_neighbours
 from replay_sim.resolve.confidence.model import ConfidenceModel, fit
 from replay_sim.resolve.confidence.population import STRENGTH, prior
 from replay_sim.resolve.toolstate import answer_of
@@ -94,9 +94,19 @@ def examples(
     if recordings is None:
         recordings = resolver.store.recordings()
     prefixes = histories(recordings)
+    answers: dict[int | None, str] = {}
+
+    def answer(rec: Recording) -> str:  # each recording's canonical answer, formed once
+        said = answers.get(rec.id)
+        if said is None:
+            said = answers[rec.id] = answer_of(rec)
+        return said
+
     tools: dict[tuple[str, str, str], list[Recording]] = defaultdict(list)
     for rec in recordings:
         tools[(rec.server, rec.method, rec.name)].append(rec)
+    repeats = {tool: _Repeats(recs, answer) for tool, recs in tools.items()}
+    signatures = Signatures(resolver)
     hidden = [rec for rec in recordings if only is None or rec.id in only]
     neighbours = index_neighbours(resolver)
     found: list[Example] = []
@@ -111,15 +121,43 @@ def examples(
         if formed is None:
             continue  # nothing else recorded comes close: nothing to learn from
         effect = resolver.lookup.effect(rec.server, rec.name) if rec.method == "tools/call" else None
-        repeats = repeated_calls(tools[(rec.server, rec.method, rec.name)], exclude=rec.id)
+        repeated = repeats[(rec.server, rec.method, rec.name)].without(rec, answer)
         same_call = bearing(formed, resolver.lookup.by_key(formed.recording.key), resolver.lookup.state_of)
-        separated = across_writes(resolver, formed.recording)
-        x = describe(formed, same_call, repeats, effect, exclude=rec.id, separated=separated)
-        right = answer_of(formed.recording) == answer_of(rec)
+        separated = signatures.separated_from(formed.recording)
+        x = describe(formed, same_call, repeated, effect, exclude=rec.id, separated=separated, answer=answer)
+        right = answer(formed.recording) == answer(rec)
         found.append(Example(rec.server, rec.name, rec.id, formed.kind, formed.other_state, x, right))
     if progress is not None:
         progress(len(hidden), len(hidden))
     return found
+
+
+class _Repeats:
+    """A tool's repeated-call counts (:func:`~.features.repeated_calls`) with any one of its
+    recordings left out, each in constant time: the counts are kept per call."""
+
+    def __init__(self, recordings: Sequence[Recording], answer: Callable[[Recording], str]) -> None:
+        self.said: dict[str, Counter[str]] = {}
+        for rec in recordings:
+            self.said.setdefault(rec.key, Counter())[answer(rec)] += 1
+        kinds = [_kind(said) for said in self.said.values()]
+        self.agreed, self.disagreed = kinds.count("agreed"), kinds.count("disagreed")
+
+    def without(self, rec: Recording, answer: Callable[[Recording], str]) -> tuple[int, int]:
+        """``(agreed, disagreed)`` over the tool's recordings but ``rec`` (one of them)."""
+        said = self.said[rec.key]
+        before, after = _kind(said), _kind(said - Counter({answer(rec): 1}))
+        return (
+            self.agreed - (before == "agreed") + (after == "agreed"),
+            self.disagreed - (before == "disagreed") + (after == "disagreed"),
+        )
+
+
+def _kind(said: Counter[str]) -> str | None:
+    """A call's answers: ``agreed`` (recorded more than once, one answer), ``disagreed`` (several)."""
+    if len(said) > 1:
+        return "disagreed"
+    return "agreed" if said.total() > 1 else None
 
 
 def learn_from(
