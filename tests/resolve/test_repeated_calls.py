@@ -56,3 +56,24 @@ def test_calls_taken_back_are_counted_again_from_what_is_left(tmp_path: Path) ->
         store.start_session("echo", "later")
         _echo(store, "later", 1, "one")  # the removed id given again: agrees now
         assert counted.of(store, "echo", "tools/call", "echo") == (1, 0)
+
+
+def test_leave_one_out_counts_a_tools_calls_without_the_hidden_recording_as_a_full_count_does(
+    tmp_path: Path,
+) -> None:
+    """Leave-one-out keeps each tool's counts per call and takes the hidden recording out in constant
+    time: for every recording, what a count over all the others gives."""
+    from replay_sim.resolve.confidence.leaveoneout import _Repeats
+    from replay_sim.resolve.toolstate import answer_of
+
+    with Store(tmp_path / "r.db") as store:
+        for i, (n, answer) in enumerate(
+            [(1, "a"), (1, "a"), (2, "b"), (2, "c"), (3, "d"), (4, "e"), (4, "e")]
+        ):
+            _echo(store, f"s{i}", n, answer)
+        _echo(store, "s9", 2, "b")
+        recs = store.recordings("echo")
+    counts = _Repeats(recs, answer_of)
+    assert (counts.agreed, counts.disagreed) == repeated_calls(recs) == (2, 1)
+    for rec in recs:
+        assert counts.without(rec, answer_of) == repeated_calls(recs, exclude=rec.id), rec
