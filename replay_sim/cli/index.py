@@ -15,6 +15,7 @@ from replay_sim.resolve.build import build_index
 from replay_sim.resolve.calibration import MatchConfig
 from replay_sim.resolve.confidence.learning import learn as learn_confidence
 from replay_sim.resolve.confidence.model import MODEL_FILE
+from replay_sim.resolve.confidence.population import prior
 from replay_sim.resolve.confidence.reliability import cross_validated, render_calibration
 from replay_sim.resolve.confidence.reliability import plot as plot_reliability
 from replay_sim.resolve.embedders import EMBEDDINGS, embedder_for, index_embedder
@@ -92,9 +93,11 @@ def build_command(
         if learned.source == "incremental"
         else ""
     )
+    population = prior()
+    toward = f", fitted toward {population.examples} answers of real servers" if population.examples else ""
     click.echo(
         f"confidence model {index_dir / MODEL_FILE}: {learned.examples} leave-one-out examples{how}, "
-        f"{learned.positives} right"
+        f"{learned.positives} right{toward}"
     )
     table = index_dir / START_TABLE
     if match_config is not None:  # a stdio start answers only under the default matching config

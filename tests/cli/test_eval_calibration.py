@@ -22,7 +22,8 @@ def test_the_second_dev_set_scores_what_the_docs_claim_cross_validated_by_server
     leaked (the population holds every probe of this set), the 0.9 row would answer more."""
     db, index = tmp_path / "p2.db", tmp_path / "p2-index"
     _run("import", PROBES2 / "recordings.jsonl", "--db", db)
-    _run("index", "build", "--db", db, "--index-dir", index)
+    built = _run("index", "build", "--db", db, "--index-dir", index)
+    assert "87 leave-one-out examples, 14 right, fitted toward 947 answers of real servers" in built
     out = _run("eval", PROBES2 / "probes.jsonl", "--db", db, "--index-dir", index, "--calibration")
     table = out[out.index("Calibration, cross-validated by server") :]
     assert "| exact-only cache | 182 | 39 | 46 | 82.4% | 72.5% | — |" in table
