@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def shipped() -> Iterator[None]:
+def reread() -> Iterator[None]:
     """Forget what was read of the population file before and after a test that swaps it."""
     population._file.cache_clear()
     population._prior.cache_clear()
@@ -70,7 +70,7 @@ def test_a_stores_fit_keeps_the_populations_base_and_moves_only_the_features_it_
 
 
 def test_a_population_of_another_feature_set_is_not_used(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shipped: None
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reread: None
 ) -> None:
     path = tmp_path / "population.json"
     write([Observed("srv", ("nearest",), 1, 9)], path)
