@@ -63,7 +63,7 @@ def test_leave_one_out_counts_a_tools_calls_without_the_hidden_recording_as_a_fu
 ) -> None:
     """Leave-one-out keeps each tool's counts per call and takes the hidden recording out in constant
     time: for every recording, what a count over all the others gives."""
-    from replay_sim.resolve.confidence.leaveoneout import _Repeats
+    from replay_sim.resolve.confidence.features import CallAnswers
     from replay_sim.resolve.toolstate import answer_of
 
     with Store(tmp_path / "r.db") as store:
@@ -73,7 +73,9 @@ def test_leave_one_out_counts_a_tools_calls_without_the_hidden_recording_as_a_fu
             _echo(store, f"s{i}", n, answer)
         _echo(store, "s9", 2, "b")
         recs = store.recordings("echo")
-    counts = _Repeats(recs, answer_of)
-    assert (counts.agreed, counts.disagreed) == repeated_calls(recs) == (2, 1)
+    counts = CallAnswers()
     for rec in recs:
-        assert counts.without(rec, answer_of) == repeated_calls(recs, exclude=rec.id), rec
+        counts.add(rec.key, answer_of(rec))
+    assert counts.counts() == repeated_calls(recs) == (2, 1)
+    for rec in recs:
+        assert counts.without(rec.key, answer_of(rec)) == repeated_calls(recs, exclude=rec.id), rec

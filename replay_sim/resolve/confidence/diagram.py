@@ -2,16 +2,18 @@
 
 Shared by ``eval --calibration`` (pairs from a probe set, :mod:`.reliability`) and by the model
 itself, which keeps the diagram of its own leave-one-out examples, cross-validated, for the
-dashboard (:func:`~replay_sim.resolve.confidence.leaveoneout.validated`).
+dashboard (:func:`~replay_sim.resolve.confidence.leaveoneout.validated`), as the population keeps
+its own (:func:`~replay_sim.resolve.confidence.population.validated`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-__all__ = ["Bin", "ece", "reliability"]
+__all__ = ["Bin", "as_json", "ece", "reliability"]
 
 Bin = tuple[float, float, int, float, float]
 """``(bin low, bin high, answers, mean confidence, accuracy)``."""
@@ -42,3 +44,17 @@ def reliability(pairs: Sequence[tuple[float, bool]], bins: int = 10) -> list[Bin
             mean = sum(c for c, _ in inside) / len(inside)
             rows.append((low, high, len(inside), mean, sum(r for _, r in inside) / len(inside)))
     return rows
+
+
+def as_json(pairs: Sequence[tuple[float, bool]], validated: str, folds: int) -> dict[str, Any]:
+    """A cross-validated diagram as kept in JSON: ``{"validated", "folds", "examples", "ece",
+    "bins"}``, each bin ``[low, high, examples, mean confidence, accuracy]``."""
+    return {
+        "validated": validated,
+        "folds": folds,
+        "examples": len(pairs),
+        "ece": round(ece(pairs), 4),
+        "bins": [
+            [low, high, n, round(mean, 4), round(acc, 4)] for low, high, n, mean, acc in reliability(pairs)
+        ],
+    }

@@ -28,6 +28,7 @@ count: what a feature means in training is what it means when serving.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -37,7 +38,7 @@ from replay_sim.effects import Effect, Verdict, named
 from replay_sim.resolve.toolstate import answer_of
 from replay_sim.store import Recording
 
-__all__ = ["FEATURES", "Feature", "Formed", "bearing", "describe", "repeated_calls"]
+__all__ = ["FEATURES", "CallAnswers", "Feature", "Formed", "bearing", "describe", "repeated_calls"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +106,48 @@ class Formed:
     diverged: bool = False
 
 
+class CallAnswers:
+    """A tool's answers per call, and its repeated-call counts kept current as recordings are
+    added: ``agreed``, the calls recorded more than once that got one answer, and ``disagreed``,
+    those that got several."""
+
+    def __init__(self) -> None:
+        self.said: dict[str, Counter[str]] = {}
+        self.agreed = 0
+        self.disagreed = 0
+
+    def add(self, key: str, answer: str) -> None:
+        """Count one recording of call ``key`` that answered ``answer``."""
+        said = self.said.setdefault(key, Counter())
+        before = _kind(said)
+        said[answer] += 1
+        self._moved(before, _kind(said))
+
+    def counts(self) -> tuple[int, int]:
+        """``(agreed, disagreed)``."""
+        return self.agreed, self.disagreed
+
+    def without(self, key: str, answer: str) -> tuple[int, int]:
+        """``(agreed, disagreed)`` with one counted recording of call ``key`` left out."""
+        said = self.said[key]
+        before, after = _kind(said), _kind(said - Counter({answer: 1}))
+        return (
+            self.agreed - (before == "agreed") + (after == "agreed"),
+            self.disagreed - (before == "disagreed") + (after == "disagreed"),
+        )
+
+    def _moved(self, before: str | None, after: str | None) -> None:
+        self.agreed += (after == "agreed") - (before == "agreed")
+        self.disagreed += (after == "disagreed") - (before == "disagreed")
+
+
+def _kind(said: Counter[str]) -> str | None:
+    """A call's answers: ``agreed`` (recorded more than once, one answer), ``disagreed`` (several)."""
+    if len(said) > 1:
+        return "disagreed"
+    return "agreed" if said.total() > 1 else None
+
+
 def repeated_calls(recordings: Iterable[Recording], exclude: int | None = None) -> tuple[int, int]:
     """``(calls recorded more than once that got one answer, that got several)`` of one tool.
 
@@ -112,15 +155,11 @@ def repeated_calls(recordings: Iterable[Recording], exclude: int | None = None) 
         recordings: The tool's recordings.
         exclude: A recording to leave out (the hidden one, in leave-one-out).
     """
-    answers: dict[str, set[str]] = {}
-    counts: dict[str, int] = {}
+    tally = CallAnswers()
     for rec in recordings:
         if rec.id != exclude:
-            answers.setdefault(rec.key, set()).add(answer_of(rec))
-            counts[rec.key] = counts.get(rec.key, 0) + 1
-    agreed = sum(1 for k, said in answers.items() if counts[k] > 1 and len(said) == 1)
-    disagreed = sum(1 for said in answers.values() if len(said) > 1)
-    return agreed, disagreed
+            tally.add(rec.key, answer_of(rec))
+    return tally.counts()
 
 
 def bearing(

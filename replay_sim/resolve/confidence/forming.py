@@ -81,11 +81,18 @@ def _other(resolver: Resolver, recording: Recording, trail: Trail) -> dict[str, 
     mine, theirs = Counter(made), Counter(trail.state)
     gap = []
     for key in sorted((mine - theirs) + (theirs - mine)):
-        found = resolver.lookup.by_key(key)
-        if found and found[0].method == "tools/call":
-            rec = found[0]
-            gap.append((rec, resolver.lookup.effect(rec.server, rec.name).effect is Effect.CHANGES))
+        called = _tool_call(resolver.lookup, key)
+        if called is not None:
+            gap.append((called[0], called[1] is Effect.CHANGES))
     return {"other_state": True, "gap": tuple(gap), "diverged": trail.diverged is not None}
+
+
+def _tool_call(lookup: StateLookup, key: str) -> tuple[Recording, Effect] | None:
+    """A state-changing step's recorded tool call and its tool's effect (None: not a tool call)."""
+    found = lookup.by_key(key)
+    if not found or found[0].method != "tools/call":
+        return None
+    return found[0], lookup.effect(found[0].server, found[0].name).effect
 
 
 class Signatures:
@@ -121,13 +128,8 @@ class Signatures:
     def _changes(self, key: str) -> bool:
         found = self._may_change.get(key)
         if found is None:
-            recs = self._lookup.by_key(key)
-            rec = recs[0] if recs else None
-            found = self._may_change[key] = (
-                rec is not None
-                and rec.method == "tools/call"
-                and self._lookup.effect(rec.server, rec.name).effect is not Effect.NONE
-            )
+            called = _tool_call(self._lookup, key)
+            found = self._may_change[key] = called is not None and called[1] is not Effect.NONE
         return found
 
 

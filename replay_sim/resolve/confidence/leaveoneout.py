@@ -13,15 +13,15 @@ are formed again (:mod:`~replay_sim.resolve.confidence.incremental`, and while s
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from replay_sim.resolve.confidence.diagram import ece, reliability
-from replay_sim.resolve.confidence.features import bearing, describe
+from replay_sim.resolve.confidence.diagram import as_json
+from replay_sim.resolve.confidence.features import CallAnswers, bearing, describe
 from replay_sim.resolve.confidence.forming import Resolver, Signatures, form, index_neighbours
 from replay_sim.resolve.confidence.model import ConfidenceModel, fit
 from replay_sim.resolve.confidence.population import STRENGTH, prior
@@ -105,7 +105,10 @@ def examples(
     tools: dict[tuple[str, str, str], list[Recording]] = defaultdict(list)
     for rec in recordings:
         tools[(rec.server, rec.method, rec.name)].append(rec)
-    repeats = {tool: _Repeats(recs, answer) for tool, recs in tools.items()}
+    repeats = {tool: CallAnswers() for tool in tools}
+    for tool, recs in tools.items():
+        for rec in recs:
+            repeats[tool].add(rec.key, answer(rec))
     signatures = Signatures(resolver)
     hidden = [rec for rec in recordings if only is None or rec.id in only]
     neighbours = index_neighbours(resolver)
@@ -121,7 +124,7 @@ def examples(
         if formed is None:
             continue  # nothing else recorded comes close: nothing to learn from
         effect = resolver.lookup.effect(rec.server, rec.name) if rec.method == "tools/call" else None
-        repeated = repeats[(rec.server, rec.method, rec.name)].without(rec, answer)
+        repeated = repeats[(rec.server, rec.method, rec.name)].without(rec.key, answer(rec))
         same_call = bearing(formed, resolver.lookup.by_key(formed.recording.key), resolver.lookup.state_of)
         separated = signatures.separated_from(formed.recording)
         x = describe(formed, same_call, repeated, effect, exclude=rec.id, separated=separated, answer=answer)
@@ -130,34 +133,6 @@ def examples(
     if progress is not None:
         progress(len(hidden), len(hidden))
     return found
-
-
-class _Repeats:
-    """A tool's repeated-call counts (:func:`~.features.repeated_calls`) with any one of its
-    recordings left out, each in constant time: the counts are kept per call."""
-
-    def __init__(self, recordings: Sequence[Recording], answer: Callable[[Recording], str]) -> None:
-        self.said: dict[str, Counter[str]] = {}
-        for rec in recordings:
-            self.said.setdefault(rec.key, Counter())[answer(rec)] += 1
-        kinds = [_kind(said) for said in self.said.values()]
-        self.agreed, self.disagreed = kinds.count("agreed"), kinds.count("disagreed")
-
-    def without(self, rec: Recording, answer: Callable[[Recording], str]) -> tuple[int, int]:
-        """``(agreed, disagreed)`` over the tool's recordings but ``rec`` (one of them)."""
-        said = self.said[rec.key]
-        before, after = _kind(said), _kind(said - Counter({answer(rec): 1}))
-        return (
-            self.agreed - (before == "agreed") + (after == "agreed"),
-            self.disagreed - (before == "disagreed") + (after == "disagreed"),
-        )
-
-
-def _kind(said: Counter[str]) -> str | None:
-    """A call's answers: ``agreed`` (recorded more than once, one answer), ``disagreed`` (several)."""
-    if len(said) > 1:
-        return "disagreed"
-    return "agreed" if said.total() > 1 else None
 
 
 def learn_from(
@@ -218,12 +193,4 @@ def validated(found: Sequence[Example], folds: int = FOLDS, sample: int = SAMPLE
         model = learn_from(rest, leave_out=held)  # nor the population's examples of its servers
         scores = model.predict_many(np.array([e.x for e in inside]))
         pairs += [(float(c), e.right) for c, e in zip(scores, inside, strict=True)]
-    return {
-        "validated": f"by {by}",
-        "folds": len(set(fold_of.values())),
-        "examples": len(pairs),
-        "ece": round(ece(pairs), 4),
-        "bins": [
-            [low, high, n, round(mean, 4), round(acc, 4)] for low, high, n, mean, acc in reliability(pairs)
-        ],
-    }
+    return as_json(pairs, f"by {by}", len(set(fold_of.values())))

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from replay_sim.resolve.confidence.diagram import ece, reliability
+from replay_sim.resolve.confidence.diagram import as_json
 from replay_sim.resolve.confidence.features import FEATURES
 from replay_sim.resolve.confidence.model import PRIOR, ConfidenceModel, fit
 
@@ -141,15 +141,7 @@ def validated(observed: Sequence[Observed]) -> dict[str, Any] | None:
         scores = fitted([o for o in observed if o.server != server]).predict_many(_vectors(own))
         for o, score in zip(own, scores, strict=True):
             pairs += [(float(score), True)] * o.right + [(float(score), False)] * o.wrong
-    return {
-        "validated": "by server",
-        "folds": len(servers),
-        "examples": len(pairs),
-        "ece": round(ece(pairs), 4),
-        "bins": [
-            [low, high, n, round(mean, 4), round(acc, 4)] for low, high, n, mean, acc in reliability(pairs)
-        ],
-    }
+    return as_json(pairs, "by server", len(servers))
 
 
 def _vectors(observed: Sequence[Observed]) -> np.ndarray:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 
+from replay_sim.resolve.confidence.features import CallAnswers
 from replay_sim.resolve.toolstate import answer_of
 from replay_sim.store import Store
 
@@ -22,8 +23,7 @@ __all__ = ["RepeatedCalls"]
 class _Tool:
     last: int = 0
     removals: int = 0
-    answers: dict[str, set[str]] = dataclasses.field(default_factory=dict)
-    counts: dict[str, int] = dataclasses.field(default_factory=dict)
+    answers: CallAnswers = dataclasses.field(default_factory=CallAnswers)
 
 
 class RepeatedCalls:
@@ -41,8 +41,6 @@ class RepeatedCalls:
             if tool is None or tool.removals != removals:
                 tool = self._tools[(server, method, name)] = _Tool(removals=removals)
             for rec in store.recordings(server, method=method, name=name, after_id=tool.last):
-                tool.answers.setdefault(rec.key, set()).add(answer_of(rec))
-                tool.counts[rec.key] = tool.counts.get(rec.key, 0) + 1
+                tool.answers.add(rec.key, answer_of(rec))
                 tool.last = max(tool.last, rec.id or 0)
-            agreed = sum(1 for k, said in tool.answers.items() if tool.counts[k] > 1 and len(said) == 1)
-            return agreed, sum(1 for said in tool.answers.values() if len(said) > 1)
+            return tool.answers.counts()
